@@ -1,0 +1,36 @@
+# shellcheck shell=bash
+# Shared by examples/*/train_*.sh: resolve the launch in Python (training.launch), which
+# prints the toggle table and refuses unsafe combinations, then define its buckets here.
+
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+if [ -z "${PYTHON:-}" ]; then
+    if [ -x "$REPO_ROOT/.venv/bin/python" ]; then PYTHON="$REPO_ROOT/.venv/bin/python"; else PYTHON=python3; fi
+fi
+# torchrun from the same Python installation; the package importable from anywhere.
+PATH="$(dirname "$(command -v "$PYTHON")"):$PATH"
+export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+
+# resolve_launch FAMILY [KEY=VALUE ...] [--megatron-flags ...]
+# Defines GPT_ARGS TRAIN_ARGS DATA_ARGS OUTPUT_ARGS EXTRA_ARGS DISTRIBUTED_ARGS USER_ARGS
+# PROFILER_PREFIX (arrays), LOG_DIR, LAUNCH_LINE, DRY_RUN, and exports the environment presets.
+resolve_launch() {
+    local family=$1 resolved
+    shift
+    resolved=$("$PYTHON" -m training.launch --family "$family" "$@") || exit $?
+    eval "$resolved"
+}
+
+print_buckets() {
+    echo "GPT_ARGS:    ${GPT_ARGS[*]}"
+    echo "TRAIN_ARGS:  ${TRAIN_ARGS[*]}"
+    echo "DATA_ARGS:   ${DATA_ARGS[*]}"
+    echo "OUTPUT_ARGS: ${OUTPUT_ARGS[*]}"
+    echo "EXTRA_ARGS:  ${EXTRA_ARGS[*]} ${USER_ARGS[*]}"
+    echo "DISTRIBUTED_ARGS: ${DISTRIBUTED_ARGS[*]}"
+    echo "LOG_DIR=$LOG_DIR"
+    if [ "$DRY_RUN" = 1 ]; then
+        echo "$LAUNCH_LINE"
+        exit 0
+    fi
+    mkdir -p "$LOG_DIR"
+}

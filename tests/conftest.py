@@ -1,0 +1,32 @@
+"""Shared test setup: CPU only, GPU tests skipped with a reason."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+
+def pytest_collection_modifyitems(config, items):
+    try:
+        import torch
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    if has_gpu:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (run `make test-gpu` on a GPU machine)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def base_env(tmp_path):
+    """A minimal environment for resolve(): no user toggles, runs under tmp_path."""
+    return {"EXPERIMENT_DIR": str(tmp_path / "experiment"), "PATH": os.environ.get("PATH", "")}

@@ -1,0 +1,55 @@
+"""Helpers for launcher tests: resolve in-process, and Megatron's parser on a launch."""
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+
+from training.launch.resolve import Launch, resolve
+
+
+def launch(env: dict, family: str = "llama3", words: list[str] | None = None, **toggles) -> Launch:
+    merged = dict(env)
+    merged.update({k: str(v) for k, v in toggles.items()})
+    merged.setdefault("DRY_RUN", "1")
+    return resolve(family, merged, words)
+
+
+@functools.cache
+def megatron_parser() -> argparse.ArgumentParser:
+    from megatron.training.arguments import add_megatron_arguments
+
+    from training.arguments import add_training_args
+
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    add_megatron_arguments(parser)
+    add_training_args(parser)
+    return parser
+
+
+def flag_groups() -> dict[str, str]:
+    """Every option string of Megatron's parser (plus ours) -> its argument-group title."""
+    groups = {}
+    for group in megatron_parser()._action_groups:
+        for action in group._group_actions:
+            for option in action.option_strings:
+                groups[option] = group.title
+    return groups
+
+
+def megatron_args(result: Launch, validate: bool = True):
+    """Parse (and validate) the launch's Megatron words with megatron-core's own code."""
+    from megatron.training.arguments import validate_args
+
+    words = []
+    for bucket in ("GPT_ARGS", "TRAIN_ARGS", "DATA_ARGS", "OUTPUT_ARGS", "EXTRA_ARGS"):
+        words += result.buckets[bucket]
+    words += result.user_args
+    os.environ.setdefault("WORLD_SIZE", str(result.ctx.world_size))
+    os.environ.setdefault("RANK", "0")
+    args = megatron_parser().parse_args(words)
+    args.rank, args.world_size = 0, result.ctx.world_size
+    args._is_global_batch_size_explicitly_specified = True
+    if validate:
+        validate_args(args)
+    return args

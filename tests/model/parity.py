@@ -1,0 +1,114 @@
+"""HF LlamaForCausalLM -> our GPTModel weight copy and the comparison (CPU and GPU tests).
+
+Seed of HF checkpoint import: `copy_hf_llama_weights` maps a Hugging Face Llama state dict to
+Megatron's layout (fused QKV interleaved per query group, fused gate/up fc1).
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import torch.nn.functional as F
+
+
+def init_single_rank(device: str) -> None:
+    """One-rank process group and Megatron model-parallel state (gloo, also on GPU)."""
+    if not torch.distributed.is_initialized():
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(29600 + os.getpid() % 1000))
+        torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+    from megatron.core import parallel_state
+
+    if not parallel_state.model_parallel_is_initialized():
+        parallel_state.initialize_model_parallel()
+    if device == "cpu":
+        # Megatron's RotaryEmbedding moves its buffer to torch.cuda.current_device().
+        torch.cuda.current_device = lambda: "cpu"
+
+
+def hf_config(preset, num_layers: int):
+    from transformers import LlamaConfig
+
+    config = LlamaConfig(
+        vocab_size=preset.vocab_size, hidden_size=preset.hidden_size,
+        intermediate_size=preset.ffn_hidden_size, num_hidden_layers=num_layers,
+        num_attention_heads=preset.num_attention_heads,
+        num_key_value_heads=preset.num_query_groups,
+        max_position_embeddings=preset.max_position_embeddings,
+        rope_theta=float(preset.rotary_base), rms_norm_eps=preset.norm_epsilon,
+        tie_word_embeddings=False, attention_bias=False, mlp_bias=False)
+    config._attn_implementation = "sdpa"
+    return config
+
+
+@torch.no_grad()
+def copy_hf_llama_weights(hf_model, gpt_model, heads: int, groups: int) -> None:
+    hf = hf_model.model
+    hidden = hf.config.hidden_size
+    head_dim = hidden // heads
+    per_group = heads // groups
+    gpt_model.embedding.word_embeddings.weight.copy_(hf.embed_tokens.weight)
+    gpt_model.output_layer.weight.copy_(hf_model.lm_head.weight)
+    gpt_model.decoder.final_layernorm.weight.copy_(hf.norm.weight)
+    for ours, theirs in zip(gpt_model.decoder.layers, hf.layers):
+        attn = theirs.self_attn
+        q = attn.q_proj.weight.view(groups, per_group * head_dim, hidden)
+        k = attn.k_proj.weight.view(groups, head_dim, hidden)
+        v = attn.v_proj.weight.view(groups, head_dim, hidden)
+        ours.self_attention.linear_qkv.weight.copy_(torch.cat([q, k, v], dim=1).view(-1, hidden))
+        ours.self_attention.linear_proj.weight.copy_(attn.o_proj.weight)
+        ours.input_layernorm.weight.copy_(theirs.input_layernorm.weight)
+        ours.pre_mlp_layernorm.weight.copy_(theirs.post_attention_layernorm.weight)
+        mlp = theirs.mlp
+        ours.mlp.linear_fc1.weight.copy_(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]))
+        ours.mlp.linear_fc2.weight.copy_(mlp.down_proj.weight)
+
+
+def build_pair(preset, num_layers: int, backend: str, kernels: str, device: str,
+               dtype: torch.dtype, fused_qkv_rope: bool = True):
+    """A random HF Llama and our GPTModel holding the same weights."""
+    from megatron.core.transformer import TransformerConfig
+    from transformers import LlamaForCausalLM
+
+    from training import specs
+
+    init_single_rank(device)
+    torch.manual_seed(0)
+    hf_model = LlamaForCausalLM(hf_config(preset, num_layers)).to(device=device, dtype=dtype)
+    hf_model.eval()
+    config = TransformerConfig(
+        num_layers=num_layers, hidden_size=preset.hidden_size,
+        ffn_hidden_size=preset.ffn_hidden_size, num_attention_heads=preset.num_attention_heads,
+        num_query_groups=preset.num_query_groups, normalization="RMSNorm",
+        layernorm_epsilon=preset.norm_epsilon, gated_linear_unit=True, activation_func=F.silu,
+        add_bias_linear=False, hidden_dropout=0.0, attention_dropout=0.0,
+        bias_activation_fusion=False, apply_rope_fusion=False, persist_layer_norm=False,
+        fused_single_qkv_rope=fused_qkv_rope and backend == "native",
+        use_cpu_initialization=True, params_dtype=dtype, bf16=dtype == torch.bfloat16,
+        gradient_accumulation_fusion=False)
+    if backend == "native":
+        specs.install_native(kernels, False, fused_qkv_rope)
+    from megatron.core.models.gpt import GPTModel
+
+    gpt = GPTModel(config=config, transformer_layer_spec=specs.decoder_spec(backend, config),
+                   vocab_size=preset.vocab_size, max_sequence_length=preset.max_position_embeddings,
+                   position_embedding_type="rope", rotary_base=preset.rotary_base,
+                   share_embeddings_and_output_weights=False).to(device=device, dtype=dtype)
+    gpt.eval()
+    copy_hf_llama_weights(hf_model, gpt, preset.num_attention_heads, preset.num_query_groups)
+    return hf_model, gpt
+
+
+@torch.no_grad()
+def compare(hf_model, gpt, vocab: int, batch: int, seq: int, device: str) -> dict:
+    tokens = torch.randint(0, vocab, (batch, seq), device=device)
+    positions = torch.arange(seq, device=device).unsqueeze(0).expand(batch, seq)
+    theirs = hf_model(input_ids=tokens).logits.float()
+    ours = gpt(tokens, positions, None).float()
+    labels = tokens[:, 1:].reshape(-1)
+    loss_theirs = F.cross_entropy(theirs[:, :-1].reshape(-1, vocab), labels).item()
+    loss_ours = F.cross_entropy(ours[:, :-1].reshape(-1, vocab), labels).item()
+    diff = (ours - theirs).abs()
+    return {"max_abs_err": diff.max().item(), "mean_abs_err": diff.mean().item(),
+            "logit_scale": theirs.abs().mean().item(), "loss_hf": loss_theirs,
+            "loss_ours": loss_ours, "loss_rel_err": abs(loss_ours - loss_theirs) / loss_theirs}

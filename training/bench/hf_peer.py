@@ -1,0 +1,97 @@
+"""The Hugging Face peer: LlamaForCausalLM (SDPA) at the same shape, each given its best setup
+(bf16 parameters, fused AdamW, optionally Liger-Kernel's RMSNorm/RoPE/SwiGLU and fused linear
+cross-entropy), the same micro-batch and global batch through gradient accumulation.
+
+Run as a subprocess: `python -m training.bench.hf_peer --json-out F ...`, so each peer gets
+a fresh CUDA context and its own peak-memory figure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="llama3-8B")
+    p.add_argument("--num-layers", type=int, default=8)
+    p.add_argument("--seq-length", type=int, default=8192)
+    p.add_argument("--mbs", type=int, default=1)
+    p.add_argument("--global-batch", type=int, default=8)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=5)
+    p.add_argument("--liger", action="store_true")
+    p.add_argument("--json-out", required=True)
+    args = p.parse_args(argv)
+
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from training.launch.presets import PRESETS
+    from training.metrics import Shape, flops_per_token, peak_tflops
+
+    preset = PRESETS[args.model]
+    torch.manual_seed(1234)
+    config = LlamaConfig(
+        vocab_size=preset.vocab_size, hidden_size=preset.hidden_size,
+        intermediate_size=preset.ffn_hidden_size, num_hidden_layers=args.num_layers,
+        num_attention_heads=preset.num_attention_heads,
+        num_key_value_heads=preset.num_query_groups,
+        max_position_embeddings=max(preset.max_position_embeddings, args.seq_length),
+        rope_theta=float(preset.rotary_base), rms_norm_eps=preset.norm_epsilon,
+        tie_word_embeddings=False, attention_bias=False, mlp_bias=False)
+    config._attn_implementation = "sdpa"
+    with torch.device("cuda"):
+        model = LlamaForCausalLM(config).to(torch.bfloat16)
+    if args.liger:
+        from liger_kernel.transformers import _apply_liger_kernel_to_instance
+
+        _apply_liger_kernel_to_instance(model=model)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), eps=1e-8,
+                                  weight_decay=0.1, fused=True)
+    accum = args.global_batch // args.mbs
+    tokens = torch.randint(0, preset.vocab_size, (accum, args.mbs, args.seq_length),
+                           device="cuda")
+    times, losses = [], []
+    for step in range(args.warmup + args.steps):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        total = 0.0
+        for micro in range(accum):
+            out = model(input_ids=tokens[micro], labels=tokens[micro])
+            (out.loss / accum).backward()
+            total += out.loss.detach()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+        losses.append(float(total) / accum)
+    shape = Shape(args.num_layers, preset.hidden_size, preset.ffn_hidden_size,
+                  preset.num_attention_heads, preset.num_query_groups, preset.vocab_size,
+                  args.seq_length)
+    steady = times[args.warmup:]
+    tokens_per_step = args.global_batch * args.seq_length
+    per_gpu = tokens_per_step * len(steady) / sum(steady)
+    tflops = flops_per_token(shape) * per_gpu / 1e12
+    peak = peak_tflops(torch.cuda.get_device_name())
+    result = {
+        "samples": {"iteration": list(range(1, len(times) + 1)), "step_time_s": times,
+                    "warmup": [i < args.warmup for i in range(len(times))], "loss": losses},
+        "tokens_per_s_per_gpu": per_gpu, "model_tflops_per_gpu": tflops,
+        "summary": {"tokens_per_s_per_gpu": per_gpu, "model_tflops_per_gpu": tflops,
+                    "mfu": tflops / peak if peak else None, "steps": len(steady),
+                    "warmup_iters": args.warmup},
+        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "optimizer_state": "bf16 params, bf16 AdamW moments (torch fused AdamW), no fp32 master",
+        "liger": args.liger,
+    }
+    with open(args.json_out, "w") as f:
+        json.dump(result, f)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,64 @@
+"""`python -m training.launch --family llama3 [KEY=VALUE ...] [--megatron-flags ...]`
+
+Called by examples/*/train_*.sh. Prints the toggle table on stderr and, on stdout, shell
+assignments for the script to `eval`: the buckets as bash arrays, LOG_DIR, the launch line and
+the environment presets. Every value is shell-quoted: nothing a user typed is executed.
+Exit 2 with one message (no traceback) when the input is bad or a guard refuses.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+
+from .settings import LaunchError
+
+
+def shell_assignments(launch) -> str:
+    from .toggles import DISTRIBUTED_ARGS, MEGATRON_BUCKETS
+
+    q = shlex.quote
+    lines = []
+    for bucket in (*MEGATRON_BUCKETS, DISTRIBUTED_ARGS):
+        lines.append(f"{bucket}=({' '.join(q(w) for w in launch.buckets[bucket])})")
+    lines.append(f"USER_ARGS=({' '.join(q(w) for w in launch.user_args)})")
+    lines.append(f"PROFILER_PREFIX=({' '.join(q(w) for w in launch.profiler_prefix)})")
+    lines.append(f"LOG_DIR={q(str(launch.log_dir))}")
+    lines.append(f"LAUNCH_LINE={q(launch.command_line)}")
+    lines.append(f"DRY_RUN={1 if launch.settings['DRY_RUN'] else 0}")
+    for name, (value, _source, _reason) in launch.env.items():
+        lines.append(f"export {name}={q(value)}")
+    for name, value in launch.passthrough_env.items():
+        lines.append(f"export {name}={q(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.launch",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("--family", required=True, help="model family: llama3 | llama2")
+    parser.add_argument("--no-manifest", action="store_true",
+                        help="do not write the run folder's manifest.json")
+    parser.add_argument("words", nargs=argparse.REMAINDER,
+                        help="KEY=VALUE words, then Megatron --flags")
+    args = parser.parse_args(argv)
+
+    from .manifest import write_launch_manifest
+    from .report import print_report
+    from .resolve import resolve
+
+    try:
+        launch = resolve(args.family, dict(os.environ), args.words)
+    except LaunchError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    print_report(launch)
+    if not args.no_manifest and launch.settings["NODE_RANK"] == 0:
+        write_launch_manifest(launch)
+    sys.stdout.write(shell_assignments(launch))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

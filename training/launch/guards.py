@@ -1,0 +1,453 @@
+"""Named rules that refuse a launch or correct a setting, each with its reason.
+
+A guard is a function of the launch context. It either
+  - raises Refusal(name, message): the launch stops, the message says what to do instead, or
+  - calls ctx.settings.correct(...): the value changes and the table shows the guard and why, or
+  - calls ctx.settings.warn(...): the launch goes on with a visible warning.
+A default a guard turns off is a correction; an explicit user value a guard cannot honour is
+a refusal (never a silent override), except where a crash is certain (mxfp4's BF16 grad
+buffer), which overrides loudly. All guards run; every refusal is reported together.
+"""
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .capabilities import Capabilities
+from .presets import ModelPreset
+from .recipes import Recipe, platforms_supporting
+from .settings import LaunchError, Refusal, Settings
+
+
+@dataclass
+class LaunchContext:
+    settings: Settings
+    caps: Capabilities
+    preset: ModelPreset
+    recipe: Recipe
+    family: str
+    environ: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def world_size(self) -> int:
+        return self.settings["NNODES"] * self.settings["GPUS_PER_NODE"]
+
+    @property
+    def data_parallel(self) -> int:
+        s = self.settings
+        model_parallel = s["TP"] * s["PP"] * s["CP"]
+        return max(self.world_size // model_parallel, 1)
+
+    @property
+    def backend(self) -> str:
+        return self.settings["TRANSFORMER_IMPL"]
+
+
+class Refusals(LaunchError):
+    """Every refusal of one launch, reported together."""
+
+    def __init__(self, refusals: list[Refusal]):
+        self.refusals = refusals
+        super().__init__("\n".join(str(r) for r in refusals))
+
+
+GUARDS: list[Callable[[LaunchContext], None]] = []
+
+
+def guard(fn: Callable[[LaunchContext], None]) -> Callable[[LaunchContext], None]:
+    GUARDS.append(fn)
+    return fn
+
+
+def run_guards(ctx: LaunchContext) -> None:
+    refusals = []
+    for fn in GUARDS:
+        try:
+            fn(ctx)
+        except Refusal as refusal:
+            refusals.append(refusal)
+    if refusals:
+        raise Refusals(refusals)
+
+
+def _off_or_refuse(ctx: LaunchContext, name: str, guard_name: str, why: str, instead: str) -> None:
+    """Turn a default-on toggle off with a reason; refuse when the user set it to 1."""
+    if not ctx.settings[name]:
+        return
+    if ctx.settings.is_explicit(name):
+        raise Refusal(guard_name, f"{name}=1 cannot run here: {why}. {instead}")
+    ctx.settings.correct(name, False, guard_name, why)
+
+
+# -- backend and kernels ------------------------------------------------------------------------
+
+@guard
+def backend_available(ctx: LaunchContext) -> None:
+    if ctx.backend == "transformer_engine" and not ctx.caps.transformer_engine:
+        raise Refusal("backend_available",
+                      "TRANSFORMER_IMPL=transformer_engine but transformer_engine does not import "
+                      f"here ({ctx.caps.source}). Use TRANSFORMER_IMPL=native (SDPA + Liger "
+                      "kernels) or run inside the project's docker image.")
+
+
+@guard
+def low_precision_needs_te(ctx: LaunchContext) -> None:
+    if ctx.recipe.kind == "bf16" or ctx.backend == "transformer_engine":
+        return
+    why = ("Transformer Engine does not import here" if not ctx.caps.transformer_engine
+           else f"TRANSFORMER_IMPL={ctx.backend}")
+    raise Refusal("low_precision_needs_te",
+                  f"PRECISION={ctx.recipe.name} computes in Transformer Engine layers, but "
+                  f"the backend is {ctx.backend} ({why}). Use PRECISION=bf16 here, or "
+                  "TRANSFORMER_IMPL=transformer_engine on a node/image with TE.")
+
+
+@guard
+def precision_needs_hardware(ctx: LaunchContext) -> None:
+    recipe = ctx.recipe
+    if recipe.kind == "bf16":
+        return
+    can = ", ".join(platforms_supporting(recipe)) or "none known"
+    if not ctx.caps.known:
+        ctx.settings.warn("precision_needs_hardware",
+                          f"PRECISION={recipe.name} needs specific hardware ({can}); the GPU here "
+                          f"is not known ({ctx.caps.device_name or 'no GPU visible'}), so this "
+                          "is unchecked. Set PLATFORM=<name> to check it before you launch.")
+        return
+    if not recipe.supports(ctx.caps.sm, ctx.caps.gfx):
+        raise Refusal("precision_needs_hardware",
+                      f"PRECISION={recipe.name} does not run on {ctx.caps.platform} "
+                      f"({ctx.caps.info.arch}). Platforms that can: {can}. "
+                      "Use PRECISION=bf16 (or fp8 on sm89+/gfx942+) here.")
+
+
+@guard
+def mxfp4_needs_megatron_support(ctx: LaunchContext) -> None:
+    if ctx.recipe.name != "mxfp4":
+        return
+    from .megatron_info import fp4_recipes
+
+    offered = fp4_recipes()
+    if "mxfp4" not in offered:
+        raise Refusal("mxfp4_needs_megatron_support",
+                      "PRECISION=mxfp4 needs a Megatron that offers --fp4-recipe mxfp4; the "
+                      f"installed megatron-core accepts only {', '.join(offered)}. Run inside the "
+                      "ROCm Megatron image for MI355X (docker/Dockerfile.rocm), or use "
+                      "PRECISION=nvfp4 on Blackwell.")
+
+
+@guard
+def mxfp8_uses_e4m3(ctx: LaunchContext) -> None:
+    if ctx.recipe.name == "mxfp8" and ctx.settings.get("FP8_FORMAT") == "hybrid":
+        raise Refusal("mxfp8_uses_e4m3",
+                      "PRECISION=mxfp8 with FP8_FORMAT=hybrid is known to diverge. "
+                      "Leave FP8_FORMAT unset (the mxfp8 recipe uses e4m3).")
+
+
+@guard
+def precision_only_knobs(ctx: LaunchContext) -> None:
+    s = ctx.settings
+    if ctx.recipe.kind != "fp8" and s.is_explicit("FP8_FORMAT"):
+        s.warn("precision_only_knobs",
+               f"FP8_FORMAT has no effect with PRECISION={ctx.recipe.name}.")
+    fp4_knobs = [n for n in ("FP4_SELECTIVE_BF16", "FP4_BF16_LAYERS_START",
+                             "FP4_BF16_LAYERS_END") if s.is_explicit(n)]
+    if ctx.recipe.kind != "fp4" and fp4_knobs:
+        s.warn("precision_only_knobs",
+               f"{', '.join(fp4_knobs)} has no effect with PRECISION={ctx.recipe.name}.")
+    if ctx.recipe.kind == "fp4" and s["FP4_SELECTIVE_BF16"]:
+        kept = s["FP4_BF16_LAYERS_START"] + s["FP4_BF16_LAYERS_END"]
+        if kept >= s["NUM_LAYERS"]:
+            raise Refusal("precision_only_knobs",
+                          f"FP4_BF16_LAYERS_START+FP4_BF16_LAYERS_END={kept} keeps every one of "
+                          f"the {s['NUM_LAYERS']} layers in bf16: use PRECISION=bf16, or fewer.")
+
+
+@guard
+def mxfp4_bf16_grad_buffer(ctx: LaunchContext) -> None:
+    """AMD's a4w4 wgrad GEMM writes BF16 only: an FP32 grad buffer crashes under mxfp4."""
+    s = ctx.settings
+    if ctx.recipe.name == "mxfp4" and s["GRADIENT_ACCUMULATION_FUSION"] \
+            and not s["GRAD_REDUCE_IN_BF16"]:
+        s.correct("GRAD_REDUCE_IN_BF16", True, "mxfp4_bf16_grad_buffer",
+                  "mxfp4 + gradient-accumulation fusion needs the BF16 grad buffer: the a4w4 "
+                  "wgrad GEMM emits BF16 only ('gemm_a4w4_asm only support BFloat16 output "
+                  "now!' with an FP32 buffer)")
+
+
+@guard
+def fsdp_constraints(ctx: LaunchContext) -> None:
+    s = ctx.settings
+    if not s["FSDP"]:
+        return
+    if s["TP"] != 1 or s["PP"] != 1:
+        raise Refusal("fsdp_constraints",
+                      f"FSDP=1 needs TP=1 and PP=1 (got TP={s['TP']} PP={s['PP']}): "
+                      "FSDP2 shards parameters over all ranks. Set TP=1 PP=1, or FSDP=0.")
+    _off_or_refuse(ctx, "GRADIENT_ACCUMULATION_FUSION", "fsdp_constraints",
+                   "FSDP2 does not support gradient-accumulation fusion",
+                   "Set GRADIENT_ACCUMULATION_FUSION=0 or FSDP=0.")
+    for name in ("DISTRIBUTED_OPTIMIZER", "OVERLAP_PARAM_GATHER"):
+        _off_or_refuse(ctx, name, "fsdp_constraints",
+                       "FSDP2 shards optimizer state itself (Megatron's distributed optimizer "
+                       "is for DDP)", f"Set {name}=0 or FSDP=0.")
+
+
+@guard
+def grad_accum_fusion_kernel(ctx: LaunchContext) -> None:
+    """The fused wgrad needs a kernel: TE's, apex's, or the native backend's own."""
+    backend = ctx.backend
+    if backend in ("transformer_engine", "native"):
+        return
+    if not ctx.caps.apex_fused_wgrad:
+        _off_or_refuse(ctx, "GRADIENT_ACCUMULATION_FUSION", "grad_accum_fusion_kernel",
+                       "the local backend needs apex's fused_weight_gradient_mlp_cuda, "
+                       "which is not installed here",
+                       "Install apex, use TRANSFORMER_IMPL=native, or set it to 0.")
+
+
+@guard
+def te_cross_entropy(ctx: LaunchContext) -> None:
+    s = ctx.settings
+    if not s["CROSS_ENTROPY_LOSS_FUSION"] or s["CROSS_ENTROPY_FUSION_IMPL"] != "te":
+        return
+    raise Refusal("te_cross_entropy",
+                  "CROSS_ENTROPY_FUSION_IMPL=te: megatron-core 0.19.2's validate_args asserts "
+                  "'Transformer Engine cross entropy loss fusion is disabled due to stability "
+                  "issues'. Use CROSS_ENTROPY_FUSION_IMPL=native (the default).")
+
+
+@guard
+def fused_qkv_rope_kernel(ctx: LaunchContext) -> None:
+    if ctx.backend == "local":
+        _off_or_refuse(ctx, "FUSED_SINGLE_QKV_ROPE", "fused_qkv_rope_kernel",
+                       "the local backend has no fused QKV RoPE kernel (Megatron's needs "
+                       "Transformer Engine)",
+                       "Use TRANSFORMER_IMPL=native or transformer_engine, or set it to 0.")
+
+
+@guard
+def context_parallel_backend(ctx: LaunchContext) -> None:
+    if ctx.settings["CP"] > 1 and ctx.backend != "transformer_engine":
+        raise Refusal("context_parallel_backend",
+                      f"CP={ctx.settings['CP']} needs Transformer Engine's attention "
+                      f"(backend here: {ctx.backend}). Use CP=1, or TRANSFORMER_IMPL="
+                      "transformer_engine on a node with TE.")
+
+
+# -- parallel layout ----------------------------------------------------------------------------
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _nearest(value: int, candidates: list[int]) -> str:
+    below = [c for c in candidates if c <= value]
+    above = [c for c in candidates if c >= value]
+    near = sorted({max(below) if below else None, min(above) if above else None} - {None})
+    return " or ".join(str(c) for c in near)
+
+
+@guard
+def parallel_sizes(ctx: LaunchContext) -> None:
+    s, p = ctx.settings, ctx.preset
+    tp, pp, cp, world = s["TP"], s["PP"], s["CP"], ctx.world_size
+    for name in ("TP", "PP", "CP", "MBS", "BS", "NNODES", "GPUS_PER_NODE", "TOTAL_ITERS"):
+        if s[name] < 1:
+            raise Refusal("parallel_sizes", f"{name}={s[name]} must be at least 1.")
+    model_parallel = tp * pp * cp
+    if world % model_parallel:
+        fits = [d for d in _divisors(world)]
+        raise Refusal("parallel_sizes",
+                      f"TP*PP*CP={tp}*{pp}*{cp}={model_parallel} does not divide the world size "
+                      f"{world} (NNODES*GPUS_PER_NODE). TP*PP*CP must be one of "
+                      f"{', '.join(map(str, fits))}.")
+    heads, groups = p.num_attention_heads, p.num_query_groups
+    if heads % tp or groups % tp:
+        valid = [d for d in _divisors(groups) if heads % d == 0]
+        raise Refusal("parallel_sizes",
+                      f"TP={tp} must divide the attention heads ({heads}) and query groups "
+                      f"({groups}) of {p.name}. Nearest valid TP: {_nearest(tp, valid)}.")
+    layers = s["NUM_LAYERS"]
+    if layers % pp:
+        raise Refusal("parallel_sizes",
+                      f"PP={pp} must divide NUM_LAYERS={layers}. Nearest valid PP: "
+                      f"{_nearest(pp, _divisors(layers))}.")
+    dp = world // model_parallel
+    step = s["MBS"] * dp
+    if s["BS"] % step:
+        lower = (s["BS"] // step) * step
+        options = [v for v in (lower, lower + step) if v > 0]
+        raise Refusal("parallel_sizes",
+                      f"BS={s['BS']} is not a multiple of MBS*DP={s['MBS']}*{dp}={step}. "
+                      f"Nearest valid BS: {' or '.join(map(str, options))}.")
+
+
+@guard
+def sequence_parallel(ctx: LaunchContext) -> None:
+    s = ctx.settings
+    if s.get("SEQUENCE_PARALLEL") is None:
+        s.put("SEQUENCE_PARALLEL", s["TP"] > 1, "derived",
+              "on with TP>1 (activations sharded along the sequence)" if s["TP"] > 1
+              else "off with TP=1")
+    elif s["SEQUENCE_PARALLEL"] and s["TP"] == 1:
+        s.correct("SEQUENCE_PARALLEL", False, "sequence_parallel",
+                  "sequence parallel needs TP>1; Megatron would disable it at TP=1")
+
+
+@guard
+def optimizer_overlap(ctx: LaunchContext) -> None:
+    s = ctx.settings
+    if s["OVERLAP_PARAM_GATHER"] and not (s["DISTRIBUTED_OPTIMIZER"] and s["OVERLAP_GRAD_REDUCE"]):
+        _off_or_refuse(ctx, "OVERLAP_PARAM_GATHER", "optimizer_overlap",
+                       "overlapping the param all-gather needs DISTRIBUTED_OPTIMIZER=1 and "
+                       "OVERLAP_GRAD_REDUCE=1",
+                       "Turn those on, or set OVERLAP_PARAM_GATHER=0.")
+
+
+# -- cluster -----------------------------------------------------------------------------------
+
+@guard
+def multinode_master_addr(ctx: LaunchContext) -> None:
+    s = ctx.settings
+    if s["NNODES"] <= 1:
+        return
+    addr = s["MASTER_ADDR"]
+    if not s.is_explicit("MASTER_ADDR") or _is_loopback(addr):
+        raise Refusal("multinode_master_addr",
+                      f"NNODES={s['NNODES']} needs MASTER_ADDR set to node 0's reachable "
+                      f"address (got {addr!r}). Set MASTER_ADDR=<node-0 hostname or IP>; "
+                      "under Slurm, launchers/slurm/ sets it from the allocation.")
+    if not 0 <= s["NODE_RANK"] < s["NNODES"]:
+        raise Refusal("multinode_master_addr",
+                      f"NODE_RANK={s['NODE_RANK']} must be in 0..{s['NNODES'] - 1}.")
+
+
+def _is_loopback(addr: str) -> bool:
+    if addr in ("localhost", "localhost.localdomain", "ip6-localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return False
+
+
+# -- optimisation settings ------------------------------------------------------------------------
+
+@guard
+def adam_eps_at_high_lr(ctx: LaunchContext) -> None:
+    s = ctx.settings
+    if s["LR"] >= 5e-4 and s["ADAM_EPS"] <= 1e-8:
+        s.warn("adam_eps_at_high_lr",
+               f"LR={s['LR']:g} with ADAM_EPS={s['ADAM_EPS']:g}: at lr 8e-4 on Llama3-8B/C4, "
+               "convergence was found to track adam_eps (1e-5 converged; 1e-8 plateaued near "
+               "val loss 5.9, with or without bf16 grad reduce). The MLPerf llama3.1-8B config "
+               "sets ADAM_EPS=1e-5.")
+
+
+@guard
+def schedule(ctx: LaunchContext) -> None:
+    s = ctx.settings
+    iters = s["TOTAL_ITERS"]
+    if s.get("WARMUP_ITERS") is None:
+        s.put("WARMUP_ITERS", max(iters // 10, 0), "derived", "10% of TOTAL_ITERS")
+    if s["WARMUP_ITERS"] >= iters:
+        raise Refusal("schedule", f"WARMUP_ITERS={s['WARMUP_ITERS']} must be below "
+                                  f"TOTAL_ITERS={iters}.")
+    if s["MIN_LR"] > s["LR"]:
+        raise Refusal("schedule", f"MIN_LR={s['MIN_LR']:g} is above LR={s['LR']:g}.")
+    if s.get("METRICS_WARMUP_ITERS") is None:
+        s.put("METRICS_WARMUP_ITERS", min(max(iters // 5, 2), 10), "derived",
+              "20% of TOTAL_ITERS, between 2 and 10")
+    if s["METRICS_WARMUP_ITERS"] >= iters:
+        s.warn("schedule", f"METRICS_WARMUP_ITERS={s['METRICS_WARMUP_ITERS']} >= TOTAL_ITERS="
+                           f"{iters}: no steady-state window, throughput will be reported as "
+                           "unmeasured.")
+
+
+@guard
+def profile_window(ctx: LaunchContext) -> None:
+    s = ctx.settings
+    if s["PROFILE"] == "none":
+        return
+    start, end = s["PROFILE_STEP_START"], s["PROFILE_STEP_END"]
+    if not 0 < start < end <= s["TOTAL_ITERS"]:
+        raise Refusal("profile_window",
+                      f"PROFILE_STEP_START={start} and PROFILE_STEP_END={end} must satisfy "
+                      f"0 < start < end <= TOTAL_ITERS={s['TOTAL_ITERS']}.")
+    ranks = s["PROFILE_RANKS"].replace(",", " ").split()
+    if not ranks or not all(r.isdigit() and int(r) < ctx.world_size for r in ranks):
+        raise Refusal("profile_window",
+                      f"PROFILE_RANKS={s['PROFILE_RANKS']!r} must list ranks below the world "
+                      f"size {ctx.world_size}, e.g. PROFILE_RANKS=0.")
+
+
+# -- checkpoints and data --------------------------------------------------------------------------
+
+CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"  # written by Megatron on save
+
+
+@guard
+def load_checkpoint(ctx: LaunchContext) -> None:
+    s = ctx.settings
+    load = s.get("LOAD")
+    if not load:
+        return
+    has_checkpoint = (Path(load) / CHECKPOINT_TRACKER).is_file()
+    if has_checkpoint:
+        return
+    if s["RESUME"] == "auto":
+        s.info("load_checkpoint", f"LOAD={load} holds no checkpoint yet: RESUME=auto starts "
+                                  "fresh and will resume from it next time.")
+        return
+    raise Refusal("load_checkpoint",
+                  f"LOAD={load} holds no checkpoint ({CHECKPOINT_TRACKER} missing), so training "
+                  "would silently start from scratch. Point LOAD at a checkpoint directory, or "
+                  "set RESUME=auto to start fresh when none exists yet.")
+
+
+@guard
+def data_path(ctx: LaunchContext) -> None:
+    s = ctx.settings
+    path = s.get("DATA_PATH")
+    if not path:
+        return
+    from training.data.check import DataPathError, check_data_path
+
+    try:
+        info = check_data_path(path, s.get("TOKENIZER_MODEL"))
+    except DataPathError as err:
+        raise Refusal("data_path", str(err)) from None
+    if s.get("TOKENIZER_MODEL") is None:
+        s.put("TOKENIZER_MODEL", info.tokenizer_model, "derived",
+              "the tokenizer the dataset was built with")
+
+
+@guard
+def gpus_present(ctx: LaunchContext) -> None:
+    s = ctx.settings
+    if s["DRY_RUN"]:
+        return
+    if ctx.caps.source == "detected" and ctx.caps.gpu_count == 0:
+        raise Refusal("gpus_present",
+                      "no GPU is visible on this node, so nothing can train here. "
+                      "DRY_RUN=1 prints the resolved launch on any machine.")
+    if ctx.caps.source != "detected":
+        raise Refusal("gpus_present",
+                      f"PLATFORM={ctx.caps.platform} describes another machine: use it with "
+                      "DRY_RUN=1 to prepare a launch, and PLATFORM=auto (the default) to train.")
+
+
+def visible_gpu_count(caps: Capabilities, environ: dict[str, str]) -> int:
+    """GPUs this node's processes may use: CUDA/HIP_VISIBLE_DEVICES narrow the detected set."""
+    for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        value = environ.get(var)
+        if value is not None and caps.source == "detected":
+            return len([d for d in value.split(",") if d.strip()])
+    return caps.gpu_count
+
+
+__all__ = ["GUARDS", "LaunchContext", "Refusals", "run_guards", "visible_gpu_count",
+           "CHECKPOINT_TRACKER"]

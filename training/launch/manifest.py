@@ -1,0 +1,73 @@
+"""manifest.json: what was resolved for a run, written before torchrun starts.
+
+The run (rank 0) adds a `run` section (versions seen at start, GPU, final metrics) when it
+finishes; bench, optimize and trace_report read the file.
+"""
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import socket
+
+from .resolve import REPO_ROOT, Launch
+from .runfolder import git_sha, package_versions, write_json_atomic
+from .settings import fmt_value
+from .toggles import REGISTRY, LAUNCHER
+
+SCHEMA = 1
+
+
+def toggle_rows(launch: Launch) -> list[dict[str, str]]:
+    """One row per registry entry, in registry order: the table and the manifest share it."""
+    rows = []
+    for toggle in REGISTRY:
+        setting = launch.settings.setting(toggle.name)
+        words = launch.emitted.get(toggle.name)
+        if setting.value is None and not words:
+            flag = "" if toggle.bucket == LAUNCHER or toggle.emitted_by else "-"
+        elif words is None:
+            flag = "" if toggle.bucket == LAUNCHER or toggle.emitted_by else "-"
+        else:
+            flag = " ".join(words) if words else "(megatron default)"
+        rows.append({"toggle": toggle.name, "value": fmt_value(setting.value),
+                     "source": setting.source, "flag": flag, "bucket": toggle.bucket,
+                     "reason": setting.reason, "group": toggle.group,
+                     "requested": fmt_value(setting.requested) if setting.requested is not None
+                     else None})
+    return rows
+
+
+def launch_manifest(launch: Launch) -> dict:
+    s, ctx = launch.settings, launch.ctx
+    return {
+        "schema": SCHEMA,
+        "created": _dt.datetime.now().isoformat(timespec="seconds"),
+        "host": socket.gethostname(),
+        "dry_run": bool(s["DRY_RUN"]),
+        "family": launch.family,
+        "model": {**dataclasses.asdict(ctx.preset), "num_layers": s["NUM_LAYERS"],
+                  "seq_length": s["SEQ_LENGTH"]},
+        "precision": ctx.recipe.name,
+        "backend": s["TRANSFORMER_IMPL"],
+        "layout": {"nnodes": s["NNODES"], "gpus_per_node": s["GPUS_PER_NODE"],
+                   "world_size": ctx.world_size, "tp": s["TP"], "pp": s["PP"], "cp": s["CP"],
+                   "dp": ctx.data_parallel, "mbs": s["MBS"], "global_batch": s["BS"],
+                   "fsdp": bool(s["FSDP"]), "distributed_optimizer": bool(s["DISTRIBUTED_OPTIMIZER"])},
+        "values": {t.name: s.get(t.name) for t in REGISTRY},
+        "toggles": toggle_rows(launch),
+        "notices": [dataclasses.asdict(n) for n in s.notices],
+        "environment": {k: {"value": v, "source": src, "reason": why}
+                        for k, (v, src, why) in launch.env.items()},
+        "buckets": launch.buckets,
+        "user_args": launch.user_args,
+        "command": launch.command,
+        "command_line": launch.command_line,
+        "log_dir": str(launch.log_dir),
+        "capabilities": ctx.caps.to_dict(),
+        "git_sha": git_sha(REPO_ROOT),
+        "versions": package_versions(),
+    }
+
+
+def write_launch_manifest(launch: Launch) -> None:
+    write_json_atomic(launch.log_dir / "manifest.json", launch_manifest(launch))

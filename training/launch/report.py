@@ -1,0 +1,54 @@
+"""The DRY_RUN / startup table: every toggle, its value, where it came from, what it emits."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import TextIO
+
+from rich.console import Console
+from rich.table import Table
+
+from .manifest import toggle_rows
+from .resolve import Launch
+
+_SOURCE_STYLE = {"default": "dim", "preset": "cyan", "recipe": "magenta", "platform": "blue",
+                 "env": "bold green", "cli": "bold green", "derived": "yellow",
+                 "guard": "bold red"}
+_NOTICE_STYLE = {"warning": "bold yellow", "correction": "bold red", "info": "cyan"}
+
+
+def _console(stream: TextIO) -> Console:
+    width = None if stream.isatty() else int(os.environ.get("COLUMNS", "200"))
+    return Console(file=stream, width=width, highlight=False, soft_wrap=False)
+
+
+def print_report(launch: Launch, stream: TextIO = sys.stderr) -> None:
+    console = _console(stream)
+    caps = launch.ctx.caps
+    title = (f"{launch.family}: {launch.ctx.preset.name}, PRECISION={launch.ctx.recipe.name}, "
+             f"backend={launch.settings['TRANSFORMER_IMPL']}, "
+             f"{caps.platform or 'unknown GPU'} ({caps.source})")
+    table = Table(title=title, show_lines=False, title_justify="left")
+    for column in ("toggle", "value", "source", "flag", "bucket", "why"):
+        table.add_column(column, overflow="fold")
+    group = None
+    for row in toggle_rows(launch):
+        if row["group"] != group:
+            group = row["group"]
+            table.add_section()
+        style = _SOURCE_STYLE.get(row["source"], "")
+        flag = row["flag"] if len(row["flag"]) < 90 else row["flag"][:87] + "..."
+        table.add_row(row["toggle"], f"[{style}]{row['value']}[/]", f"[{style}]{row['source']}[/]",
+                      flag, row["bucket"], row["reason"])
+    table.add_section()
+    for name, (value, source, reason) in launch.env.items():
+        table.add_row(name, value, source, "(environment)", "ENV", reason)
+    for name, value in launch.passthrough_env.items():
+        table.add_row(name, value, "cli", "(environment)", "ENV", "not a toggle: passed through")
+    if launch.user_args:
+        table.add_row("(extra flags)", "", "cli", " ".join(launch.user_args), "EXTRA_ARGS",
+                      "passed to Megatron as given")
+    console.print(table)
+    for notice in launch.settings.notices:
+        style = _NOTICE_STYLE.get(notice.level, "")
+        console.print(f"[{style}]{notice.level.upper()}[/] [{notice.guard}] {notice.message}")

@@ -1,0 +1,81 @@
+"""The run folder and its manifest.
+
+  <EXPERIMENT_DIR>/<EXP_NAME or model_nodes_parallelism_batch>/<precision tag>/<RUN_ID>/
+      manifest.json   every resolved toggle (value, source, reason), the command, versions
+      train.log       the whole torchrun output (the bash entrypoint tees it)
+      metrics.jsonl   per-interval metrics (written by the run, rank 0)
+      tensorboard/    TensorBoard events
+      profile/        profiler traces and their report (PROFILE=torch|nsys)
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+PACKAGES = ("torch", "megatron-core", "transformer-engine", "transformer_engine_torch",
+            "liger-kernel", "apex", "flash-attn", "triton", "transformers")
+
+
+def default_run_name(preset_name: str, num_layers: int, preset_layers: int, nnodes: int,
+                     gpus_per_node: int, tp: int, pp: int, cp: int, mbs: int, bs: int,
+                     seq: int) -> str:
+    layers = "" if num_layers == preset_layers else f"-{num_layers}L"
+    return (f"{preset_name}{layers}_n{nnodes}x{gpus_per_node}_tp{tp}pp{pp}cp{cp}"
+            f"_mbs{mbs}gbs{bs}_seq{seq}")
+
+
+def new_run_id() -> str:
+    return _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+def run_dir(experiment_dir: str, name: str, tag: str, run_id: str) -> Path:
+    return Path(experiment_dir) / name / tag / run_id
+
+
+def package_versions() -> dict[str, str | None]:
+    versions: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def git_sha(repo: Path) -> str | None:
+    if shutil.which("git") is None:
+        return None
+    try:
+        out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    sha = out.stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
+                           capture_output=True, text=True, timeout=10).stdout.strip()
+    return sha + ("-dirty" if dirty else "")
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
+    tmp.replace(path)
+
+
+def read_manifest(run: Path) -> dict[str, Any]:
+    return json.loads((run / "manifest.json").read_text())
+
+
+def update_manifest(run: Path, key: str, value: Any) -> None:
+    """Add one section to an existing manifest (used by the run, rank 0)."""
+    path = run / "manifest.json"
+    data = json.loads(path.read_text()) if path.exists() else {}
+    data[key] = value
+    write_json_atomic(path, data)

@@ -1,0 +1,321 @@
+"""The toggle registry: the one place every knob of the launcher is defined.
+
+Each entry names the environment variable, its type, its default, the Megatron argument
+bucket it lands in and the flag(s) it emits. The README's toggle table, the DRY_RUN report
+and the tests are generated from or checked against this list; nothing else defines a knob.
+
+Buckets follow the Megatron argument group that defines each flag (checked by a test against
+megatron-core's own parser): model and precision flags in GPT_ARGS, the training loop in
+TRAIN_ARGS, data and tokenizer in DATA_ARGS, logging/checkpointing/profiling in OUTPUT_ARGS,
+data-parallel communication in EXTRA_ARGS. DISTRIBUTED_ARGS are torchrun's, LAUNCHER entries
+steer the launcher itself and emit no flag.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from typing import Any
+
+GPT_ARGS, TRAIN_ARGS, DATA_ARGS, OUTPUT_ARGS, EXTRA_ARGS = (
+    "GPT_ARGS", "TRAIN_ARGS", "DATA_ARGS", "OUTPUT_ARGS", "EXTRA_ARGS")
+DISTRIBUTED_ARGS, LAUNCHER = "DISTRIBUTED_ARGS", "LAUNCHER"
+MEGATRON_BUCKETS = (GPT_ARGS, TRAIN_ARGS, DATA_ARGS, OUTPUT_ARGS, EXTRA_ARGS)
+
+# Megatron argument-group title -> bucket. Our own groups (training/arguments.py) are listed
+# too. A flag whose group is not here cannot be routed: the registry test fails.
+GROUP_TO_BUCKET = {
+    "transformer configuration": GPT_ARGS,
+    "network size": GPT_ARGS,
+    "mixed precision": GPT_ARGS,
+    "Transformer-Engine": GPT_ARGS,
+    "launcher: model": GPT_ARGS,
+    "training": TRAIN_ARGS,
+    "learning rate and weight decay": TRAIN_ARGS,
+    "regularization": TRAIN_ARGS,
+    "RNG and initialization": TRAIN_ARGS,
+    "data and dataloader": DATA_ARGS,
+    "tokenizer": DATA_ARGS,
+    "validation": DATA_ARGS,
+    "logging": OUTPUT_ARGS,
+    "checkpointing": OUTPUT_ARGS,
+    "profiling": OUTPUT_ARGS,
+    "launcher: run": OUTPUT_ARGS,
+    "distributed init": EXTRA_ARGS,
+}
+
+
+@dataclass(frozen=True)
+class Toggle:
+    name: str
+    kind: str                      # bool | int | float | str | choice | path
+    default: Any
+    bucket: str
+    help: str
+    flag: str | None = None        # value flag: `--flag VALUE` (int/float/str/choice/path)
+    on: tuple[str, ...] = ()       # bool: flags emitted when 1
+    off: tuple[str, ...] = ()      # bool: flags emitted when 0
+    choices: tuple[str, ...] = ()
+    group: str = "training"        # section in the README table
+    perf: bool = False             # a default-on performance toggle
+    emitted_by: str | None = None  # flags built by another module (recipes, presets, ...)
+    aliases: tuple[str, ...] = field(default=())
+
+    def flags_for(self, value: Any) -> list[str]:
+        """The Megatron/torchrun words this toggle emits for a value (simple entries only)."""
+        if self.emitted_by is not None or value is None:
+            return []
+        if self.kind == "bool":
+            return list(self.on if value else self.off)
+        if self.flag is None:
+            return []
+        return [self.flag, str(value)]
+
+    @property
+    def megatron_flags(self) -> tuple[str, ...]:
+        """Every Megatron flag this entry can emit (for the bucket-routing test)."""
+        flags = set(self.on) | set(self.off)
+        if self.flag:
+            flags.add(self.flag)
+        return tuple(sorted(flags))
+
+
+def _bool(name, default, bucket, help, on=(), off=(), **kw) -> Toggle:
+    return Toggle(name, "bool", default, bucket, help, on=tuple(on), off=tuple(off), **kw)
+
+
+def _perf(name, bucket, help, on=(), off=()) -> Toggle:
+    return _bool(name, True, bucket, help, on=on, off=off, group="performance", perf=True)
+
+
+REGISTRY: tuple[Toggle, ...] = (
+    # -- default-on performance toggles (=0 disables) ---------------------------------------
+    _perf("GRADIENT_ACCUMULATION_FUSION", TRAIN_ARGS,
+          "Weight-gradient GEMM accumulates straight into the fp32/bf16 main_grad buffer "
+          "(TE, apex's fused wgrad, or the native backend's cuBLAS beta=1 GEMM).",
+          off=("--no-gradient-accumulation-fusion",)),
+    _perf("GRAD_REDUCE_IN_BF16", GPT_ARGS,
+          "Gradient buffer and data-parallel reduce in bf16 instead of fp32 "
+          "(convergence-neutral at lr 8e-4 in a controlled 2x2; set 0 if sensitive).",
+          on=("--grad-reduce-in-bf16",)),
+    _perf("DDP_AVERAGE_IN_COLLECTIVE", EXTRA_ARGS,
+          "Average gradients inside the reduce collective instead of pre-scaling.",
+          on=("--ddp-average-in-collective",)),
+    _perf("CROSS_ENTROPY_LOSS_FUSION", GPT_ARGS,
+          "Fused cross-entropy (native backend: fused linear cross-entropy that never "
+          "materialises the logits).",
+          on=("--cross-entropy-loss-fusion",)),
+    _perf("FUSED_SINGLE_QKV_ROPE", GPT_ARGS,
+          "RoPE applied to the packed QKV projection in one kernel, no split/concat.",
+          on=("--fused-single-qkv-rope",)),
+    Toggle("CROSS_ENTROPY_FUSION_IMPL", "choice", "native", GPT_ARGS,
+           "Implementation of the fused cross-entropy; 'te' fails megatron-core 0.19.2's "
+           "validate_args ('disabled due to stability issues').",
+           flag="--cross-entropy-fusion-impl", choices=("native", "te"), group="performance"),
+
+    # -- model and precision -----------------------------------------------------------------
+    Toggle("MODEL_SIZE", "str", None, GPT_ARGS,
+           "Model preset (llama3: 8B, 70B, 3.1-8B, tiny; llama2: 7B, 13B, 70B, tiny).",
+           group="model", emitted_by="presets"),
+    Toggle("NUM_LAYERS", "int", None, GPT_ARGS, "Override the preset's layer count.",
+           flag="--num-layers", group="model", emitted_by="presets"),
+    Toggle("SEQ_LENGTH", "int", None, DATA_ARGS, "Sequence length (preset default).",
+           flag="--seq-length", group="model", emitted_by="presets"),
+    Toggle("PRECISION", "choice", "bf16", GPT_ARGS,
+           "Precision recipe; the run folder is tagged by it.",
+           choices=("bf16", "fp8", "fp8_tensorwise", "mxfp8", "mxfp4", "nvfp4"),
+           group="precision", emitted_by="recipes"),
+    _bool("TE_FP8", None, LAUNCHER, "ROCm Megatron-LM spelling: 1 = an fp8 recipe "
+          "(TE_FP8_RECIPE picks which). Conflicts with PRECISION are refused.", group="precision"),
+    Toggle("TE_FP8_RECIPE", "choice", None, LAUNCHER,
+           "With TE_FP8=1: delayed -> fp8, tensorwise -> fp8_tensorwise, mxfp8 -> mxfp8.",
+           choices=("delayed", "tensorwise", "mxfp8"), group="precision"),
+    _bool("TE_FP4", None, LAUNCHER, "ROCm Megatron-LM spelling: 1 = an fp4 recipe "
+          "(TE_FP4_RECIPE picks which).", group="precision"),
+    Toggle("TE_FP4_RECIPE", "choice", None, LAUNCHER,
+           "With TE_FP4=1: mxfp4 or nvfp4.", choices=("mxfp4", "nvfp4"), group="precision"),
+    Toggle("FP8_FORMAT", "choice", None, GPT_ARGS,
+           "fp8 format (recipe default: hybrid for fp8/fp8_tensorwise, e4m3 for mxfp8).",
+           flag="--fp8-format", choices=("hybrid", "e4m3"), group="precision",
+           emitted_by="recipes"),
+    _bool("FP4_SELECTIVE_BF16", None, GPT_ARGS,
+          "Keep the first/last layers in bf16 under fp4 (recipe default: mxfp4 0 = every layer "
+          "fp4, the MLPerf recipe; nvfp4 1, the paper recipe).",
+          on=("--first-last-layers-bf16",), group="precision", emitted_by="recipes"),
+    Toggle("FP4_BF16_LAYERS_START", "int", 1, GPT_ARGS,
+           "Layers at the start kept in bf16 when FP4_SELECTIVE_BF16=1.",
+           flag="--num-layers-at-start-in-bf16", group="precision", emitted_by="recipes"),
+    Toggle("FP4_BF16_LAYERS_END", "int", 1, GPT_ARGS,
+           "Layers at the end kept in bf16 when FP4_SELECTIVE_BF16=1.",
+           flag="--num-layers-at-end-in-bf16", group="precision", emitted_by="recipes"),
+    Toggle("TRANSFORMER_IMPL", "choice", "auto", GPT_ARGS,
+           "Layer backend: transformer_engine (TE spec), native (SDPA + Liger/torch kernels), "
+           "local (Megatron's local spec); auto picks TE where it imports, else native.",
+           flag="--transformer-backend",
+           choices=("auto", "transformer_engine", "native", "local"), group="backend",
+           emitted_by="backend"),
+    Toggle("NATIVE_KERNELS", "choice", "auto", GPT_ARGS,
+           "Native backend kernels: liger (Triton) or torch; auto = liger where installed.",
+           flag="--native-kernels", choices=("auto", "liger", "torch"), group="backend",
+           emitted_by="backend"),
+    Toggle("RECOMPUTE", "choice", "none", GPT_ARGS,
+           "Activation recompute: none, selective (attention core), full (every layer).",
+           choices=("none", "selective", "full"), group="model", emitted_by="recompute"),
+    _bool("DETERMINISTIC", False, GPT_ARGS, "Megatron's deterministic mode (slower).",
+          on=("--deterministic-mode",), group="model"),
+
+    # -- parallelism --------------------------------------------------------------------------
+    Toggle("TP", "int", 1, GPT_ARGS, "Tensor-parallel size.",
+           flag="--tensor-model-parallel-size", group="parallel"),
+    Toggle("PP", "int", 1, GPT_ARGS, "Pipeline-parallel size.",
+           flag="--pipeline-model-parallel-size", group="parallel"),
+    Toggle("CP", "int", 1, GPT_ARGS, "Context-parallel size.",
+           flag="--context-parallel-size", group="parallel"),
+    _bool("SEQUENCE_PARALLEL", None, GPT_ARGS, "Sequence parallel (default: on when TP>1).",
+          on=("--sequence-parallel",), group="parallel"),
+    _bool("FSDP", False, EXTRA_ARGS, "Torch FSDP2 instead of DDP + distributed optimizer.",
+          on=("--use-torch-fsdp2",), group="parallel"),
+    _bool("DISTRIBUTED_OPTIMIZER", True, EXTRA_ARGS,
+          "Shard optimizer state over data-parallel ranks.",
+          on=("--use-distributed-optimizer",), group="parallel"),
+    _bool("OVERLAP_GRAD_REDUCE", True, EXTRA_ARGS,
+          "Overlap the gradient reduce with the backward pass.",
+          on=("--overlap-grad-reduce",), group="parallel"),
+    _bool("OVERLAP_PARAM_GATHER", True, EXTRA_ARGS,
+          "Overlap the parameter all-gather with the forward pass (distributed optimizer).",
+          on=("--overlap-param-gather",), group="parallel"),
+
+    # -- training loop ------------------------------------------------------------------------
+    Toggle("MBS", "int", 1, TRAIN_ARGS, "Micro-batch size per GPU.",
+           flag="--micro-batch-size"),
+    Toggle("BS", "int", 128, TRAIN_ARGS, "Global batch size (sequences per optimizer step).",
+           flag="--global-batch-size"),
+    Toggle("TOTAL_ITERS", "int", 20, TRAIN_ARGS, "Training iterations.", flag="--train-iters"),
+    Toggle("LR", "float", 3e-4, TRAIN_ARGS, "Peak learning rate.", flag="--lr"),
+    Toggle("MIN_LR", "float", 3e-5, TRAIN_ARGS, "Final learning rate of the decay.",
+           flag="--min-lr"),
+    Toggle("WARMUP_ITERS", "int", None, TRAIN_ARGS,
+           "Linear warm-up iterations (default: 10% of TOTAL_ITERS).", flag="--lr-warmup-iters"),
+    Toggle("LR_DECAY_STYLE", "choice", "cosine", TRAIN_ARGS, "Learning-rate decay.",
+           flag="--lr-decay-style", choices=("cosine", "linear", "constant", "WSD")),
+    Toggle("ADAM_EPS", "float", 1e-8, TRAIN_ARGS,
+           "AdamW epsilon (Megatron's default 1e-8; the MLPerf llama3.1-8B recipe uses 1e-5).",
+           flag="--adam-eps"),
+    Toggle("ADAM_BETA1", "float", 0.9, TRAIN_ARGS, "AdamW beta1.", flag="--adam-beta1"),
+    Toggle("ADAM_BETA2", "float", 0.95, TRAIN_ARGS, "AdamW beta2.", flag="--adam-beta2"),
+    Toggle("WEIGHT_DECAY", "float", 0.1, TRAIN_ARGS, "AdamW weight decay.",
+           flag="--weight-decay"),
+    Toggle("CLIP_GRAD", "float", 1.0, TRAIN_ARGS, "Gradient-norm clip.", flag="--clip-grad"),
+    Toggle("SEED", "int", 1234, TRAIN_ARGS, "Random seed (also fixes the data order).",
+           flag="--seed"),
+
+    # -- data -----------------------------------------------------------------------------------
+    Toggle("DATA_PATH", "str", None, DATA_ARGS,
+           "Indexed dataset prefix or weighted blend ('0.7 pA 0.3 pB'); mock data when unset.",
+           flag="--data-path", group="data", emitted_by="data"),
+    Toggle("TOKENIZER_MODEL", "path", None, DATA_ARGS,
+           "Hugging Face tokenizer directory or tokenizer.json (default: the dataset's).",
+           flag="--tokenizer-model", group="data", emitted_by="data"),
+    Toggle("SPLIT", "str", "98,2,0", DATA_ARGS, "train,valid,test split of DATA_PATH.",
+           flag="--split", group="data", emitted_by="data"),
+    Toggle("EVAL_INTERVAL", "int", 1000, DATA_ARGS, "Iterations between evaluations.",
+           flag="--eval-interval", group="data"),
+    Toggle("EVAL_ITERS", "int", 10, DATA_ARGS, "Batches per evaluation (0: none).",
+           flag="--eval-iters", group="data"),
+    Toggle("NUM_WORKERS", "int", 2, DATA_ARGS, "Data-loader worker processes.",
+           flag="--num-workers", group="data"),
+
+    # -- output -------------------------------------------------------------------------------
+    Toggle("EXPERIMENT_DIR", "path", "experiment", LAUNCHER, "Root of run folders.",
+           group="output"),
+    Toggle("EXP_NAME", "str", None, LAUNCHER,
+           "Run-folder name (default: model, nodes, parallelism and batch).", group="output"),
+    Toggle("RUN_ID", "str", None, LAUNCHER,
+           "Last level of the run folder (default: a timestamp; set it once for all nodes).",
+           group="output"),
+    Toggle("LOG_INTERVAL", "int", 1, OUTPUT_ARGS, "Iterations between log lines.",
+           flag="--log-interval", group="output"),
+    Toggle("METRICS_WARMUP_ITERS", "int", None, OUTPUT_ARGS,
+           "Iterations left out of steady-state figures (default: 20% of TOTAL_ITERS, 2-10).",
+           flag="--metrics-warmup-iters", group="output"),
+    Toggle("SAVE", "path", None, OUTPUT_ARGS, "Checkpoint directory to save to.",
+           flag="--save", group="output"),
+    Toggle("SAVE_INTERVAL", "int", None, OUTPUT_ARGS, "Iterations between checkpoints.",
+           flag="--save-interval", group="output"),
+    Toggle("LOAD", "path", None, OUTPUT_ARGS,
+           "Checkpoint directory to resume from; empty is refused unless RESUME=auto.",
+           flag="--load", group="output"),
+    Toggle("RESUME", "choice", "require", LAUNCHER,
+           "require: LOAD must hold a checkpoint; auto: start fresh when it holds none.",
+           choices=("require", "auto"), group="output"),
+    Toggle("PROFILE", "choice", "none", OUTPUT_ARGS,
+           "torch: torch-profiler traces into <run>/profile; nsys: wrap the launch with nsys.",
+           choices=("none", "torch", "nsys"), group="profile", emitted_by="profile"),
+    Toggle("PROFILE_STEP_START", "int", 5, OUTPUT_ARGS, "First profiled iteration.",
+           flag="--profile-step-start", group="profile", emitted_by="profile"),
+    Toggle("PROFILE_STEP_END", "int", 7, OUTPUT_ARGS, "Iteration the profile stops at.",
+           flag="--profile-step-end", group="profile", emitted_by="profile"),
+    Toggle("PROFILE_RANKS", "str", "0", OUTPUT_ARGS, "Ranks to profile (space or comma list).",
+           flag="--profile-ranks", group="profile", emitted_by="profile"),
+
+    # -- cluster (torchrun) -----------------------------------------------------------------------
+    Toggle("NNODES", "int", 1, DISTRIBUTED_ARGS, "Nodes in the job.", flag="--nnodes",
+           group="cluster"),
+    Toggle("NODE_RANK", "int", 0, DISTRIBUTED_ARGS, "This node's rank.", flag="--node-rank",
+           group="cluster"),
+    Toggle("MASTER_ADDR", "str", "localhost", DISTRIBUTED_ARGS, "Rendezvous host (node 0).",
+           flag="--master-addr", group="cluster"),
+    Toggle("MASTER_PORT", "int", 29500, DISTRIBUTED_ARGS, "Rendezvous port.",
+           flag="--master-port", group="cluster"),
+    Toggle("GPUS_PER_NODE", "int", None, DISTRIBUTED_ARGS,
+           "Processes per node (default: the GPUs visible).", flag="--nproc-per-node",
+           group="cluster"),
+
+    # -- launcher -------------------------------------------------------------------------------
+    Toggle("PLATFORM", "choice", "auto", LAUNCHER,
+           "Capabilities of a named platform without its hardware; auto detects this node.",
+           choices=("auto", "h100", "h200", "b200", "b300", "gb200", "gb300",
+                    "mi300x", "mi325x", "mi355x"), group="launcher"),
+    _bool("DRY_RUN", False, LAUNCHER, "Print the resolved launch and exit; touches no GPU.",
+          group="launcher"),
+    _bool("STRICT", False, LAUNCHER, "Unknown toggle-like variables are errors, not warnings.",
+          group="launcher"),
+)
+
+BY_NAME: dict[str, Toggle] = {t.name: t for t in REGISTRY}
+PERF_TOGGLES: tuple[Toggle, ...] = tuple(t for t in REGISTRY if t.perf)
+
+
+def closest_toggle(name: str) -> str | None:
+    """The registry name closest to a (mistyped) variable, if any is close."""
+    matches = difflib.get_close_matches(name, BY_NAME, n=1, cutoff=0.8)
+    return matches[0] if matches else None
+
+
+def parse_value(toggle: Toggle, raw: str) -> Any:
+    """Parse a raw env string for a toggle; raises ValueError with an accepted-values text."""
+    from .settings import BadInput
+
+    text = raw.strip()
+    if toggle.kind == "bool":
+        if text in ("0", "1"):
+            return text == "1"
+        raise BadInput(f"{toggle.name}={raw!r} is not a toggle value: use 0 or 1.")
+    if toggle.kind == "int":
+        try:
+            return int(text)
+        except ValueError:
+            raise BadInput(f"{toggle.name}={raw!r} is not an integer: "
+                           f"use a whole number, e.g. {toggle.name}="
+                           f"{toggle.default if toggle.default is not None else 1}.") from None
+    if toggle.kind == "float":
+        try:
+            return float(text)
+        except ValueError:
+            raise BadInput(f"{toggle.name}={raw!r} is not a number: use e.g. "
+                           f"{toggle.name}={toggle.default if toggle.default is not None else 1.0}.") from None
+    if toggle.kind == "choice":
+        if text in toggle.choices:
+            return text
+        raise BadInput(f"{toggle.name}={raw!r} is not accepted: use one of "
+                       f"{', '.join(toggle.choices)}.")
+    return raw

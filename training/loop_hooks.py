@@ -1,0 +1,203 @@
+"""Measurements inside Megatron's training loop, without a loop of our own.
+
+Megatron's `train()` calls the module-level functions `train_step` and `training_log` each
+iteration; `install()` wraps them:
+  train_step    timed with a device synchronisation on both sides: the step time is the
+                forward, backward, gradient reduce and optimizer step of one global batch,
+                data loading included, logging/eval/checkpointing excluded
+  training_log  after Megatron's own logging, one line per iteration to <run>/metrics.jsonl
+                (loss, grad norm, lr, step time, tokens/s/GPU, model TFLOP/s/GPU, MFU,
+                peak memory) and the same scalars to TensorBoard
+  evaluate      the validation loss, with its iteration, to metrics.jsonl
+`finish()` (after pretrain returns) computes the steady-state summary, takes the peak memory
+over all ranks, prints the summary and stores it in manifest.json.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from training.metrics import MetricsWriter, Shape, StepRecord, flops_per_token, peak_tflops, \
+    steady_state
+
+
+@dataclass
+class RunState:
+    run_dir: Path | None
+    warmup_iters: int
+    tokens_per_step: int
+    world_size: int
+    flops_token: float
+    peak: float | None
+    device_name: str
+    writer: MetricsWriter
+    is_logging_rank: bool
+    records: list[StepRecord] = field(default_factory=list)
+    last_step_time: float | None = None
+    eval_iteration: int | None = None
+    profile_window: tuple[int, int] = (0, -1)
+
+
+_state: RunState | None = None
+
+
+def install(args, precision: str) -> RunState:
+    """Wrap Megatron's train_step and training_log. Call after initialize (args known)."""
+    global _state
+    from megatron.training import training
+
+    shape = Shape.from_megatron_args(args)
+    device_name = torch.cuda.get_device_name()
+    rank = torch.distributed.get_rank()
+    logging_rank = rank == torch.distributed.get_world_size() - 1  # last PP stage holds the loss
+    run_dir = Path(args.run_dir) if args.run_dir else None
+    _state = RunState(
+        run_dir=run_dir, warmup_iters=args.metrics_warmup_iters,
+        tokens_per_step=args.global_batch_size * args.seq_length,
+        world_size=args.world_size, flops_token=flops_per_token(shape),
+        peak=peak_tflops(device_name, precision), device_name=device_name,
+        writer=MetricsWriter(run_dir / "metrics.jsonl" if (run_dir and logging_rank) else None),
+        is_logging_rank=logging_rank,
+        profile_window=((args.profile_step_start, args.profile_step_end + 1)
+                        if args.profile else (0, -1)))
+
+    original_step, original_log = training.train_step, training.training_log
+
+    def timed_train_step(*a, **kw):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = original_step(*a, **kw)
+        torch.cuda.synchronize()
+        _state.last_step_time = time.perf_counter() - start
+        return out
+
+    def logged_training_log(loss_dict, total_loss_dict, learning_rate, iteration, loss_scale,
+                            report_memory_flag, skipped_iter, grad_norm, *a, **kw):
+        result = original_log(loss_dict, total_loss_dict, learning_rate, iteration, loss_scale,
+                              report_memory_flag, skipped_iter, grad_norm, *a, **kw)
+        _on_iteration(iteration, loss_dict, learning_rate, grad_norm, skipped_iter)
+        return result
+
+    original_eval_print, original_eval = training.evaluate_and_print_results, training.evaluate
+
+    def eval_and_print(prefix, forward_step_func, data_iterator, model, iteration, *a, **kw):
+        _state.eval_iteration = iteration
+        return original_eval_print(prefix, forward_step_func, data_iterator, model, iteration,
+                                   *a, **kw)
+
+    def recorded_evaluate(*a, **kw):
+        result = original_eval(*a, **kw)
+        losses = result[0] or {}
+        if "lm loss" in losses:
+            record_eval(_state.eval_iteration, float(losses["lm loss"]))
+        return result
+
+    training.train_step = timed_train_step
+    training.training_log = logged_training_log
+    training.evaluate_and_print_results = eval_and_print
+    training.evaluate = recorded_evaluate
+    return _state
+
+
+def _on_iteration(iteration: int, loss_dict: dict, lr, grad_norm, skipped: int) -> None:
+    s = _state
+    if s.last_step_time is None:
+        return
+    step = StepRecord(iteration, s.last_step_time, s.tokens_per_step)
+    profiled = s.profile_window[0] <= iteration <= s.profile_window[1]
+    if not profiled:  # profiler overhead stays out of the steady-state figures
+        s.records.append(step)
+    s.last_step_time = None
+    per_gpu = step.tokens / step.step_time_s / s.world_size
+    tflops = s.flops_token * per_gpu / 1e12
+    loss = loss_dict.get("lm loss")
+    record = {
+        "iteration": iteration,
+        "loss": float(loss) if loss is not None else None,
+        "grad_norm": float(grad_norm) if grad_norm is not None else None,
+        "lr": float(lr) if lr is not None else None,
+        "skipped": int(skipped),
+        "step_time_s": step.step_time_s,
+        "tokens_per_s_per_gpu": per_gpu,
+        "model_tflops_per_gpu": tflops,
+        "mfu": tflops / s.peak if s.peak else None,
+        "mem_allocated_gib": torch.cuda.memory_allocated() / 2**30,
+        "mem_peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "mem_peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
+        "warmup": iteration <= s.warmup_iters,
+        "profiled": profiled,
+        "time": time.time(),
+    }
+    if s.is_logging_rank:
+        s.writer.write(record)
+        _tensorboard(record, iteration)
+
+
+def record_eval(iteration: int, loss: float) -> None:
+    """Evaluation loss (called by forward-step's eval hook) into metrics.jsonl."""
+    if _state is not None and _state.is_logging_rank:
+        _state.writer.write({"iteration": iteration, "eval_loss": loss, "time": time.time()})
+
+
+def _tensorboard(record: dict, iteration: int) -> None:
+    from megatron.training.global_vars import get_tensorboard_writer
+
+    writer = get_tensorboard_writer()
+    if writer is None:
+        return
+    for key in ("tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "step_time_s",
+                "mem_peak_allocated_gib"):
+        if record.get(key) is not None:
+            writer.add_scalar(f"throughput/{key}", record[key], iteration)
+
+
+def finish() -> dict | None:
+    """Steady-state summary; collective (every rank calls it). Returns it on the logging rank."""
+    s = _state
+    if s is None:
+        return None
+    summary = steady_state(s.records, s.warmup_iters, s.world_size, s.flops_token, s.peak)
+    peaks = torch.tensor([torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()],
+                         dtype=torch.float64, device="cuda")
+    torch.distributed.all_reduce(peaks, op=torch.distributed.ReduceOp.MAX)
+    summary.update({
+        "device": s.device_name,
+        "world_size": s.world_size,
+        "tokens_per_step": s.tokens_per_step,
+        "flops_per_token": s.flops_token,
+        "warmup_iters": s.warmup_iters,
+        "peak_allocated_gib_max_over_ranks": peaks[0].item() / 2**30,
+        "peak_reserved_gib_max_over_ranks": peaks[1].item() / 2**30,
+    })
+    return summary if s.is_logging_rank else None
+
+
+def install_ranges(optimizer) -> None:
+    """With PROFILE=torch: named ranges around the phases Megatron runs (backward, grad reduce,
+    param gather, optimizer step), so the trace report can attribute time to them."""
+    from megatron.core.distributed import param_and_grad_buffer
+    from megatron.core.pipeline_parallel import schedules
+
+    from training.profiling.ranges import (RANGE_BACKWARD, RANGE_GRAD_REDUCE, RANGE_OPTIMIZER,
+                                           RANGE_PARAM_GATHER, train_range)
+
+    def wrap(owner, name: str, range_name: str) -> None:
+        original = getattr(owner, name)
+
+        def ranged(*a, **kw):
+            with train_range(range_name):
+                return original(*a, **kw)
+
+        setattr(owner, name, ranged)
+
+    wrap(schedules, "backward_step", RANGE_BACKWARD)
+    bucket_group = param_and_grad_buffer._ParamAndGradBucketGroup
+    for name in ("start_grad_sync", "finish_grad_sync"):
+        wrap(bucket_group, name, RANGE_GRAD_REDUCE)
+    for name in ("start_param_sync", "finish_param_sync"):
+        wrap(bucket_group, name, RANGE_PARAM_GATHER)
+    if optimizer is not None:
+        wrap(optimizer, "step", RANGE_OPTIMIZER)

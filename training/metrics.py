@@ -1,0 +1,162 @@
+"""Throughput, FLOPs, MFU and memory: the numbers a run reports, and how they are computed.
+
+FLOPs convention (Megatron's, so our figures and Megatron's --log-throughput agree):
+per token, a dense Llama layer costs, in the forward pass,
+    2*h*(h + 2*h*g/n)   QKV projection (GQA: g KV groups of n heads)
+    2*h*h               attention output projection
+    2*s*h               core attention (QK^T and AV are 4*s*h; the causal mask halves them)
+    6*h*f               SwiGLU MLP (three h x f matrices)
+plus 2*h*V for the logits; training is 3x the forward (backward = 2x). For Llama3-8B at
+seq 8192 this is 51.5 GFLOP/token; "model TFLOP/s" counts these FLOPs only (no recompute).
+
+Headline: tokens/s/GPU = global_batch * seq_length / step_time / world_size. Steady state is
+the harmonic mean over the iterations after a warm-up window, i.e. total tokens over total
+time of those iterations (Primus' convention). MFU divides model TFLOP/s/GPU by the dense
+peak of the GPU (training.platforms); an unknown GPU reports 'peak unknown'.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Shape:
+    num_layers: int
+    hidden_size: int
+    ffn_hidden_size: int
+    num_attention_heads: int
+    num_query_groups: int
+    vocab_size: int
+    seq_length: int
+
+    @classmethod
+    def from_megatron_args(cls, args) -> "Shape":
+        groups = args.num_query_groups if args.group_query_attention else args.num_attention_heads
+        return cls(args.num_layers, args.hidden_size, args.ffn_hidden_size,
+                   args.num_attention_heads, groups, args.padded_vocab_size, args.seq_length)
+
+
+def flops_per_token(shape: Shape, causal: bool = True) -> float:
+    """Training FLOPs per token (forward + backward), Megatron's convention."""
+    h, f, s = shape.hidden_size, shape.ffn_hidden_size, shape.seq_length
+    kv_ratio = shape.num_query_groups / shape.num_attention_heads
+    qkv = 2 * h * (h + 2 * h * kv_ratio)
+    proj = 2 * h * h
+    attention = (2 if causal else 4) * s * h
+    mlp = 6 * h * f
+    logits = 2 * h * shape.vocab_size
+    return 3 * (shape.num_layers * (qkv + proj + attention + mlp) + logits)
+
+
+def peak_tflops(device_name: str | None, precision: str = "bf16") -> float | None:
+    """Dense peak for MFU: fp8/fp4 recipes compute their GEMMs at the fp8 rate."""
+    from training.platforms import peak_tflops as _peak
+
+    if not device_name:
+        return None
+    return _peak(device_name, fp8=precision != "bf16")
+
+
+@dataclass
+class StepRecord:
+    iteration: int
+    step_time_s: float
+    tokens: int
+
+
+def steady_state(records: list[StepRecord], warmup_iters: int, world_size: int,
+                 flops_token: float, peak: float | None) -> dict:
+    """Harmonic-mean throughput over the iterations after the warm-up window."""
+    window = [r for r in records if r.iteration > warmup_iters]
+    if not window:
+        return {"measured": False, "reason": f"no iteration after the {warmup_iters}-iteration "
+                                             "warm-up window"}
+    tokens = sum(r.tokens for r in window)
+    seconds = sum(r.step_time_s for r in window)
+    per_gpu = tokens / seconds / world_size
+    tflops = flops_token * per_gpu / 1e12
+    times = sorted(r.step_time_s for r in window)
+    spread = (times[-1] - times[0]) / (seconds / len(window)) if len(window) > 1 else 0.0
+    return {
+        "measured": True,
+        "iterations": [window[0].iteration, window[-1].iteration],
+        "steps": len(window),
+        "tokens_per_s_per_gpu": per_gpu,
+        "model_tflops_per_gpu": tflops,
+        "mfu": tflops / peak if peak else None,
+        "peak_tflops": peak,
+        "step_time_s_mean": seconds / len(window),
+        "step_time_s_min": times[0],
+        "step_time_s_max": times[-1],
+        "step_time_spread": spread,
+    }
+
+
+class MetricsWriter:
+    """Appends one JSON line per logged iteration to <run>/metrics.jsonl (rank 0 only)."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, record: dict) -> None:
+        if self.path is None:
+            return
+        with self.path.open("a") as f:
+            f.write(json.dumps(record, default=_json_default) + "\n")
+
+
+def _json_default(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return str(value)
+
+
+def read_metrics(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+# -- CLI --------------------------------------------------------------------------------------
+
+def _shape_from_preset(model: str, seq_length: int | None, num_layers: int | None) -> Shape:
+    from training.launch.presets import PRESETS
+
+    by_lower = {name.lower(): p for name, p in PRESETS.items()}
+    preset = by_lower.get(model.lower())
+    if preset is None:
+        raise SystemExit(f"error: unknown model {model!r}: use one of {', '.join(PRESETS)}")
+    return Shape(num_layers or preset.num_layers, preset.hidden_size, preset.ffn_hidden_size,
+                 preset.num_attention_heads, preset.num_query_groups, preset.vocab_size,
+                 seq_length or preset.seq_length)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.metrics",
+                                     description="Model FLOPs of a preset (Megatron's convention).")
+    sub = parser.add_subparsers(dest="command", required=True)
+    flops = sub.add_parser("flops", help="training FLOPs per token")
+    flops.add_argument("--model", required=True, help="preset, e.g. llama3-8B (any case)")
+    flops.add_argument("--seq-length", type=int, default=None)
+    flops.add_argument("--num-layers", type=int, default=None)
+    flops.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+
+    shape = _shape_from_preset(args.model, args.seq_length, args.num_layers)
+    value = flops_per_token(shape)
+    if args.json:
+        print(json.dumps({"shape": asdict(shape), "flops_per_token": value}))
+    else:
+        print(f"{args.model}: {shape.num_layers} layers, seq {shape.seq_length}: "
+              f"{value / 1e9:.2f} GFLOP/token (training = 3x forward; Megatron's convention: "
+              "GQA, SwiGLU, causal attention counted as half, logits included)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,14 @@
+"""The native backend: fast paths for nodes without Transformer Engine.
+
+  attention.py      core attention through torch's scaled_dot_product_attention (cuDNN first)
+  norm.py           RMSNorm: Liger-Kernel's Triton kernel, or torch's rms_norm
+  rope.py           fused RoPE on the packed QKV projection (Triton), or torch
+  cross_entropy.py  fused linear cross-entropy (Liger's, or a chunked torch version):
+                    the logits are never materialised
+  wgrad.py          gradient-accumulation fusion: the weight-gradient GEMM accumulates
+                    straight into main_grad (cuBLAS GEMM with beta=1)
+
+Each module offers the Liger/Triton kernel and a plain torch implementation of the same
+function; which one runs is decided once by the launcher (NATIVE_KERNELS) and shown in the
+startup table. Tests compare the two.
+"""

@@ -1,0 +1,275 @@
+"""GPT pretraining under torchrun: megatron.training's pretrain with this project's providers.
+
+Run by examples/*/train_*.sh (torchrun ... training/pretrain_gpt.py <Megatron args>). Megatron
+owns the loop (distributed optimizer, overlap, checkpointing, evaluation, signal handling);
+this file provides the model (backend spec from training.specs), the datasets, the forward
+step, and the run folder's metrics and manifest section. It re-decides nothing the launcher
+resolved: a backend or kernel that cannot be built here is an error, not a fallback.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from functools import partial
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script by torchrun: make `training` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+_OUTPUT_PROCESSOR = None  # fused linear cross-entropy (native backend, TP=1), set in main()
+
+
+def skip_dataset_helper_compile() -> None:
+    """megatron.training's initialize runs `make -C megatron/core/datasets` to build the C++
+    dataset helpers; the PyPI wheel ships them prebuilt (helpers_cpp) and no Makefile, so a
+    stock run exits with "Failed to compile the C++ dataset helper functions". Verify the
+    prebuilt module imports, then make the compile step a no-op."""
+    from megatron.core.datasets import helpers_cpp  # noqa: F401 - raises if really missing
+    from megatron.core.datasets import utils as dataset_utils
+
+    dataset_utils.compile_helpers = lambda: None
+
+
+def model_provider(pre_process=True, post_process=True, config=None, pg_collection=None,
+                   vp_stage=None):
+    from megatron.training import get_args
+    from megatron.training.argument_utils import core_transformer_config_from_args
+
+    args = get_args()
+    config = config or core_transformer_config_from_args(args)
+    return build_gpt_model(args, config, pre_process, post_process, pg_collection, vp_stage)
+
+
+def build_gpt_model(args, config, pre_process=True, post_process=True, pg_collection=None,
+                    vp_stage=None):
+    """GPTModel with the backend's spec, from Megatron args and a TransformerConfig."""
+    from megatron.core.models.gpt import GPTModel
+
+    from training import specs
+
+    decoder_spec = specs.decoder_spec(args.transformer_backend, config, vp_stage=vp_stage)
+    kwargs = {"vp_stage": vp_stage} if vp_stage is not None else {}
+    return GPTModel(
+        config=config,
+        transformer_layer_spec=decoder_spec,
+        vocab_size=args.padded_vocab_size,
+        max_sequence_length=args.max_position_embeddings,
+        pre_process=pre_process,
+        post_process=post_process,
+        fp16_lm_cross_entropy=args.fp16_lm_cross_entropy,
+        parallel_output=True,
+        share_embeddings_and_output_weights=not args.untie_embeddings_and_output_weights,
+        position_embedding_type=args.position_embedding_type,
+        rotary_percent=args.rotary_percent,
+        rotary_base=args.rotary_base,
+        rope_scaling=args.use_rope_scaling,
+        rope_scaling_factor=args.rope_scaling_factor,
+        pg_collection=pg_collection,
+        **kwargs,
+    )
+
+
+def datasets_provider(train_val_test_num_samples, vp_stage=None):
+    from megatron.core.datasets.blended_megatron_dataset_builder import \
+        BlendedMegatronDatasetBuilder
+    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
+    from megatron.training import get_args, get_tokenizer
+    from megatron.training.utils import get_blend_and_blend_per_split
+
+    args = get_args()
+    blend, blend_per_split = get_blend_and_blend_per_split(args)
+    config = GPTDatasetConfig(
+        random_seed=args.seed,
+        sequence_length=args.seq_length,
+        blend=blend,
+        blend_per_split=blend_per_split,
+        split=args.split,
+        path_to_cache=args.data_cache_path,
+        tokenizer=get_tokenizer(),
+        reset_position_ids=args.reset_position_ids,
+        reset_attention_mask=args.reset_attention_mask,
+        eod_mask_loss=args.eod_mask_loss,
+        create_attention_mask=args.create_attention_mask_in_dataloader,
+    )
+    dataset_class = MockGPTDataset if args.mock_data else GPTDataset
+    return BlendedMegatronDatasetBuilder(dataset_class, train_val_test_num_samples,
+                                        lambda: True, config).build()
+
+
+# Every rank builds its own data iterators (tensor-parallel ranks read the same samples), so
+# no broadcast of batches within the TP group is needed.
+datasets_provider.is_distributed = True
+
+
+def loss_func(loss_mask: torch.Tensor, output_tensor: torch.Tensor):
+    """Sum of token losses, the token count, and the report Megatron averages per token."""
+    if output_tensor.dim() == 0:  # fused linear cross-entropy: already summed over the mask
+        loss = output_tensor.float()
+    else:
+        loss = (output_tensor.float().reshape(-1) * loss_mask.reshape(-1).float()).sum()
+    num_tokens = loss_mask.sum().to(torch.int)
+    report = torch.cat([loss.detach().view(1), num_tokens.detach().view(1).float()])
+    return loss, num_tokens, {"lm loss": report}
+
+
+def forward_step(data_iterator, model, return_schedule_plan: bool = False):
+    from megatron.core import parallel_state
+    from megatron.training import get_timers
+
+    from training.profiling.ranges import RANGE_DATA, RANGE_FORWARD, train_range
+
+    timers = get_timers()
+    timers("batch-generator", log_level=2).start()
+    with train_range(RANGE_DATA):
+        batch = next(data_iterator)
+        batch = {k: (v.cuda(non_blocking=True) if torch.is_tensor(v) else v)
+                 for k, v in batch.items()}
+        if parallel_state.get_context_parallel_world_size() > 1:
+            from megatron.core.utils import get_batch_on_this_cp_rank
+
+            batch.setdefault("cu_seqlens", None)
+            batch = get_batch_on_this_cp_rank(batch, is_hybrid_cp=False,
+                                              cp_group=parallel_state.get_context_parallel_group())
+    timers("batch-generator").stop()
+    with train_range(RANGE_FORWARD):
+        output = model(batch["tokens"], batch["position_ids"], batch.get("attention_mask"),
+                       labels=batch["labels"], loss_mask=batch["loss_mask"],
+                       output_processor=_OUTPUT_PROCESSOR)
+    return output, partial(loss_func, batch["loss_mask"])
+
+
+def run_versions() -> dict:
+    """The stack seen by the run (printed at start, stored in the manifest)."""
+    versions = {"torch": torch.__version__, "cuda": torch.version.cuda,
+                "hip": getattr(torch.version, "hip", None),
+                "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available()
+                else None,
+                "device": torch.cuda.get_device_name(), "device_count": torch.cuda.device_count()}
+    try:
+        versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+    except Exception:  # noqa: BLE001 - ROCm builds report RCCL differently
+        versions["nccl"] = None
+    for name in ("megatron-core", "transformer-engine", "liger-kernel", "triton", "apex"):
+        try:
+            from importlib.metadata import version
+
+            versions[name] = version(name)
+        except Exception:  # noqa: BLE001
+            versions[name] = None
+    return versions
+
+
+def main() -> None:
+    skip_dataset_helper_compile()
+    from megatron.core.enums import ModelType
+    from megatron.training import pretrain
+    from megatron.training.argument_utils import pretrain_cfg_container_from_args
+    from megatron.training.arguments import parse_and_validate_args
+
+    from training import loop_hooks, specs
+    from training.arguments import add_training_args
+    from training.profiling import ranges
+
+    args = parse_and_validate_args(extra_args_provider=add_training_args)
+    rank = int(os.environ.get("RANK", "0"))
+    precision = _precision_of(args)
+
+    setup = None
+    if args.transformer_backend == "native":
+        setup = specs.install_native(args.native_kernels, args.gradient_accumulation_fusion,
+                                     args.fused_single_qkv_rope)
+        if args.cross_entropy_loss_fusion and args.tensor_model_parallel_size == 1:
+            from training.native.cross_entropy import make_output_processor
+
+            global _OUTPUT_PROCESSOR
+            _OUTPUT_PROCESSOR = make_output_processor(args.native_kernels)
+            setup.parts["cross_entropy"] = (
+                "Liger fused linear cross-entropy" if args.native_kernels == "liger"
+                else "chunked torch fused linear cross-entropy")
+        elif args.cross_entropy_loss_fusion:
+            setup.parts["cross_entropy"] = "Megatron's vocab-parallel fused cross-entropy (TP>1)"
+        else:
+            setup.parts["cross_entropy"] = "Megatron's unfused cross-entropy (logits materialised)"
+        if rank == 0:
+            print("native backend:", json.dumps(setup.parts, indent=1), flush=True)
+    ranges.enable_ranges(bool(args.profile and args.use_pytorch_profiler))
+
+    cfg = pretrain_cfg_container_from_args(args)
+    _install_hooks_after_init(args, precision)
+    pretrain(cfg, datasets_provider, ModelType.encoder_or_decoder, forward_step,
+             model_provider=model_provider)
+
+    summary = loop_hooks.finish()
+    if summary is not None:
+        _report(args, summary, setup)
+
+
+def _install_hooks_after_init(args, precision: str) -> None:
+    """loop_hooks needs torch.distributed; pretrain initialises it, then builds the model.
+    Megatron's `setup_model_and_optimizer` is a module-level call in pretrain: install the
+    hooks just before it runs."""
+    from megatron.training import training
+
+    from training import loop_hooks
+    from training.profiling import ranges
+
+    original = training.setup_model_and_optimizer
+
+    def setup_then_hook(*a, **kw):
+        loop_hooks.install(args, precision)
+        if torch.distributed.get_rank() == 0:
+            print("run versions:", json.dumps(run_versions()), flush=True)
+        model, optimizer, scheduler = original(*a, **kw)
+        if ranges.ranges_enabled():
+            loop_hooks.install_ranges(optimizer)
+        return model, optimizer, scheduler
+
+    training.setup_model_and_optimizer = setup_then_hook
+
+
+def _precision_of(args) -> str:
+    if getattr(args, "fp4", None):
+        return args.fp4_recipe
+    if getattr(args, "fp8", None):
+        return {"delayed": "fp8", "tensorwise": "fp8_tensorwise"}.get(args.fp8_recipe,
+                                                                       args.fp8_recipe)
+    return "bf16"
+
+
+def _report(args, summary: dict, setup) -> None:
+    from training.launch.runfolder import update_manifest
+
+    if summary.get("measured"):
+        mfu = f"{summary['mfu']:.1%}" if summary["mfu"] is not None else "peak unknown"
+        print(f"[summary] tokens/s/GPU {summary['tokens_per_s_per_gpu']:,.0f} | model TFLOP/s/GPU "
+              f"{summary['model_tflops_per_gpu']:.1f} | MFU {mfu} | peak memory "
+              f"{summary['peak_allocated_gib_max_over_ranks']:.1f} GiB allocated, "
+              f"{summary['peak_reserved_gib_max_over_ranks']:.1f} GiB reserved | "
+              f"{summary['steps']} steady-state steps after {summary['warmup_iters']} warm-up",
+              flush=True)
+    else:
+        print(f"[summary] throughput not measured: {summary['reason']}", flush=True)
+    if args.run_dir:
+        run = Path(args.run_dir)
+        update_manifest(run, "run", {"versions": run_versions(), "summary": summary,
+                                     "native": setup.parts if setup else None})
+        _collect_profile(run)
+
+
+def _collect_profile(run: Path) -> None:
+    """Megatron writes torch-profiler traces to <tensorboard>/../torch_profile; the run folder
+    keeps them under profile/."""
+    source = run / "torch_profile"
+    if source.is_dir():
+        target = run / "profile"
+        target.mkdir(exist_ok=True)
+        for trace in source.iterdir():
+            trace.replace(target / trace.name)
+        source.rmdir()
+
+
+if __name__ == "__main__":
+    main()
