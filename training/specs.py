@@ -4,8 +4,9 @@
   local               Megatron's local spec, unchanged (torch norms, unfused attention)
   native              the local spec's linears and MLP, with SDPA core attention and the
                       native RMSNorm; plus, installed into Megatron by install_native():
-                      fused QKV RoPE, gradient-accumulation fusion without apex, and the
-                      fused linear cross-entropy as the model's output processor
+                      fused QKV RoPE, a one-pass SwiGLU, gradient-accumulation fusion and
+                      a fused AdamW without apex/TE, and the fused linear cross-entropy as
+                      the model's output processor
 Nothing here re-decides a setting: the launcher resolved backend, kernels and toggles, and
 this module builds exactly that, or fails loudly.
 """
@@ -50,7 +51,7 @@ def layer_spec(backend: str, config):
 def install_native(kernels: str, gradient_accumulation_fusion: bool,
                    fused_single_qkv_rope: bool) -> NativeSetup:
     """Install the native backend's kernels into Megatron (before the model is built)."""
-    from training.native import norm, rope, wgrad
+    from training.native import norm, optimizer, rope, swiglu, wgrad
 
     setup = NativeSetup(kernels=kernels)
     norm.configure(kernels)
@@ -61,6 +62,9 @@ def install_native(kernels: str, gradient_accumulation_fusion: bool,
         setup.parts["qkv_rope"] = rope.install(kernels)
     else:
         setup.parts["qkv_rope"] = "Megatron's unfused RoPE (FUSED_SINGLE_QKV_ROPE=0)"
+    setup.parts["swiglu"] = (swiglu.install() if kernels == "liger"
+                             else "Megatron's fused SwiGLU (torch)")
+    setup.parts["optimizer"] = optimizer.install()
     if gradient_accumulation_fusion:
         setup.parts["wgrad"] = wgrad.install()
     else:

@@ -109,3 +109,33 @@ def test_sdpa_attention_matches_math_and_reports_backend():
     backend = describe_backend(torch.device("cuda"), h, g, d)
     print("SDPA backend:", backend)
     assert backend in ("cudnn_attention", "flash_attention", "efficient_attention")
+
+
+def test_swiglu_triton_matches_torch():
+    from training.native.swiglu import _SwiGLU, swiglu_torch
+
+    x = torch.randn(4096, 2 * 1408, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    a, b = _SwiGLU.apply(x), swiglu_torch(x)
+    assert rel(a, b) < 1e-2
+    g = torch.randn_like(a)
+    assert rel(torch.autograd.grad(a, x, g)[0], torch.autograd.grad(b, x, g)[0]) < 1e-2
+
+
+def test_fused_adamw_matches_foreach_adamw():
+    from training.native.optimizer import FusedTorchAdamW
+
+    torch.manual_seed(3)
+    p1 = [torch.randn(1000, 64, device="cuda", requires_grad=True) for _ in range(3)]
+    p2 = [p.detach().clone().requires_grad_() for p in p1]
+    o1 = FusedTorchAdamW(p1, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+    o2 = torch.optim.AdamW(p2, lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+                           foreach=True)
+    assert o1.defaults["fused"] is True
+    for _ in range(5):
+        for a, b in zip(p1, p2):
+            g = torch.randn_like(a)
+            a.grad, b.grad = g.clone(), g.clone()
+        o1.step()
+        o2.step()
+    for a, b in zip(p1, p2):
+        assert rel(a.detach(), b.detach()) < 1e-5

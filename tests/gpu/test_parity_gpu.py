@@ -8,7 +8,7 @@ import torch
 
 from training.launch.presets import PRESETS
 
-from ..model.parity import build_pair, compare
+from tests.model.parity import build_pair, compare
 
 pytestmark = pytest.mark.gpu
 

@@ -1,8 +1,5 @@
-"""HF LlamaForCausalLM -> our GPTModel weight copy and the comparison (CPU and GPU tests).
-
-Seed of HF checkpoint import: `copy_hf_llama_weights` maps a Hugging Face Llama state dict to
-Megatron's layout (fused QKV interleaved per query group, fused gate/up fc1).
-"""
+"""A random HF LlamaForCausalLM and our GPTModel with the same weights, and their comparison
+(shared by the CPU and GPU parity tests). The weight mapping is training.hf_import's."""
 from __future__ import annotations
 
 import os
@@ -41,29 +38,6 @@ def hf_config(preset, num_layers: int):
     return config
 
 
-@torch.no_grad()
-def copy_hf_llama_weights(hf_model, gpt_model, heads: int, groups: int) -> None:
-    hf = hf_model.model
-    hidden = hf.config.hidden_size
-    head_dim = hidden // heads
-    per_group = heads // groups
-    gpt_model.embedding.word_embeddings.weight.copy_(hf.embed_tokens.weight)
-    gpt_model.output_layer.weight.copy_(hf_model.lm_head.weight)
-    gpt_model.decoder.final_layernorm.weight.copy_(hf.norm.weight)
-    for ours, theirs in zip(gpt_model.decoder.layers, hf.layers):
-        attn = theirs.self_attn
-        q = attn.q_proj.weight.view(groups, per_group * head_dim, hidden)
-        k = attn.k_proj.weight.view(groups, head_dim, hidden)
-        v = attn.v_proj.weight.view(groups, head_dim, hidden)
-        ours.self_attention.linear_qkv.weight.copy_(torch.cat([q, k, v], dim=1).view(-1, hidden))
-        ours.self_attention.linear_proj.weight.copy_(attn.o_proj.weight)
-        ours.input_layernorm.weight.copy_(theirs.input_layernorm.weight)
-        ours.pre_mlp_layernorm.weight.copy_(theirs.post_attention_layernorm.weight)
-        mlp = theirs.mlp
-        ours.mlp.linear_fc1.weight.copy_(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]))
-        ours.mlp.linear_fc2.weight.copy_(mlp.down_proj.weight)
-
-
 def build_pair(preset, num_layers: int, backend: str, kernels: str, device: str,
                dtype: torch.dtype, fused_qkv_rope: bool = True):
     """A random HF Llama and our GPTModel holding the same weights."""
@@ -71,6 +45,7 @@ def build_pair(preset, num_layers: int, backend: str, kernels: str, device: str,
     from transformers import LlamaForCausalLM
 
     from training import specs
+    from training.hf_import import copy_hf_llama_weights
 
     init_single_rank(device)
     torch.manual_seed(0)

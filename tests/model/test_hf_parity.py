@@ -14,7 +14,7 @@ import torch
 
 from training.launch.presets import PRESETS
 
-from .parity import build_pair, compare
+from tests.model.parity import build_pair, compare
 
 BACKENDS = ["native", "local"]
 

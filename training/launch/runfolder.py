@@ -49,8 +49,10 @@ def package_versions() -> dict[str, str | None]:
 
 
 def git_sha(repo: Path) -> str | None:
-    if shutil.which("git") is None:
-        return None
+    """HEAD of the checkout (+"-dirty" with uncommitted tracked changes). Where the code runs
+    without its .git (a copied tree on a GPU machine), the GIT_SHA variable says it."""
+    if shutil.which("git") is None or not (repo / ".git").exists():
+        return os.environ.get("GIT_SHA")
     try:
         out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
                              text=True, timeout=10, check=True)

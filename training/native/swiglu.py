@@ -1,0 +1,88 @@
+"""SwiGLU on the packed fc1 output, one Triton pass each way.
+
+Megatron's MLP computes fc1 into [.., 2f] (gate half, then up half) and calls
+`bias_swiglu_impl(x, bias, ...)`: silu(gate) * up. Its torch-compiled backward re-derives the
+sigmoid in several passes; this kernel reads x and dy once and writes dx once (the
+bandwidth floor for the operation). Used for the bias-free Llama MLP; with a bias, or with
+fp8 input storage / activation offloading, Megatron's own function runs.
+"""
+from __future__ import annotations
+
+import torch
+
+from .rope import HAVE_TRITON
+
+if HAVE_TRITON:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _swiglu_fwd(x_ptr, y_ptr, F, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        col = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        mask = col < F
+        gate = tl.load(x_ptr + row * 2 * F + col, mask=mask).to(tl.float32)
+        up = tl.load(x_ptr + row * 2 * F + F + col, mask=mask).to(tl.float32)
+        y = gate * tl.sigmoid(gate) * up
+        tl.store(y_ptr + row * F + col, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+    @triton.jit
+    def _swiglu_bwd(x_ptr, dy_ptr, dx_ptr, F, BLOCK: tl.constexpr):
+        row = tl.program_id(0)
+        col = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        mask = col < F
+        gate = tl.load(x_ptr + row * 2 * F + col, mask=mask).to(tl.float32)
+        up = tl.load(x_ptr + row * 2 * F + F + col, mask=mask).to(tl.float32)
+        dy = tl.load(dy_ptr + row * F + col, mask=mask).to(tl.float32)
+        sig = tl.sigmoid(gate)
+        silu = gate * sig
+        dgate = dy * up * sig * (1.0 + gate * (1.0 - sig))
+        dup = dy * silu
+        tl.store(dx_ptr + row * 2 * F + col, dgate.to(dx_ptr.dtype.element_ty), mask=mask)
+        tl.store(dx_ptr + row * 2 * F + F + col, dup.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+_BLOCK = 1024
+
+
+class _SwiGLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        x = x.contiguous()
+        rows, width = x.shape
+        f = width // 2
+        y = x.new_empty(rows, f)
+        _swiglu_fwd[(rows, triton.cdiv(f, _BLOCK))](x, y, f, BLOCK=_BLOCK)
+        ctx.save_for_backward(x)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        rows, width = x.shape
+        f = width // 2
+        dx = torch.empty_like(x)
+        _swiglu_bwd[(rows, triton.cdiv(f, _BLOCK))](x, dy.contiguous(), dx, f, BLOCK=_BLOCK)
+        return dx
+
+
+def swiglu_torch(x: torch.Tensor) -> torch.Tensor:
+    gate, up = x.chunk(2, dim=-1)
+    return torch.nn.functional.silu(gate.float()).mul(up.float()).to(x.dtype)
+
+
+def install() -> str:
+    """Replace Megatron's bias-free SwiGLU in the MLP by the Triton kernel."""
+    from megatron.core.transformer import mlp
+
+    original = mlp.bias_swiglu_impl
+
+    def bias_swiglu_impl(input, bias, fp8_input_store=False, cpu_offload_input=False):
+        if bias is not None or fp8_input_store or cpu_offload_input or not input.is_cuda:
+            return original(input, bias, fp8_input_store, cpu_offload_input)
+        shape = input.shape
+        out = _SwiGLU.apply(input.reshape(-1, shape[-1]))
+        return out.view(*shape[:-1], shape[-1] // 2)
+
+    mlp.bias_swiglu_impl = bias_swiglu_impl
+    return "native: one Triton pass each way over the packed fc1 output"
