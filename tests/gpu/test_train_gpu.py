@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import socket
 import subprocess
 from pathlib import Path
 
@@ -18,12 +19,18 @@ BACKENDS = ["native", "local"] + (["transformer_engine"]
                                   if importlib.util.find_spec("transformer_engine") else [])
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
 def _train(tmp_path: Path, name: str, *words: str, **toggles) -> Path:
     if not (SAMPLE / "train.bin").exists():
         pytest.skip("the shipped corpus is not built: run `make data-sample` first")
     env = dict(os.environ, MODEL_SIZE="tiny", GPUS_PER_NODE="1", EXP_NAME=name, RUN_ID="run",
                EXPERIMENT_DIR=str(tmp_path / "experiment"), DATA_PATH=str(SAMPLE / "train"),
-               EVAL_ITERS="0", LR="1e-3", MIN_LR="1e-4", CUDA_VISIBLE_DEVICES=os.environ.get(
+               EVAL_ITERS="0", LR="1e-3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), MIN_LR="1e-4", CUDA_VISIBLE_DEVICES=os.environ.get(
                    "CUDA_VISIBLE_DEVICES", "0"))
     env.update({k: str(v) for k, v in toggles.items()})
     proc = subprocess.run(["bash", str(REPO / "examples/llama/train_llama3.sh"), *words],

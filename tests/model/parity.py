@@ -21,6 +21,11 @@ def init_single_rank(device: str) -> None:
     if device == "cpu":
         # Megatron's RotaryEmbedding moves its buffer to torch.cuda.current_device().
         torch.cuda.current_device = lambda: "cpu"
+    else:
+        # Megatron's attention dropout forks the model-parallel CUDA RNG, even at p=0.
+        from megatron.core.tensor_parallel import model_parallel_cuda_manual_seed
+
+        model_parallel_cuda_manual_seed(1234)
 
 
 def hf_config(preset, num_layers: int):
@@ -49,7 +54,14 @@ def build_pair(preset, num_layers: int, backend: str, kernels: str, device: str,
 
     init_single_rank(device)
     torch.manual_seed(0)
-    hf_model = LlamaForCausalLM(hf_config(preset, num_layers)).to(device=device, dtype=dtype)
+    hf_model = LlamaForCausalLM(hf_config(preset, num_layers)).to(device=device)
+    # Cast the weights, not the RoPE frequencies: `.to(bfloat16)` would also round HF's
+    # inv_freq buffer to bf16, and at theta 500000 that moves the reference, not us.
+    inv_freq = {name: buf.clone() for name, buf in hf_model.named_buffers() if "inv_freq" in name}
+    hf_model = hf_model.to(dtype=dtype)
+    for name, buf in inv_freq.items():
+        module = hf_model.get_submodule(name.rsplit(".", 1)[0])
+        setattr(module, name.rsplit(".", 1)[1], buf)
     hf_model.eval()
     config = TransformerConfig(
         num_layers=num_layers, hidden_size=preset.hidden_size,

@@ -57,7 +57,7 @@ def git_sha(repo: Path) -> str | None:
         out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
                              text=True, timeout=10, check=True)
     except (OSError, subprocess.SubprocessError):
-        return None
+        return os.environ.get("GIT_SHA")
     sha = out.stdout.strip()
     dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True, timeout=10).stdout.strip()

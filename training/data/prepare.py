@@ -1,0 +1,464 @@
+"""Turn JSON lines or plain text into a Megatron indexed dataset (PREFIX.bin + PREFIX.idx).
+
+    python -m training.data.prepare 'c4/en/c4-train.0000[0-3]-of-01024.json.gz' \\
+        --tokenizer /models/Llama-3.1-8B --output-prefix data/c4_llama31
+
+Every document is tokenized (with the tokenizer's own special tokens, e.g. Llama 3's BOS)
+and followed by the end-of-document token (the tokenizer's eos token, which Megatron uses
+as EOD). The dataset is written through megatron.core.datasets.indexed_dataset, under
+temporary names renamed only when it is complete, with PREFIX.dataset.json beside it
+recording the tokenizer (see record.py). Lines that cannot be a document are skipped and
+reported with file and line; a file that cannot be read fails the run.
+
+Exit codes: 0 done, 2 unusable input or arguments (nothing written), 1 the run failed
+(nothing written), 130 interrupted (nothing written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import platform
+import sys
+import time
+from collections import Counter, deque
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from training.data import record as rec
+from training.data import tokenizer as tokmod
+from training.data.encode import EncodeSettings, Encoded, Encoder, encode_in_worker, init_worker
+from training.data.errors import DataError, InputError, RunError
+from training.data.sources import EMPTY_FILE, TEXT_UNITS, Chunk, InputFile, Skip, expand_inputs, read_chunks
+
+DEFAULT_CHUNK_MB = 1.0
+
+
+def default_workers() -> int:
+    """One single-threaded worker process per usable core; in-process on one core.
+
+    Measured on a 2-core machine (docs/benchmarks/data_prepare_cpu.json): 2 worker
+    processes were faster than 1 process whose tokenizer spreads over both cores with the
+    library's own threads (that leaves a core idle while Python reads, parses and writes).
+    """
+    return max(1, len(os.sched_getaffinity(0)))
+SKIP_EXAMPLES_KEPT = 1000  # in the record; the summary prints fewer
+
+
+@dataclass
+class FileStats:
+    path: str
+    bytes: int
+    documents: int = 0
+    tokens: int = 0
+    lines: int = 0
+
+
+@dataclass
+class Summary:
+    prefix: str
+    tokenizer: tokmod.TokenizerInfo
+    dtype: str
+    documents: int = 0
+    tokens: int = 0
+    lines: int = 0
+    input_bytes: int = 0
+    seconds: float = 0.0
+    skip_counts: Counter = field(default_factory=Counter)
+    skip_examples: list[Skip] = field(default_factory=list)
+    files: list[FileStats] = field(default_factory=list)
+    workers: int = 1
+
+    @property
+    def skipped(self) -> int:
+        return sum(self.skip_counts.values())
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def docs_per_s(self) -> float:
+        return self.documents / self.seconds if self.seconds else 0.0
+
+    def add_skips(self, skips: list[Skip]) -> None:
+        for s in skips:
+            self.skip_counts[s.reason] += 1
+            if len(self.skip_examples) < SKIP_EXAMPLES_KEPT:
+                self.skip_examples.append(s)
+
+
+def output_paths(prefix: str) -> dict[str, str]:
+    return {"bin": prefix + ".bin", "idx": prefix + ".idx", "record": rec.record_path(prefix)}
+
+
+def temp_paths(prefix: str) -> dict[str, str]:
+    tag = f".tmp-{os.getpid()}"
+    return {k: v + tag for k, v in output_paths(prefix).items()}
+
+
+def check_output(prefix: str, overwrite: bool) -> None:
+    if prefix.endswith((".bin", ".idx")):
+        raise InputError(f"--output-prefix {prefix}: give the prefix without .bin/.idx ({prefix[:-4]})")
+    if os.path.isdir(prefix):
+        raise InputError(f"--output-prefix {prefix}: is a directory; the prefix names files, e.g. {os.path.join(prefix, 'train')}")
+    existing = [p for p in output_paths(prefix).values() if os.path.exists(p)]
+    if existing and not overwrite:
+        raise InputError(f"{existing[0]} already exists; pass --overwrite to replace the dataset")
+    parent = os.path.dirname(os.path.abspath(prefix))
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"--output-prefix {prefix}: cannot create {parent} ({e.strerror or e})") from None
+    if not os.access(parent, os.W_OK):
+        raise InputError(f"--output-prefix {prefix}: {parent} is not writable")
+
+
+def resolve_tokenizer(path: str, prefix: str, eod_token: str | None) -> tokmod.TokenizerInfo:
+    """Load the tokenizer; wrap a bare tokenizer.json into PREFIX.tokenizer/ (needs eod_token)."""
+    directory, loadable = tokmod.locate(path)
+    if not loadable:
+        if eod_token is None:
+            raise tokmod.bare_file_error(path)
+        return tokmod.wrap(path, eod_token, prefix + ".tokenizer")
+    info = tokmod.load(directory)
+    if eod_token is not None and eod_token != info.eod_token:
+        raise InputError(
+            f"--eod-token {eod_token!r} disagrees with {info.path}, whose eos token is "
+            f"{info.eod_token!r}: Megatron will use {info.eod_token!r} as EOD. Drop --eod-token "
+            "or change eos_token in tokenizer_config.json."
+        )
+    return info
+
+
+def _chunks(files: list[InputFile], chunk_bytes: int, text_unit: str,
+            empty: list[int]) -> Iterator[Chunk]:
+    for index, f in enumerate(files):
+        got = False
+        for chunk in read_chunks(index, f, chunk_bytes, text_unit):
+            got = True
+            yield chunk
+        if not got:
+            empty.append(index)
+
+
+def _encode_stream(files: list[InputFile], settings: EncodeSettings, sha256: str, workers: int,
+                   chunk_bytes: int, empty: list[int]) -> Iterator[Encoded]:
+    """Encoded chunks in input order: in this process (workers == 1, the tokenizer's own
+    threads use the cores) or in `workers` processes, each single-threaded."""
+    chunks = _chunks(files, chunk_bytes, settings.text_unit, empty)
+    if workers == 1:
+        # The tokenizer checked by check_library_agrees, already loaded (cached by content).
+        encoder = Encoder(settings, tokmod.library_tokenizer(settings.tokenizer_json, sha256))
+        for chunk in chunks:
+            yield encoder(chunk, files[chunk.file_index].format)
+        return
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process holding torch/threads
+    window = 2 * workers
+    pending: deque[Future] = deque()
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=init_worker,
+                             initargs=(settings, False)) as pool:
+        try:
+            for chunk in chunks:
+                pending.append(pool.submit(encode_in_worker, chunk, files[chunk.file_index].format))
+                if len(pending) >= window:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        except BrokenProcessPool:
+            raise RunError(
+                f"a worker process died (killed for memory?) while tokenizing; nothing written. "
+                f"Run again with fewer --workers (now {workers})"
+            ) from None
+        finally:
+            for fut in pending:
+                fut.cancel()
+
+
+class _Progress:
+    """Progress on stderr: a rich bar on a terminal, a plain line every 10 s otherwise."""
+
+    def __init__(self, total_bytes: int, enabled: bool):
+        self.total = max(total_bytes, 1)
+        self.start = time.perf_counter()
+        self.enabled = enabled
+        self.tty = enabled and sys.stderr.isatty()
+        self.last_line = self.start
+        self.bar = None
+        if self.tty:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self.bar = Progress(
+                TextColumn("prepare"), BarColumn(bar_width=20), TaskProgressColumn(),
+                TextColumn("{task.fields[counts]}"), TimeElapsedColumn(), TextColumn("left"),
+                TimeRemainingColumn(), console=Console(stderr=True), transient=False,
+            )
+            self.task = self.bar.add_task("prepare", total=self.total, counts="")
+            self.bar.start()
+
+    def _counts(self, docs: int, tokens: int) -> str:
+        dt = max(time.perf_counter() - self.start, 1e-9)
+        return (f"{docs:,} docs {_si(tokens)} tok | {docs / dt:,.0f} docs/s "
+                f"{_si(tokens / dt)} tok/s |")
+
+    def update(self, done_bytes: int, docs: int, tokens: int) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.update(self.task, completed=min(done_bytes, self.total), counts=self._counts(docs, tokens))
+        elif time.perf_counter() - self.last_line >= 10:
+            self.last_line = time.perf_counter()
+            pct = 100 * min(done_bytes, self.total) / self.total
+            print(f"prepare: {pct:5.1f}% {self._counts(docs, tokens)}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def _si(x: float) -> str:
+    for unit, scale in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.2f}{unit}"
+    return f"{x:.0f}"
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {"python": platform.python_version()}
+    for name in ("megatron-core", "tokenizers", "transformers", "numpy"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+def _megatron_indexed_dataset():
+    """megatron.core's DType and IndexedDatasetBuilder, imported without the import-time
+    warnings about Transformer Engine/Apex/CUDA that do not concern data preparation."""
+    import logging
+    import warnings
+
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from megatron.core.datasets.indexed_dataset import DType, IndexedDatasetBuilder
+    return DType, IndexedDatasetBuilder
+
+
+def _remove(paths) -> None:
+    for p in paths:
+        try:
+            os.remove(p)
+        except FileNotFoundError:
+            pass
+
+
+def prepare(
+    inputs: list[str],
+    output_prefix: str,
+    tokenizer: str,
+    *,
+    text_key: str = "text",
+    fmt: str = "auto",
+    text_unit: str = "file",
+    workers: int | None = None,
+    chunk_mb: float = DEFAULT_CHUNK_MB,
+    eod_token: str | None = None,
+    add_special_tokens: bool = True,
+    overwrite: bool = False,
+    strict: bool = False,
+    progress: bool = True,
+    command: list[str] | None = None,
+    on_chunk: Callable[[Encoded], None] | None = None,
+) -> Summary:
+    """Build OUTPUT_PREFIX.bin/.idx/.dataset.json from `inputs`. Raises InputError before
+    writing anything, RunError (after removing temporary files) when the run fails."""
+    if workers is None:
+        workers = default_workers()
+    if workers < 1:
+        raise InputError(f"--workers {workers}: must be at least 1")
+    if text_unit not in TEXT_UNITS:
+        raise InputError(f"--text-unit {text_unit}: choose one of {', '.join(TEXT_UNITS)}")
+    if chunk_mb <= 0:
+        raise InputError(f"--chunk-mb {chunk_mb}: must be positive")
+    files = expand_inputs(inputs, fmt)
+    check_output(output_prefix, overwrite)
+    info = resolve_tokenizer(tokenizer, output_prefix, eod_token)
+    tokmod.check_library_agrees(info, add_special_tokens)
+
+    DType, IndexedDatasetBuilder = _megatron_indexed_dataset()
+    dtype = DType.optimal_dtype(info.vocab_size)
+    summary = Summary(output_prefix, info, dtype.__name__, workers=workers)
+    summary.files = [FileStats(f.path, f.size) for f in files]
+    summary.input_bytes = sum(f.size for f in files)
+    settings = EncodeSettings(info.tokenizer_json, info.eod_id, dtype.__name__, text_key,
+                              text_unit, add_special_tokens)
+    final, tmp = output_paths(output_prefix), temp_paths(output_prefix)
+    offsets = [0]
+    for f in files:
+        offsets.append(offsets[-1] + f.size)
+
+    bar = _Progress(summary.input_bytes, progress)
+    start = time.perf_counter()
+    builder = None
+    try:
+        builder = IndexedDatasetBuilder(tmp["bin"], dtype=dtype)
+        empty: list[int] = []
+        for enc in _encode_stream(files, settings, info.sha256, workers, int(chunk_mb * (1 << 20)), empty):
+            stats = summary.files[enc.file_index]
+            pos = 0
+            for n in enc.lengths.tolist():
+                builder.add_document(enc.ids[pos:pos + n], [n])
+                pos += n
+            ndocs, ntok = len(enc.lengths), int(enc.ids.size)
+            stats.documents += ndocs
+            stats.tokens += ntok
+            stats.lines += enc.lines
+            summary.documents += ndocs
+            summary.tokens += ntok
+            summary.lines += enc.lines
+            summary.add_skips(enc.skips)
+            if strict and enc.skips:
+                raise RunError(f"--strict: {enc.skips[0]}")
+            if on_chunk is not None:
+                on_chunk(enc)
+            bar.update(offsets[enc.file_index] + enc.bytes_read, summary.documents, summary.tokens)
+        summary.add_skips([Skip(files[i].path, 0, EMPTY_FILE) for i in empty])
+        if strict and empty:
+            raise RunError(f"--strict: {files[empty[0]].path}: {EMPTY_FILE}")
+        if summary.documents == 0:
+            raise RunError("no documents in the input: " + _skip_line(summary) + "; nothing written")
+        builder.finalize(tmp["idx"])
+        builder = None
+        summary.seconds = time.perf_counter() - start
+        bar.update(summary.input_bytes, summary.documents, summary.tokens)
+        bar.close()
+        record_dir = os.path.dirname(os.path.abspath(output_prefix))
+        rec.write_record(tmp["record"], {
+            "prefix": os.path.basename(output_prefix),
+            "tokenizer": rec.tokenizer_entry(info, record_dir),
+            "add_special_tokens": add_special_tokens,
+            "dtype": summary.dtype,
+            "documents": summary.documents,
+            "tokens": summary.tokens,
+            "bin_bytes": os.path.getsize(tmp["bin"]),
+            "input_lines": summary.lines,
+            "skipped": dict(summary.skip_counts),
+            "skipped_examples": [str(s) for s in summary.skip_examples],
+            "inputs": [vars(s) for s in summary.files],
+            "text_key": text_key,
+            "text_unit": text_unit,
+            "seconds": round(summary.seconds, 3),
+            "workers": workers,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "command": command,
+            "versions": _versions(),
+        })
+        # Remove an old dataset's .idx first and publish the new .idx last: at no moment
+        # does a .bin/.idx pair exist that is not one complete dataset.
+        _remove([final["idx"], final["record"], final["bin"]])
+        os.replace(tmp["bin"], final["bin"])
+        os.replace(tmp["record"], final["record"])
+        os.replace(tmp["idx"], final["idx"])
+        return summary
+    except BaseException as e:
+        bar.close()
+        if builder is not None:
+            builder.data_file.close()
+        _remove(tmp.values())
+        if isinstance(e, OSError):
+            raise RunError(f"writing {output_prefix}: {e.strerror or e}") from None
+        raise
+
+
+def _skip_line(summary: Summary) -> str:
+    if not summary.skip_counts:
+        return "0 lines skipped"
+    parts = ", ".join(f"{reason} {n:,}" for reason, n in summary.skip_counts.most_common())
+    return f"{summary.skipped:,} skipped: {parts}"
+
+
+def format_summary(s: Summary, show_skips: int = 10) -> str:
+    t = s.tokenizer
+    lines = [
+        f"prepared {s.prefix}.bin/.idx ({s.dtype}) and {s.prefix}{rec.SUFFIX}",
+        f"  inputs     {len(s.files)} file(s), {s.input_bytes / 1e6:,.1f} MB, {s.lines:,} lines",
+        f"  documents  {s.documents:,}",
+        f"  tokens     {s.tokens:,} (including {s.documents:,} EOD)",
+        f"  skipped    {_skip_line(s)}",
+    ]
+    for k in s.skip_examples[:show_skips]:
+        lines.append(f"    {k}")
+    if s.skipped > show_skips:
+        lines.append(f"    ... the first {min(s.skipped, SKIP_EXAMPLES_KEPT)} are listed in {s.prefix}{rec.SUFFIX}")
+    lines += [
+        f"  time       {s.seconds:.1f} s: {s.docs_per_s:,.0f} docs/s, {_si(s.tokens_per_s)} tokens/s ({s.workers} worker(s))",
+        f"  tokenizer  {t.path} (vocab {t.vocab_size:,}, EOD {t.eod_token!r} = {t.eod_id})",
+        f"  DATA_PATH={s.prefix} TOKENIZER_MODEL={t.path}",
+    ]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m training.data.prepare",
+        description="Tokenize JSON lines or plain text into a Megatron indexed dataset "
+        "(PREFIX.bin + PREFIX.idx, with PREFIX.dataset.json recording the tokenizer).",
+        epilog="Example: python -m training.data.prepare 'c4/en/c4-train.0000*-of-01024.json.gz' "
+        "--tokenizer /models/Llama-3.1-8B --output-prefix data/c4_llama31. "
+        "Exit codes: 2 bad input or arguments, 1 the run failed, 130 interrupted; "
+        "nothing is written unless the run succeeds.",
+    )
+    p.add_argument("inputs", nargs="+", metavar="INPUT",
+                   help="files or globs (quote globs): .jsonl/.json/.ndjson or .txt/.md, optionally .gz/.zst/.bz2/.xz")
+    p.add_argument("--tokenizer", required=True,
+                   help="Hugging Face tokenizer directory (tokenizer.json + tokenizer_config.json) or a tokenizer.json")
+    p.add_argument("--output-prefix", required=True, help="writes PREFIX.bin, PREFIX.idx, PREFIX.dataset.json; PREFIX is what DATA_PATH names")
+    p.add_argument("--text-key", default="text", help="JSON field holding the document (default: text)")
+    p.add_argument("--format", default="auto", choices=("auto", "jsonl", "text"), help="input format (default: from each file name)")
+    p.add_argument("--text-unit", default="file", choices=TEXT_UNITS, help="plain text: one document per file (default) or per line")
+    p.add_argument("--workers", type=int, default=None,
+                   help="N>1: N single-threaded tokenizer processes; 1: tokenize in this process, the tokenizers "
+                   f"library's threads using all cores (default: one per usable core, here {default_workers()}; "
+                   "the faster choice measured on 2 cores, docs/benchmarks/data_prepare_cpu.json)")
+    p.add_argument("--chunk-mb", type=float, default=DEFAULT_CHUNK_MB, help="input read per batch, MB (default 1)")
+    p.add_argument("--eod-token", default=None, help="end-of-document token; needed only with a bare tokenizer.json")
+    p.add_argument("--add-special-tokens", action=argparse.BooleanOptionalAction, default=True,
+                   help="let the tokenizer add its special tokens (Llama 3: BOS) to each document, as Megatron's "
+                   "tokenizer.tokenize does (default: yes)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing dataset at PREFIX")
+    p.add_argument("--strict", action="store_true", help="fail (exit 1, nothing written) at the first skipped line or empty file")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--show-skips", type=int, default=10, help="skipped lines listed in the summary (default 10)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    command = ["python", "-m", "training.data.prepare", *(sys.argv[1:] if argv is None else argv)]
+    try:
+        summary = prepare(
+            args.inputs, args.output_prefix, args.tokenizer, text_key=args.text_key, fmt=args.format,
+            text_unit=args.text_unit, workers=args.workers, chunk_mb=args.chunk_mb,
+            eod_token=args.eod_token, add_special_tokens=args.add_special_tokens,
+            overwrite=args.overwrite, strict=args.strict, progress=not args.no_progress, command=command,
+        )
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted: nothing written (temporary files removed)", file=sys.stderr)
+        return 130
+    print(format_summary(summary, args.show_skips))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""The record written beside every dataset: PREFIX.dataset.json.
+
+It says which tokenizer made PREFIX.bin/.idx (path, SHA-256 of tokenizer.json, Megatron's
+vocabulary size and EOD id), how big the dataset is, and what was skipped. The launcher
+reads it to refuse a TOKENIZER_MODEL that disagrees with the data before torchrun starts.
+
+The tokenizer path is stored relative to the record when the tokenizer lives under the
+record's directory (so a data/ folder can be moved as a whole), absolute otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from training.data.tokenizer import TokenizerInfo
+
+FORMAT = "training.data.dataset/1"
+SUFFIX = ".dataset.json"
+
+
+def record_path(prefix: str) -> str:
+    return prefix + SUFFIX
+
+
+def tokenizer_entry(info: TokenizerInfo, record_dir: str) -> dict[str, Any]:
+    entry = info.to_dict()
+    path = os.path.abspath(info.path)
+    base = os.path.abspath(record_dir)
+    if os.path.commonpath([path, base]) == base:
+        entry["path"] = os.path.relpath(path, base)
+    else:
+        entry["path"] = path
+    return entry
+
+
+def write_record(path: str, record: dict[str, Any]) -> None:
+    record = {"format": FORMAT, **record}
+    with open(path, "w") as f:
+        json.dump(record, f, indent=2)
+        f.write("\n")
+
+
+class RecordError(ValueError):
+    pass
+
+
+def read_record(prefix: str) -> dict[str, Any]:
+    """The record of `prefix`, with tokenizer.path made absolute. RecordError if unusable."""
+    path = record_path(prefix)
+    try:
+        with open(path) as f:
+            record = json.load(f)
+    except FileNotFoundError:
+        raise RecordError(f"{path}: no such file") from None
+    except (OSError, json.JSONDecodeError) as e:
+        raise RecordError(f"{path}: unreadable ({e})") from None
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        raise RecordError(f"{path}: not a {FORMAT} record")
+    tok = record.get("tokenizer")
+    needed = ("path", "sha256", "config_sha256", "vocab_size", "eod_id")
+    if not isinstance(tok, dict) or any(k not in tok for k in needed):
+        raise RecordError(f"{path}: the tokenizer entry lacks one of {', '.join(needed)}")
+    if not os.path.isabs(tok["path"]):
+        tok["path"] = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(path)), tok["path"]))
+    return record
