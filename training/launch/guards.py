@@ -410,19 +410,24 @@ def load_checkpoint(ctx: LaunchContext) -> None:
 
 @guard
 def data_path(ctx: LaunchContext) -> None:
+    """Every prefix exists and all were built with TOKENIZER_MODEL (or one shared tokenizer)."""
     s = ctx.settings
-    path = s.get("DATA_PATH")
+    path, valid = s.get("DATA_PATH"), s.get("VALID_DATA_PATH")
+    if valid and not path:
+        raise Refusal("data_path", "VALID_DATA_PATH needs DATA_PATH (the training set) too.")
     if not path:
         return
-    from training.data.check import DataPathError, check_data_path
+    from training.data.check import DataPathError, check_data_paths
 
     try:
-        info = check_data_path(path, s.get("TOKENIZER_MODEL"))
+        infos = check_data_paths([path] + ([valid] if valid else []), s.get("TOKENIZER_MODEL"))
     except DataPathError as err:
         raise Refusal("data_path", str(err)) from None
     if s.get("TOKENIZER_MODEL") is None:
-        s.put("TOKENIZER_MODEL", info.tokenizer_model, "derived",
+        s.put("TOKENIZER_MODEL", infos[0].tokenizer_model, "derived",
               "the tokenizer the dataset was built with")
+    if valid and s.is_explicit("SPLIT"):
+        s.warn("data_path", "SPLIT has no effect with VALID_DATA_PATH (separate sets).")
 
 
 @guard

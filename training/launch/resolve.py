@@ -212,25 +212,29 @@ def build_buckets(ctx: LaunchContext, log_dir: Path) -> tuple[dict[str, list[str
         add("RECOMPUTE", GPT_ARGS, ["--recompute-granularity", "full", "--recompute-method",
                                     "uniform", "--recompute-num-layers", "1"])
 
-    # Data: a real dataset with its tokenizer, or mock data.
-    if s.get("DATA_PATH"):
-        from training.data.check import megatron_tokenizer_args, parse_data_path
+    # Data: a real dataset with its tokenizer (one split by SPLIT, or separate train and
+    # validation sets), or mock data.
+    from training.data.check import megatron_tokenizer_args, parse_data_path
 
+    def blend_words(value: str) -> list[str]:
         words = []
-        for weight, prefix in parse_data_path(s["DATA_PATH"]):
+        for weight, prefix in parse_data_path(value):
             words += ([repr(weight)] if weight is not None else []) + [prefix]
-        add("DATA_PATH", DATA_ARGS, ["--data-path", *words])
+        return words
+
+    if s.get("DATA_PATH") and s.get("VALID_DATA_PATH"):
+        add("DATA_PATH", DATA_ARGS, ["--train-data-path", *blend_words(s["DATA_PATH"])])
+        add("VALID_DATA_PATH", DATA_ARGS, ["--valid-data-path", *blend_words(s["VALID_DATA_PATH"])])
+    elif s.get("DATA_PATH"):
+        add("DATA_PATH", DATA_ARGS, ["--data-path", *blend_words(s["DATA_PATH"])])
         add("SPLIT", DATA_ARGS, ["--split", s["SPLIT"]])
-        add("TOKENIZER_MODEL", DATA_ARGS, megatron_tokenizer_args(s["TOKENIZER_MODEL"]))
     else:
         add("DATA_PATH", DATA_ARGS, ["--mock-data"])
-        if s.get("TOKENIZER_MODEL"):
-            from training.data.check import megatron_tokenizer_args
-
-            add("TOKENIZER_MODEL", DATA_ARGS, megatron_tokenizer_args(s["TOKENIZER_MODEL"]))
-        else:
-            add("TOKENIZER_MODEL", DATA_ARGS, ["--tokenizer-type", "NullTokenizer",
-                                               "--vocab-size", str(preset.vocab_size)])
+    if s.get("TOKENIZER_MODEL"):
+        add("TOKENIZER_MODEL", DATA_ARGS, megatron_tokenizer_args(s["TOKENIZER_MODEL"]))
+    else:
+        add("TOKENIZER_MODEL", DATA_ARGS, ["--tokenizer-type", "NullTokenizer",
+                                           "--vocab-size", str(preset.vocab_size)])
     buckets[DATA_ARGS] += ["--no-create-attention-mask-in-dataloader"]
 
     # Output: run folder, metrics, TensorBoard, profiling, SIGTERM handling.
