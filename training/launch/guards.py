@@ -85,6 +85,7 @@ def _off_or_refuse(ctx: LaunchContext, name: str, guard_name: str, why: str, ins
 
 @guard
 def backend_available(ctx: LaunchContext) -> None:
+    """TRANSFORMER_IMPL=transformer_engine needs Transformer Engine to import here."""
     if ctx.backend == "transformer_engine" and not ctx.caps.transformer_engine:
         raise Refusal("backend_available",
                       "TRANSFORMER_IMPL=transformer_engine but transformer_engine does not import "
@@ -94,6 +95,7 @@ def backend_available(ctx: LaunchContext) -> None:
 
 @guard
 def low_precision_needs_te(ctx: LaunchContext) -> None:
+    """fp8/fp4 recipes compute in Transformer Engine layers: other backends are refused."""
     if ctx.recipe.kind == "bf16" or ctx.backend == "transformer_engine":
         return
     why = ("Transformer Engine does not import here" if not ctx.caps.transformer_engine
@@ -106,6 +108,7 @@ def low_precision_needs_te(ctx: LaunchContext) -> None:
 
 @guard
 def precision_needs_hardware(ctx: LaunchContext) -> None:
+    """Each recipe runs only on the GPUs that have its number formats (refused with the list)."""
     recipe = ctx.recipe
     if recipe.kind == "bf16":
         return
@@ -125,6 +128,7 @@ def precision_needs_hardware(ctx: LaunchContext) -> None:
 
 @guard
 def mxfp4_needs_megatron_support(ctx: LaunchContext) -> None:
+    """mxfp4 needs a Megatron whose --fp4-recipe offers it (stock megatron-core 0.19.2 does not)."""
     if ctx.recipe.name != "mxfp4":
         return
     from .megatron_info import fp4_recipes
@@ -140,6 +144,7 @@ def mxfp4_needs_megatron_support(ctx: LaunchContext) -> None:
 
 @guard
 def mxfp8_uses_e4m3(ctx: LaunchContext) -> None:
+    """mxfp8 with the hybrid fp8 format is known to diverge: refused."""
     if ctx.recipe.name == "mxfp8" and ctx.settings.get("FP8_FORMAT") == "hybrid":
         raise Refusal("mxfp8_uses_e4m3",
                       "PRECISION=mxfp8 with FP8_FORMAT=hybrid is known to diverge. "
@@ -148,6 +153,7 @@ def mxfp8_uses_e4m3(ctx: LaunchContext) -> None:
 
 @guard
 def precision_only_knobs(ctx: LaunchContext) -> None:
+    """fp8/fp4 knobs without their recipe warn; selective-bf16 counts must leave fp4 layers."""
     s = ctx.settings
     if ctx.recipe.kind != "fp8" and s.is_explicit("FP8_FORMAT"):
         s.warn("precision_only_knobs",
@@ -179,6 +185,7 @@ def mxfp4_bf16_grad_buffer(ctx: LaunchContext) -> None:
 
 @guard
 def fsdp_constraints(ctx: LaunchContext) -> None:
+    """FSDP2: TP=1 and PP=1; no gradient-accumulation fusion or distributed optimizer."""
     s = ctx.settings
     if not s["FSDP"]:
         return
@@ -210,6 +217,7 @@ def grad_accum_fusion_kernel(ctx: LaunchContext) -> None:
 
 @guard
 def te_cross_entropy(ctx: LaunchContext) -> None:
+    """megatron-core 0.19.2 asserts on the TE cross-entropy fusion: refused, native is the default."""
     s = ctx.settings
     if not s["CROSS_ENTROPY_LOSS_FUSION"] or s["CROSS_ENTROPY_FUSION_IMPL"] != "te":
         return
@@ -221,6 +229,7 @@ def te_cross_entropy(ctx: LaunchContext) -> None:
 
 @guard
 def fused_qkv_rope_kernel(ctx: LaunchContext) -> None:
+    """The local backend has no fused QKV RoPE kernel (TE's or the native one)."""
     if ctx.backend == "local":
         _off_or_refuse(ctx, "FUSED_SINGLE_QKV_ROPE", "fused_qkv_rope_kernel",
                        "the local backend has no fused QKV RoPE kernel (Megatron's needs "
@@ -230,6 +239,7 @@ def fused_qkv_rope_kernel(ctx: LaunchContext) -> None:
 
 @guard
 def context_parallel_backend(ctx: LaunchContext) -> None:
+    """Context parallelism needs Transformer Engine's attention."""
     if ctx.settings["CP"] > 1 and ctx.backend != "transformer_engine":
         raise Refusal("context_parallel_backend",
                       f"CP={ctx.settings['CP']} needs Transformer Engine's attention "
@@ -252,6 +262,7 @@ def _nearest(value: int, candidates: list[int]) -> str:
 
 @guard
 def parallel_sizes(ctx: LaunchContext) -> None:
+    """TP*PP*CP divides the world, heads and KV groups divide by TP, layers by PP, BS by MBS*DP."""
     s, p = ctx.settings, ctx.preset
     tp, pp, cp, world = s["TP"], s["PP"], s["CP"], ctx.world_size
     for name in ("TP", "PP", "CP", "MBS", "BS", "NNODES", "GPUS_PER_NODE", "TOTAL_ITERS"):
@@ -287,6 +298,7 @@ def parallel_sizes(ctx: LaunchContext) -> None:
 
 @guard
 def sequence_parallel(ctx: LaunchContext) -> None:
+    """Sequence parallel follows TP (on when TP>1); asked for at TP=1 it is turned off."""
     s = ctx.settings
     if s.get("SEQUENCE_PARALLEL") is None:
         s.put("SEQUENCE_PARALLEL", s["TP"] > 1, "derived",
@@ -298,7 +310,22 @@ def sequence_parallel(ctx: LaunchContext) -> None:
 
 
 @guard
+def local_norm_sequence_parallel(ctx: LaunchContext) -> None:
+    """Megatron's local spec uses torch norms, which assert `not sequence_parallel`."""
+    s = ctx.settings
+    if ctx.backend == "local" and s["SEQUENCE_PARALLEL"]:
+        if s.is_explicit("SEQUENCE_PARALLEL"):
+            raise Refusal("local_norm_sequence_parallel",
+                          "SEQUENCE_PARALLEL=1 with TRANSFORMER_IMPL=local: Megatron's torch-norm "
+                          "wrapper refuses sequence parallel. Use TRANSFORMER_IMPL=native, or "
+                          "SEQUENCE_PARALLEL=0.")
+        s.correct("SEQUENCE_PARALLEL", False, "local_norm_sequence_parallel",
+                  "the local backend's torch norms do not support sequence parallel")
+
+
+@guard
 def optimizer_overlap(ctx: LaunchContext) -> None:
+    """The overlapped param all-gather needs the distributed optimizer and overlapped grad reduce."""
     s = ctx.settings
     if s["OVERLAP_PARAM_GATHER"] and not (s["DISTRIBUTED_OPTIMIZER"] and s["OVERLAP_GRAD_REDUCE"]):
         _off_or_refuse(ctx, "OVERLAP_PARAM_GATHER", "optimizer_overlap",
@@ -311,6 +338,7 @@ def optimizer_overlap(ctx: LaunchContext) -> None:
 
 @guard
 def multinode_master_addr(ctx: LaunchContext) -> None:
+    """NNODES>1 needs a reachable MASTER_ADDR (not loopback) and NODE_RANK below NNODES."""
     s = ctx.settings
     if s["NNODES"] <= 1:
         return
@@ -338,6 +366,7 @@ def _is_loopback(addr: str) -> bool:
 
 @guard
 def adam_eps_at_high_lr(ctx: LaunchContext) -> None:
+    """LR>=5e-4 with ADAM_EPS 1e-8 warns: at lr 8e-4 convergence tracked adam_eps."""
     s = ctx.settings
     if s["LR"] >= 5e-4 and s["ADAM_EPS"] <= 1e-8:
         s.warn("adam_eps_at_high_lr",
@@ -349,6 +378,7 @@ def adam_eps_at_high_lr(ctx: LaunchContext) -> None:
 
 @guard
 def schedule(ctx: LaunchContext) -> None:
+    """Warm-up below the run length, MIN_LR not above LR; derived warm-up windows."""
     s = ctx.settings
     iters = s["TOTAL_ITERS"]
     if s.get("WARMUP_ITERS") is None:
@@ -369,6 +399,7 @@ def schedule(ctx: LaunchContext) -> None:
 
 @guard
 def profile_window(ctx: LaunchContext) -> None:
+    """The profiled iterations lie inside the run; profiled ranks exist."""
     s = ctx.settings
     if s["PROFILE"] == "none":
         return
@@ -391,6 +422,7 @@ CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"  # written by Megatron 
 
 @guard
 def load_checkpoint(ctx: LaunchContext) -> None:
+    """LOAD without a checkpoint is refused (no silent fresh start) unless RESUME=auto."""
     s = ctx.settings
     load = s.get("LOAD")
     if not load:
@@ -432,6 +464,7 @@ def data_path(ctx: LaunchContext) -> None:
 
 @guard
 def gpus_present(ctx: LaunchContext) -> None:
+    """A real launch needs GPUs on this node; PLATFORM=<name> is for DRY_RUN only."""
     s = ctx.settings
     if s["DRY_RUN"]:
         return

@@ -1,0 +1,302 @@
+"""Every guard fires, with its name and a message that says what to do."""
+from __future__ import annotations
+
+import pytest
+
+from training.launch import megatron_info
+from training.launch.guards import CHECKPOINT_TRACKER, Refusals
+from training.launch.settings import BadInput
+
+from .helpers import launch
+
+
+def refused(env, guard, **toggles) -> str:
+    with pytest.raises(Refusals) as err:
+        launch(env, **toggles)
+    names = [r.guard for r in err.value.refusals]
+    assert guard in names, names
+    return next(str(r) for r in err.value.refusals if r.guard == guard)
+
+
+def notices(result, guard):
+    return [n for n in result.settings.notices if n.guard == guard]
+
+
+def test_transformer_engine_backend_needs_te_here(base_env):
+    msg = refused(base_env, "backend_available", TRANSFORMER_IMPL="transformer_engine")
+    assert "TRANSFORMER_IMPL=native" in msg
+
+
+def test_auto_backend_is_native_without_te_and_te_on_a_named_platform(base_env):
+    here = launch(base_env)
+    assert here.settings["TRANSFORMER_IMPL"] == "native"
+    assert here.settings.setting("TRANSFORMER_IMPL").source == "platform"
+    b300 = launch(base_env, PLATFORM="b300")
+    assert b300.settings["TRANSFORMER_IMPL"] == "transformer_engine"
+
+
+def test_low_precision_needs_transformer_engine(base_env):
+    msg = refused(base_env, "low_precision_needs_te", PRECISION="fp8", PLATFORM="h200",
+                  TRANSFORMER_IMPL="native")
+    assert "PRECISION=bf16" in msg
+
+
+@pytest.mark.parametrize("precision,platform,can", [
+    ("mxfp8", "h200", "b200, b300, gb200, gb300"),
+    ("nvfp4", "mi355x", "gb300, gb200, b300, b200"),
+    ("fp8", "h100", None),
+    ("fp8_tensorwise", "mi300x", None),
+    ("mxfp8", "mi355x", None),
+])
+def test_precision_needs_hardware(base_env, precision, platform, can):
+    if can is None:
+        result = launch(base_env, PRECISION=precision, PLATFORM=platform)
+        assert result.ctx.recipe.name == precision
+        return
+    msg = refused(base_env, "precision_needs_hardware", PRECISION=precision, PLATFORM=platform)
+    for name in can.split(", "):
+        assert name in msg
+
+
+def test_unknown_gpu_warns_instead_of_guessing(base_env, monkeypatch):
+    from training.launch import capabilities
+
+    unknown = capabilities.Capabilities(
+        platform=None, source="detected", device_name="NVIDIA A40", gpu_count=1,
+        transformer_engine=True, apex_fused_wgrad=True, liger=False, flash_attn=False)
+    monkeypatch.setattr(capabilities, "resolve", lambda platform: unknown)
+    result = launch(base_env, PRECISION="fp8")
+    [notice] = notices(result, "precision_needs_hardware")
+    assert "NVIDIA A40" in notice.message and "PLATFORM=<name>" in notice.message
+
+
+def test_mxfp4_needs_a_megatron_that_offers_it(base_env):
+    msg = refused(base_env, "mxfp4_needs_megatron_support", PRECISION="mxfp4", PLATFORM="mi355x")
+    assert "nvfp4" in msg and "Dockerfile.rocm" in msg
+
+
+def test_mxfp4_forces_the_bf16_grad_buffer_loudly(base_env, monkeypatch):
+    monkeypatch.setattr(megatron_info, "fp4_recipes", lambda: ("nvfp4", "custom", "mxfp4"))
+    result = launch(base_env, PRECISION="mxfp4", PLATFORM="mi355x", GRAD_REDUCE_IN_BF16=0)
+    setting = result.settings.setting("GRAD_REDUCE_IN_BF16")
+    assert setting.value is True and setting.source == "guard" and setting.requested is False
+    [notice] = notices(result, "mxfp4_bf16_grad_buffer")
+    assert "was set explicitly" in notice.message and "gemm_a4w4_asm" in notice.message
+    assert "--grad-reduce-in-bf16" in result.buckets["GPT_ARGS"]
+    # every layer fp4: the MLPerf recipe
+    assert result.settings["FP4_SELECTIVE_BF16"] is False
+    assert "--first-last-layers-bf16" not in result.buckets["GPT_ARGS"]
+
+
+def test_nvfp4_keeps_first_and_last_layers_bf16_by_recipe(base_env):
+    result = launch(base_env, PRECISION="nvfp4", PLATFORM="b300")
+    gpt = result.buckets["GPT_ARGS"]
+    assert result.settings.setting("FP4_SELECTIVE_BF16").source == "recipe"
+    i = gpt.index("--num-layers-at-start-in-bf16")
+    assert gpt[i + 1] == "1" and "--first-last-layers-bf16" in gpt
+    custom = launch(base_env, PRECISION="nvfp4", PLATFORM="b300", FP4_BF16_LAYERS_START=2,
+                    FP4_BF16_LAYERS_END=3)
+    gpt = custom.buckets["GPT_ARGS"]
+    assert gpt[gpt.index("--num-layers-at-end-in-bf16") + 1] == "3"
+
+
+def test_mxfp8_with_hybrid_format_is_refused(base_env):
+    msg = refused(base_env, "mxfp8_uses_e4m3", PRECISION="mxfp8", PLATFORM="b300",
+                  FP8_FORMAT="hybrid")
+    assert "diverge" in msg
+    ok = launch(base_env, PRECISION="mxfp8", PLATFORM="b300")
+    assert ok.settings["FP8_FORMAT"] == "e4m3"
+
+
+def test_precision_knobs_without_their_recipe_warn(base_env):
+    result = launch(base_env, FP8_FORMAT="hybrid")
+    assert notices(result, "precision_only_knobs")
+
+
+def test_fsdp_turns_off_what_it_cannot_do(base_env):
+    result = launch(base_env, FSDP=1, GPUS_PER_NODE=8)
+    for name in ("GRADIENT_ACCUMULATION_FUSION", "DISTRIBUTED_OPTIMIZER", "OVERLAP_PARAM_GATHER"):
+        assert result.settings[name] is False
+        assert result.settings.setting(name).source == "guard"
+    assert "--use-torch-fsdp2" in result.buckets["EXTRA_ARGS"]
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in result.env
+
+
+def test_fsdp_refuses_tensor_parallel_and_explicit_fusion(base_env):
+    assert "TP=1" in refused(base_env, "fsdp_constraints", FSDP=1, TP=2, GPUS_PER_NODE=8)
+    msg = refused(base_env, "fsdp_constraints", FSDP=1, GRADIENT_ACCUMULATION_FUSION=1)
+    assert "GRADIENT_ACCUMULATION_FUSION=0" in msg
+
+
+def test_local_backend_without_apex_turns_grad_accum_fusion_off(base_env):
+    result = launch(base_env, TRANSFORMER_IMPL="local")
+    setting = result.settings.setting("GRADIENT_ACCUMULATION_FUSION")
+    assert setting.value is False and "apex" in setting.reason
+    assert "--no-gradient-accumulation-fusion" in result.buckets["TRAIN_ARGS"]
+    msg = refused(base_env, "grad_accum_fusion_kernel", TRANSFORMER_IMPL="local",
+                  GRADIENT_ACCUMULATION_FUSION=1)
+    assert "TRANSFORMER_IMPL=native" in msg
+
+
+def test_native_backend_keeps_grad_accum_fusion_with_its_own_kernel(base_env):
+    result = launch(base_env)
+    assert result.settings["GRADIENT_ACCUMULATION_FUSION"] is True
+    assert "--no-gradient-accumulation-fusion" not in result.buckets["TRAIN_ARGS"]
+
+
+def test_te_cross_entropy_is_refused_and_native_is_the_default(base_env):
+    msg = refused(base_env, "te_cross_entropy", CROSS_ENTROPY_FUSION_IMPL="te")
+    assert "stability issues" in msg and "native" in msg
+    result = launch(base_env, PLATFORM="b300")
+    words = result.buckets["GPT_ARGS"]
+    assert words[words.index("--cross-entropy-fusion-impl") + 1] == "native"
+
+
+def test_fused_qkv_rope_off_on_the_local_backend(base_env):
+    result = launch(base_env, TRANSFORMER_IMPL="local")
+    assert result.settings.setting("FUSED_SINGLE_QKV_ROPE").source == "guard"
+    assert "--fused-single-qkv-rope" not in result.buckets["GPT_ARGS"]
+    refused(base_env, "fused_qkv_rope_kernel", TRANSFORMER_IMPL="local", FUSED_SINGLE_QKV_ROPE=1)
+
+
+def test_context_parallel_needs_te(base_env):
+    refused(base_env, "context_parallel_backend", CP=2, GPUS_PER_NODE=2)
+
+
+@pytest.mark.parametrize("toggles,expect", [
+    ({"TP": 3, "GPUS_PER_NODE": 8}, "must be one of 1, 2, 4, 8"),
+    ({"TP": 16, "GPUS_PER_NODE": 16}, "Nearest valid TP: 8"),
+    ({"BS": 100, "GPUS_PER_NODE": 8}, "Nearest valid BS: 96 or 104"),
+    ({"PP": 3, "GPUS_PER_NODE": 3, "BS": 126}, "Nearest valid PP: 2 or 4"),
+    ({"MBS": 0}, "MBS=0 must be at least 1"),
+])
+def test_parallel_sizes_refused_with_nearest_valid(base_env, toggles, expect):
+    assert expect in refused(base_env, "parallel_sizes", **toggles)
+
+
+def test_sequence_parallel_follows_tp(base_env):
+    assert launch(base_env, TP=2, GPUS_PER_NODE=2).settings["SEQUENCE_PARALLEL"] is True
+    result = launch(base_env, SEQUENCE_PARALLEL=1)
+    assert result.settings["SEQUENCE_PARALLEL"] is False
+    assert notices(result, "sequence_parallel")
+
+
+def test_local_backend_drops_sequence_parallel(base_env):
+    result = launch(base_env, TRANSFORMER_IMPL="local", TP=2, GPUS_PER_NODE=2)
+    assert result.settings.setting("SEQUENCE_PARALLEL").source == "guard"
+    refused(base_env, "local_norm_sequence_parallel", TRANSFORMER_IMPL="local", TP=2,
+            GPUS_PER_NODE=2, SEQUENCE_PARALLEL=1)
+
+
+def test_overlap_param_gather_needs_the_distributed_optimizer(base_env):
+    result = launch(base_env, DISTRIBUTED_OPTIMIZER=0)
+    assert result.settings.setting("OVERLAP_PARAM_GATHER").source == "guard"
+    refused(base_env, "optimizer_overlap", DISTRIBUTED_OPTIMIZER=0, OVERLAP_PARAM_GATHER=1)
+
+
+@pytest.mark.parametrize("addr", [None, "localhost", "127.0.0.1", "::1"])
+def test_multinode_refuses_missing_or_loopback_master(base_env, addr):
+    toggles = {"NNODES": 2, "GPUS_PER_NODE": 8}
+    if addr:
+        toggles["MASTER_ADDR"] = addr
+    assert "MASTER_ADDR" in refused(base_env, "multinode_master_addr", **toggles)
+
+
+def test_multinode_with_a_real_master_resolves(base_env):
+    result = launch(base_env, NNODES=2, NODE_RANK=1, MASTER_ADDR="node-0.cluster",
+                    GPUS_PER_NODE=8)
+    words = result.buckets["DISTRIBUTED_ARGS"]
+    assert words[words.index("--master-addr") + 1] == "node-0.cluster"
+    assert result.ctx.world_size == 16
+    refused(base_env, "multinode_master_addr", NNODES=2, NODE_RANK=2,
+            MASTER_ADDR="node-0.cluster", GPUS_PER_NODE=8)
+
+
+def test_high_lr_with_small_eps_warns(base_env):
+    [notice] = notices(launch(base_env, LR="8e-4"), "adam_eps_at_high_lr")
+    assert "ADAM_EPS=1e-5" in notice.message and "5.9" in notice.message
+    assert not notices(launch(base_env, LR="8e-4", ADAM_EPS="1e-5"), "adam_eps_at_high_lr")
+
+
+def test_schedule_refusals_and_derived_warmup(base_env):
+    result = launch(base_env, TOTAL_ITERS=50)
+    assert result.settings["WARMUP_ITERS"] == 5
+    assert result.settings.setting("WARMUP_ITERS").source == "derived"
+    refused(base_env, "schedule", TOTAL_ITERS=10, WARMUP_ITERS=10)
+    refused(base_env, "schedule", LR="1e-4", MIN_LR="1e-3")
+
+
+def test_profile_window_checked(base_env):
+    refused(base_env, "profile_window", PROFILE="torch", PROFILE_STEP_END=100)
+    refused(base_env, "profile_window", PROFILE="torch", PROFILE_RANKS="3")
+    result = launch(base_env, PROFILE="torch", PROFILE_STEP_START=3, PROFILE_STEP_END=6)
+    out = result.buckets["OUTPUT_ARGS"]
+    assert "--use-pytorch-profiler" in out and out[out.index("--profile-ranks") + 1] == "0"
+
+
+def test_nsys_profile_wraps_the_launch(base_env):
+    result = launch(base_env, PROFILE="nsys")
+    assert result.command[:2] == ["nsys", "profile"]
+    assert "--capture-range=cudaProfilerApi" in result.command
+    assert "--use-pytorch-profiler" not in result.buckets["OUTPUT_ARGS"]
+
+
+def test_empty_load_is_refused_unless_resume_auto(base_env, tmp_path):
+    empty = tmp_path / "ckpt"
+    empty.mkdir()
+    msg = refused(base_env, "load_checkpoint", LOAD=empty)
+    assert "RESUME=auto" in msg
+    result = launch(base_env, LOAD=empty, RESUME="auto")
+    assert notices(result, "load_checkpoint")
+    (empty / CHECKPOINT_TRACKER).write_text("10")
+    assert "--load" in launch(base_env, LOAD=empty).buckets["OUTPUT_ARGS"]
+
+
+def test_missing_dataset_is_refused_before_torchrun(base_env, tmp_path):
+    msg = refused(base_env, "data_path", DATA_PATH=str(tmp_path / "nothing"))
+    assert "nothing.bin" in msg
+
+
+def test_no_gpu_refuses_a_real_launch(base_env):
+    assert "DRY_RUN=1" in refused(base_env, "gpus_present", DRY_RUN=0)
+    assert "PLATFORM=auto" in refused(base_env, "gpus_present", DRY_RUN=0, PLATFORM="h200")
+
+
+def test_all_refusals_of_a_launch_are_reported_together(base_env):
+    with pytest.raises(Refusals) as err:
+        launch(base_env, TP=3, CROSS_ENTROPY_FUSION_IMPL="te", NNODES=2)
+    names = {r.guard for r in err.value.refusals}
+    assert {"parallel_sizes", "te_cross_entropy", "multinode_master_addr"} <= names
+
+
+@pytest.mark.parametrize("toggles,precision", [
+    ({"TE_FP8": 1}, "fp8"),
+    ({"TE_FP8": 1, "TE_FP8_RECIPE": "tensorwise"}, "fp8_tensorwise"),
+    ({"TE_FP8": 1, "TE_FP8_RECIPE": "mxfp8"}, "mxfp8"),
+    ({"TE_FP4": 1, "TE_FP4_RECIPE": "nvfp4"}, "nvfp4"),
+    ({"TE_FP8": 1, "PRECISION": "fp8"}, "fp8"),
+])
+def test_rocm_spellings_resolve_to_precision(base_env, toggles, precision):
+    result = launch(base_env, PLATFORM="gb300", **toggles)
+    assert result.ctx.recipe.name == precision
+    assert result.log_dir.parent.name == precision
+
+
+@pytest.mark.parametrize("toggles,guard", [
+    ({"TE_FP8": 1, "PRECISION": "bf16"}, "precision_spelling_conflict"),
+    ({"TE_FP8": 0, "PRECISION": "fp8"}, "precision_spelling_conflict"),
+    ({"TE_FP8": 1, "TE_FP4": 1}, "fp8_and_fp4_together"),
+    ({"TE_FP4": 1, "TE_FP4_RECIPE": "mxfp4", "PRECISION": "nvfp4"}, "precision_spelling_conflict"),
+])
+def test_conflicting_spellings_are_refused(base_env, toggles, guard):
+    from training.launch.settings import Refusal
+
+    with pytest.raises(Refusal) as err:
+        launch(base_env, PLATFORM="gb300", **toggles)
+    assert err.value.guard == guard and "Use one spelling" in str(err.value) or \
+        guard == "fp8_and_fp4_together"
+
+
+def test_recipe_variable_without_its_switch_is_bad_input(base_env):
+    with pytest.raises(BadInput, match="TE_FP8_RECIPE=tensorwise needs TE_FP8=1"):
+        launch(base_env, TE_FP8_RECIPE="tensorwise")

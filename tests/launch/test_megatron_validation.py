@@ -1,0 +1,78 @@
+"""The final argument list goes through megatron-core 0.19.2's own parser and validate_args."""
+from __future__ import annotations
+
+import pytest
+
+from .helpers import launch, megatron_args
+
+
+@pytest.mark.parametrize("precision,platform", [
+    ("bf16", "auto"), ("bf16", "h200"), ("fp8", "h200"), ("fp8_tensorwise", "mi300x"),
+    ("mxfp8", "b300"), ("nvfp4", "b300")])
+def test_every_precision_parses(base_env, precision, platform):
+    result = launch(base_env, PRECISION=precision, PLATFORM=platform)
+    args = megatron_args(result, validate=False)
+    assert args.bf16
+    if precision == "bf16":
+        assert args.fp8 is None and args.fp4 is None
+    elif precision == "nvfp4":
+        assert args.fp4 == "e2m1" and args.fp4_recipe == "nvfp4" and args.first_last_layers_bf16
+    else:
+        assert args.fp8 == result.settings["FP8_FORMAT"]
+        assert args.fp8_recipe == result.ctx.recipe.fp8_recipe
+
+
+@pytest.mark.parametrize("precision,platform", [
+    ("bf16", "auto"), ("bf16", "b300"), ("fp8_tensorwise", "h200"), ("mxfp8", "b300")])
+def test_validate_args_accepts_what_runs_without_te(base_env, precision, platform):
+    args = megatron_args(launch(base_env, PRECISION=precision, PLATFORM=platform))
+    assert args.grad_reduce_in_bf16 and not args.accumulate_allreduce_grads_in_fp32
+    assert args.cross_entropy_loss_fusion and args.cross_entropy_fusion_impl == "native"
+
+
+def test_nvfp4_validation_needs_transformer_engine(base_env):
+    """fp4 validation asks for TE >= 2.7; this machine has none, so Megatron stops there."""
+    with pytest.raises(Exception, match="(?i)transformer.engine|TE"):
+        megatron_args(launch(base_env, PRECISION="nvfp4", PLATFORM="b300"))
+
+
+@pytest.mark.parametrize("name", ["GRADIENT_ACCUMULATION_FUSION", "GRAD_REDUCE_IN_BF16",
+                                  "DDP_AVERAGE_IN_COLLECTIVE", "CROSS_ENTROPY_LOSS_FUSION",
+                                  "FUSED_SINGLE_QKV_ROPE"])
+@pytest.mark.parametrize("value", [0, 1])
+def test_each_toggle_state_validates(base_env, name, value):
+    args = megatron_args(launch(base_env, GPUS_PER_NODE=2, **{name: value}))
+    expected = {
+        "GRADIENT_ACCUMULATION_FUSION": args.gradient_accumulation_fusion,
+        "GRAD_REDUCE_IN_BF16": args.grad_reduce_in_bf16,
+        "DDP_AVERAGE_IN_COLLECTIVE": args.ddp_average_in_collective,
+        "CROSS_ENTROPY_LOSS_FUSION": args.cross_entropy_loss_fusion,
+        "FUSED_SINGLE_QKV_ROPE": args.fused_single_qkv_rope,
+    }[name]
+    assert expected is bool(value)
+    if name == "GRAD_REDUCE_IN_BF16" and not value:
+        assert args.accumulate_allreduce_grads_in_fp32
+
+
+@pytest.mark.parametrize("toggles", [
+    {"RECOMPUTE": "selective"}, {"RECOMPUTE": "full"},
+    {"TP": 2, "GPUS_PER_NODE": 2, "PLATFORM": "h200", "TRANSFORMER_IMPL": "native"},
+    {"FSDP": 1, "GPUS_PER_NODE": 2},
+    {"MODEL_SIZE": "70B", "TP": 8, "GPUS_PER_NODE": 8, "PLATFORM": "h200",
+     "TRANSFORMER_IMPL": "native"},
+    {"MODEL_SIZE": "3.1-8B"}, {"PROFILE": "torch"}, {"TRANSFORMER_IMPL": "local"}])
+def test_layouts_and_levers_validate(base_env, toggles):
+    args = megatron_args(launch(base_env, **toggles))
+    if toggles.get("RECOMPUTE"):
+        assert args.recompute_granularity == toggles["RECOMPUTE"]
+    if "TP" in toggles:
+        assert args.tensor_model_parallel_size == toggles["TP"] and args.sequence_parallel
+    if toggles.get("MODEL_SIZE") == "3.1-8B":
+        assert args.use_rope_scaling and args.rotary_base == 500000
+
+
+def test_llama2_presets_validate(base_env):
+    for size in ("7B", "13B", "70B"):
+        args = megatron_args(launch(base_env, family="llama2", MODEL_SIZE=size, PLATFORM="h200",
+                                    TRANSFORMER_IMPL="native", GPUS_PER_NODE=8, TP=8))
+        assert args.seq_length == 4096 and args.rotary_base == 10000

@@ -1,0 +1,33 @@
+"""README's generated tables match the registry and the guards; the quickstart is two commands."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from training.launch import docs
+from training.launch.guards import GUARDS
+from training.launch.toggles import REGISTRY
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def test_readme_tables_are_generated_from_the_registry():
+    assert docs.main(["--check"]) == 0, "README.md is stale: run python -m training.launch.docs"
+    text = README.read_text()
+    for toggle in REGISTRY:
+        assert f"| `{toggle.name}` |" in text
+    for fn in GUARDS:
+        assert f"| `{fn.__name__}` |" in text
+
+
+def test_check_fails_on_a_stale_readme(tmp_path):
+    stale = tmp_path / "README.md"
+    stale.write_text(README.read_text().replace("| `GRAD_REDUCE_IN_BF16` | 1 |",
+                                                "| `GRAD_REDUCE_IN_BF16` | 0 |"))
+    assert docs.main(["--check", "--readme", str(stale)]) == 1
+
+
+def test_quickstart_is_exactly_make_train_and_make_test():
+    block = re.search(r"## Quickstart\n\n```bash\n(.*?)```", README.read_text(), re.S).group(1)
+    commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
+    assert commands == ["make train", "make test"]

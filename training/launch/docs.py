@@ -1,0 +1,90 @@
+"""README tables generated from the registry and the guards (one source of truth).
+
+`python -m training.launch.docs` rewrites the blocks between the markers in README.md;
+`--check` exits 1 when README.md is out of date (a test runs it).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+from .guards import GUARDS
+from .settings import fmt_value
+from .toggles import LAUNCHER, REGISTRY
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+GROUP_TITLES = {
+    "performance": "Performance toggles (default on; `=0` disables)",
+    "model": "Model", "precision": "Precision", "backend": "Backend", "parallel": "Parallelism",
+    "training": "Training loop", "data": "Data", "output": "Run folder, logging, checkpoints",
+    "profile": "Profiling", "cluster": "Cluster (torchrun)", "launcher": "Launcher",
+}
+
+
+def _flags(toggle) -> str:
+    if toggle.emitted_by:
+        return f"(built by {toggle.emitted_by})" if not toggle.flag else f"`{toggle.flag}` …"
+    if toggle.kind == "bool":
+        on = " ".join(toggle.on) or "(Megatron default)"
+        off = " ".join(toggle.off) or "(nothing)"
+        return f"1: `{on}` / 0: `{off}`" if toggle.bucket != LAUNCHER else ""
+    return f"`{toggle.flag} VALUE`" if toggle.flag else ""
+
+
+def toggles_table() -> str:
+    lines = []
+    group = None
+    for toggle in REGISTRY:
+        if toggle.group != group:
+            group = toggle.group
+            lines += ["", f"**{GROUP_TITLES.get(group, group)}**", "",
+                      "| toggle | default | values | flag | bucket | what it does |",
+                      "|---|---|---|---|---|---|"]
+        values = "/".join(toggle.choices) if toggle.choices else {
+            "bool": "0/1", "int": "integer", "float": "number", "str": "text",
+            "path": "path", "choice": ""}[toggle.kind]
+        lines.append(f"| `{toggle.name}` | {fmt_value(toggle.default)} | {values} | "
+                     f"{_flags(toggle)} | {toggle.bucket} | {toggle.help} |")
+    return "\n".join(lines).strip()
+
+
+def guards_table() -> str:
+    lines = ["| guard | rule |", "|---|---|"]
+    for fn in GUARDS:
+        doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
+        lines.append(f"| `{fn.__name__}` | {doc} |")
+    return "\n".join(lines)
+
+
+BLOCKS = {"toggles": toggles_table, "guards": guards_table}
+
+
+def render(text: str) -> str:
+    for name, make in BLOCKS.items():
+        pattern = re.compile(rf"(<!-- {name}:begin -->\n)(?:.*?\n)?(<!-- {name}:end -->)", re.S)
+        if not pattern.search(text):
+            raise SystemExit(f"README.md has no <!-- {name}:begin --> ... <!-- {name}:end --> block")
+        text = pattern.sub(lambda m: m.group(1) + make() + "\n" + m.group(2), text)
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.launch.docs")
+    parser.add_argument("--check", action="store_true", help="exit 1 if README.md is stale")
+    parser.add_argument("--readme", type=Path, default=README)
+    args = parser.parse_args(argv)
+    current = args.readme.read_text()
+    fresh = render(current)
+    if args.check:
+        if fresh != current:
+            print("README.md is out of date: run `python -m training.launch.docs`", file=sys.stderr)
+            return 1
+        return 0
+    args.readme.write_text(fresh)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
