@@ -86,3 +86,24 @@ def test_registry_names_are_unique_and_typed():
         assert toggle.kind in ("bool", "int", "float", "str", "choice", "path")
         if toggle.kind == "choice":
             assert toggle.choices and (toggle.default is None or toggle.default in toggle.choices)
+
+
+def test_megatron_alone_has_no_fused_single_qkv_rope_flag_and_ours_adds_it():
+    """megatron-core 0.19.2 has the TransformerConfig field but its parser exits 2 on the flag;
+    training/arguments.py adds it, and core_transformer_config_from_args copies it over."""
+    import argparse
+    import contextlib
+    import io
+
+    from megatron.core.transformer import TransformerConfig
+    from megatron.training.arguments import add_megatron_arguments
+
+    stock = argparse.ArgumentParser(allow_abbrev=False)
+    add_megatron_arguments(stock)
+    with pytest.raises(SystemExit) as exit_info, contextlib.redirect_stderr(io.StringIO()):
+        stock.parse_args(["--fused-single-qkv-rope"])
+    assert exit_info.value.code == 2
+    assert "fused_single_qkv_rope" in TransformerConfig.__dataclass_fields__
+    from .helpers import megatron_parser
+
+    assert megatron_parser().parse_args(["--fused-single-qkv-rope"]).fused_single_qkv_rope
