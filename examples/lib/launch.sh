@@ -12,7 +12,8 @@ export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
 # resolve_launch FAMILY [KEY=VALUE ...] [--megatron-flags ...]
 # Defines GPT_ARGS TRAIN_ARGS DATA_ARGS OUTPUT_ARGS EXTRA_ARGS DISTRIBUTED_ARGS USER_ARGS
-# PROFILER_PREFIX (arrays), LOG_DIR, LAUNCH_LINE, DRY_RUN, and exports the environment presets.
+# PROFILER_PREFIX (arrays), LOG_DIR, LOG_FILE (train.log; train.node<N>.log when NNODES > 1),
+# LAUNCH_LINE, DRY_RUN, and exports the environment presets.
 resolve_launch() {
     local family=$1 resolved
     shift
@@ -28,6 +29,7 @@ print_buckets() {
     echo "EXTRA_ARGS:  ${EXTRA_ARGS[*]} ${USER_ARGS[*]}"
     echo "DISTRIBUTED_ARGS: ${DISTRIBUTED_ARGS[*]}"
     echo "LOG_DIR=$LOG_DIR"
+    echo "LOG_FILE=$LOG_FILE"
     if [ "$DRY_RUN" = 1 ]; then
         echo "$LAUNCH_LINE"
         exit 0

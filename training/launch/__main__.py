@@ -1,7 +1,8 @@
 """`python -m training.launch --family llama3 [KEY=VALUE ...] [--megatron-flags ...]`
 
 Called by examples/*/train_*.sh. Prints the toggle table on stderr and, on stdout, shell
-assignments for the script to `eval`: the buckets as bash arrays, LOG_DIR, the launch line and
+assignments for the script to `eval`: the buckets as bash arrays, LOG_DIR, LOG_FILE (this
+node's log: train.log, or train.node<N>.log when NNODES > 1), the launch line and
 the environment presets. Every value is shell-quoted: nothing a user typed is executed.
 Exit 2 with one message (no traceback) when the input is bad or a guard refuses.
 """
@@ -16,6 +17,7 @@ from .settings import LaunchError
 
 
 def shell_assignments(launch) -> str:
+    from .cluster import node_log_name
     from .toggles import DISTRIBUTED_ARGS, MEGATRON_BUCKETS
 
     q = shlex.quote
@@ -25,6 +27,8 @@ def shell_assignments(launch) -> str:
     lines.append(f"USER_ARGS=({' '.join(q(w) for w in launch.user_args)})")
     lines.append(f"PROFILER_PREFIX=({' '.join(q(w) for w in launch.profiler_prefix)})")
     lines.append(f"LOG_DIR={q(str(launch.log_dir))}")
+    log_name = node_log_name(launch.settings["NNODES"], launch.settings["NODE_RANK"])
+    lines.append(f"LOG_FILE={q(str(launch.log_dir / log_name))}")
     lines.append(f"LAUNCH_LINE={q(launch.command_line)}")
     lines.append(f"DRY_RUN={1 if launch.settings['DRY_RUN'] else 0}")
     for name, (value, _source, _reason) in launch.env.items():

@@ -9,6 +9,8 @@ import dataclasses
 import datetime as _dt
 import socket
 
+from training.versions import launcher_versions
+
 from .resolve import REPO_ROOT, Launch
 from .runfolder import git_sha, package_versions, write_json_atomic
 from .settings import fmt_value
@@ -65,7 +67,7 @@ def launch_manifest(launch: Launch) -> dict:
         "log_dir": str(launch.log_dir),
         "capabilities": ctx.caps.to_dict(),
         "git_sha": git_sha(REPO_ROOT),
-        "versions": package_versions(),
+        "versions": {**package_versions(), **launcher_versions()},
     }
 
 

@@ -6,6 +6,7 @@ import sys
 from typing import TextIO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .manifest import toggle_rows
@@ -51,4 +52,6 @@ def print_report(launch: Launch, stream: TextIO = sys.stderr) -> None:
     console.print(table)
     for notice in launch.settings.notices:
         style = _NOTICE_STYLE.get(notice.level, "")
-        console.print(f"[{style}]{notice.level.upper()}[/] [{notice.guard}] {notice.message}")
+        # escape: "[guard_name]" would otherwise be read as rich markup and vanish
+        console.print(f"[{style}]{notice.level.upper()}[/] "
+                      + escape(f"[{notice.guard}] {notice.message}"))

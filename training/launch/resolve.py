@@ -162,7 +162,8 @@ def resolve(family: str, environ: dict[str, str], words: list[str] | None = None
 
     buckets, emitted = build_buckets(ctx, log_dir)
     env = resolve_environment(caps.info.vendor if caps.info else None, environ,
-                              fsdp=bool(settings["FSDP"]))
+                              fsdp=bool(settings["FSDP"]), platform=caps.platform,
+                              backend=settings["TRANSFORMER_IMPL"])
     launch = Launch(family, settings, ctx, buckets, emitted, env, passthrough, user_args, log_dir)
     if settings["PROFILE"] == "nsys":
         launch.profiler_prefix = [
