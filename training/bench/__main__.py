@@ -1,112 +1,291 @@
-"""`python -m training.bench peers` and `python -m training.bench table`.
+"""`python -m training.bench <command>`
 
-peers   our launcher's default vs Megatron's local spec vs Hugging Face LlamaForCausalLM (SDPA)
-        with and without Liger-Kernel, at one shape, in one invocation; writes
-        docs/benchmarks/<name>.json and prints the ratio table.
-table   the markdown table of a benchmark JSON (docs are generated from the JSONs).
+toggles  a default launcher run and each selected lever's variant (the five default-on
+         toggles off, precision recipes, --levers recompute,mbs,...), interleaved repeats,
+         one JSON: docs/benchmarks/toggles_<hw>_<shape>.json
+peers    ours (launcher default) vs Megatron's local spec, HF LlamaForCausalLM (SDPA) with
+         and without Liger, torchtitan, at one shape, one JSON
+all      the named parts of both for this GPU count, each its own JSON, skipping parts
+         already complete, as many as fit in --budget-s (one command per session)
+levers   regenerate docs/levers.json, docs/levers.md and docs/benchmarks.md from the JSONs
+readme   regenerate the README's performance block (between the perf-table markers)
+table    print the markdown table of one benchmark JSON
+
+--plan prints the runs with estimated wall times and runs nothing.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
-from . import record
-from .ours import run_point
-from .table import peers_table
+from . import catalog, plan, record, suites, sweep
+from .shape import BenchShape, hardware_tag
+from .table import table
+
+clock = time.monotonic  # `all` measures its budget with this (tests pass a fake clock)
 
 
-def _ours_toggles(args, backend: str) -> dict[str, str]:
-    return {"MODEL_SIZE": args.model_size, "NUM_LAYERS": str(args.num_layers),
-            "SEQ_LENGTH": str(args.seq_length), "MBS": str(args.mbs),
-            "BS": str(args.global_batch), "TOTAL_ITERS": str(args.warmup + args.steps),
-            "METRICS_WARMUP_ITERS": str(args.warmup), "EVAL_ITERS": "0",
-            "TRANSFORMER_IMPL": backend, "GPUS_PER_NODE": "1"}
+def _shape(args, gpus: int | None = None) -> BenchShape:
+    return BenchShape(model_size=args.model_size, num_layers=args.num_layers,
+                      seq_length=args.seq_length, mbs=args.mbs, global_batch=args.global_batch,
+                      gpus=gpus or args.gpus, tp=args.tp, pp=args.pp, warmup=args.warmup,
+                      steps=args.steps, repeats=args.repeats)
 
 
-def _hf_point(args, label: str, liger: bool, work: Path) -> dict:
-    out = work / f"{label}.json"
-    log = work / f"{label}.log"
-    preset = {"8B": "llama3-8B", "70B": "llama3-70B", "3.1-8B": "llama3.1-8B"}[args.model_size]
-    cmd = [sys.executable, "-m", "training.bench.hf_peer", "--model", preset,
-           "--num-layers", str(args.num_layers), "--seq-length", str(args.seq_length),
-           "--mbs", str(args.mbs), "--global-batch", str(args.global_batch),
-           "--steps", str(args.steps), "--warmup", str(args.warmup), "--json-out", str(out)]
-    if liger:
-        cmd.append("--liger")
-    with log.open("w") as f:
-        proc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=record.REPO)
-    point = {"label": label, "side": "peer", "command": cmd[1:], "returncode": proc.returncode}
-    if proc.returncode == 0 and out.exists():
-        point.update(json.loads(out.read_text()))
-    else:
-        point["error"] = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
-    return point
+def _list(text: str | None) -> list[str] | None:
+    return None if text is None else [x.strip() for x in text.split(",") if x.strip()]
+
+
+def _tools(args):
+    """(precheck, availability, runner, calibration): the real ones."""
+    from .ours import precheck
+    from .runners import Runners, availability
+
+    work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench-"))
+    runner = Runners(work, master_port=args.master_port, timeout_s=args.timeout_s)
+    return precheck, availability, runner, plan.calibrate(record.BENCH_DIR)
+
+
+def _skipped(configs: list[sweep.Config]) -> list[tuple[str, str, str]]:
+    return [(c.id, c.status, c.message) for c in configs if not c.runnable]
+
+
+def _run_or_plan(args, kind: str, name: str, shape: BenchShape, configs, runner, cal,
+                 out: Path, budget_s: float, extra: dict | None = None) -> int:
+    specs = sweep.order(configs, shape)
+    text = plan.format_plan(f"[{kind}] {name}", specs, _skipped(configs), cal, budget_s)
+    print(text, flush=True)
+    if args.plan:
+        return 0
+    header = record.header(name)
+    result = suites.run_suite(kind, header, shape, configs, runner,
+                              lambda s: plan.estimate(s, cal), out, budget_s, extra)
+    print(table(result))
+    print(f"[bench] wrote {out}" + ("" if result["complete"] else " (incomplete)"))
+    return 0
+
+
+def _default_name(kind: str, shape: BenchShape) -> str:
+    return f"{kind}_{hardware_tag(record.gpu_info().get('name'), shape.gpus)}_{shape.tag()}"
+
+
+def cmd_toggles(args) -> int:
+    shape = _shape(args)
+    try:
+        levers = catalog.select(shape, _list(args.only), _list(args.levers), _list(args.keys))
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    precheck, _availability, runner, cal = _tools(args)
+    try:
+        configs, default_values = suites.toggle_configs(shape, levers, precheck)
+    except suites.SuiteError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    name = args.name or _default_name("toggles", shape)
+    out = Path(args.out) if args.out else record.BENCH_DIR / f"{name}.json"
+    return _run_or_plan(args, "toggles", name, shape, configs, runner, cal, out,
+                        args.budget_s or float("inf"), {"default_resolved": default_values})
 
 
 def cmd_peers(args) -> int:
-    work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench-peers-"))
-    result = record.header(args.name)
-    result["kind"] = "peers"
-    result["shape"] = {"model": args.model_size, "num_layers": args.num_layers,
-                       "seq_length": args.seq_length, "mbs": args.mbs,
-                       "global_batch": args.global_batch, "dtype": "bf16", "gpus": 1,
-                       "steps": args.steps, "warmup": args.warmup, "repeats": args.repeats}
-    points = []
-    sides = [s for s in args.sides.split(",") if s]
-    for repeat in range(args.repeats):
-        for side in sides:
-            label = f"{side}-r{repeat}"
-            print(f"[bench] {label} ...", flush=True)
-            if side in ("native", "local", "transformer_engine"):
-                point = run_point(label, _ours_toggles(args, side), work / "experiment",
-                                  work / "logs")
-                point["side"] = "ours" if side == "native" else f"megatron-{side}"
-            elif side in ("hf", "hf_liger"):
-                point = _hf_point(args, label, side == "hf_liger", work)
+    shape = _shape(args)
+    precheck, availability, runner, cal = _tools(args)
+    try:
+        configs = suites.peer_configs(shape, _list(args.sides), precheck, availability)
+    except suites.SuiteError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    name = args.name or _default_name("peers", shape)
+    out = Path(args.out) if args.out else record.BENCH_DIR / f"{name}.json"
+    return _run_or_plan(args, "peers", name, shape, configs, runner, cal, out,
+                        args.budget_s or float("inf"))
+
+
+def parts_for(gpus: int) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(kind, part name, keys or sides) in the order `all` runs them."""
+    if gpus == 1:
+        return ([("peers", *catalog.PEER_PARTS[0])]
+                + [("toggles", name, keys) for name, keys in catalog.PARTS_DP1]
+                + [("peers", *part) for part in catalog.PEER_PARTS[1:]])
+    return [("toggles", name, keys) for name, keys in catalog.PARTS_DP2]
+
+
+def cmd_all(args) -> int:
+    shape = _shape(args)
+    precheck, availability, runner, cal = _tools(args)
+    out_dir = Path(args.out_dir) if args.out_dir else record.BENCH_DIR
+    hw = hardware_tag(record.gpu_info().get("name"), shape.gpus)
+    slot, slots = (int(x) for x in args.slot.split("/"))
+    started = clock()
+    budget = args.budget_s or float("inf")
+    todo, lines = [], []
+    for kind, part, keys in parts_for(shape.gpus):
+        name = f"{part}_{hw}_{shape.tag()}"
+        out = out_dir / f"{name}.json"
+        if not args.force and (suites.is_complete(out)
+                               or suites.is_complete(record.BENCH_DIR / f"{name}.json")):
+            lines.append(f"  {name}: done (complete JSON present; --force re-measures)")
+            continue
+        todo.append((kind, part, keys, name, out))
+    planned = []
+    for i, (kind, part, keys, name, out) in enumerate(todo):
+        if i % slots != slot:
+            lines.append(f"  {name}: slot {i % slots}/{slots}")
+            continue
+        try:
+            if kind == "toggles":
+                configs, values = suites.toggle_configs(
+                    shape, catalog.select(shape, None, None, list(keys)), precheck)
+                extra = {"default_resolved": values, "part": part}
             else:
-                raise SystemExit(f"unknown side {side!r}")
-            point["name"], point["repeat"] = side, repeat
-            points.append(point)
-            print(f"[bench] {label}: {point.get('tokens_per_s_per_gpu') or point.get('error', '')[-300:]}",
-                  flush=True)
-    result["points"] = points
-    out = record.write(result, Path(args.out) if args.out else
-                       record.BENCH_DIR / f"{args.name}.json")
-    print(peers_table(result))
-    print(f"[bench] wrote {out}")
+                configs = suites.peer_configs(shape, list(keys), precheck, availability)
+                extra = {"part": part}
+        except suites.SuiteError as err:
+            lines.append(f"  {name}: cannot run here: {err}")
+            continue
+        if slots > 1:
+            extra["concurrency"] = (f"slot {slot}/{slots}: ran beside {slots - 1} other "
+                                    "benchmark process(es), each on its own GPU of this host")
+        specs = sweep.order(configs, shape)
+        est = sum(plan.estimate(s, cal) for s in specs)
+        planned.append((kind, name, out, configs, extra, specs, est))
+        lines.append(f"  {name}: {len(specs)} runs, about {est:.0f} s")
+    print(f"[bench all] {shape.gpus} GPU(s), slot {slot}/{slots}, budget {budget:.0f} s; "
+          "parts in order:\n" + "\n".join(lines), flush=True)
+    spent = 0.0
+    for kind, name, out, configs, extra, specs, est in planned:
+        fits = spent + est <= budget
+        print(f"[bench all] {name}: {'runs now' if fits else 'left for a later session'} "
+              f"(about {est:.0f} s)", flush=True)
+        if not fits:
+            continue  # a later, smaller part may still fit
+        if args.plan:
+            spent += est
+            print(plan.format_plan(f"[{kind}] {name}", specs, _skipped(configs), cal, est))
+            continue
+        remaining = budget - (clock() - started)
+        header = record.header(name)
+        part_runner = runner.for_part(name) if hasattr(runner, "for_part") else runner
+        result = suites.run_suite(kind, header, shape, configs, part_runner,
+                                  lambda s: plan.estimate(s, cal), out, remaining, extra)
+        print(table(result), flush=True)
+        print(f"[bench all] wrote {out}" + ("" if result["complete"] else " (incomplete)"))
+        spent = clock() - started
+    return 0
+
+
+def cmd_levers(args) -> int:
+    from .levers import write_docs
+
+    bench_dir = Path(args.bench_dir) if args.bench_dir else record.BENCH_DIR
+    docs = Path(args.docs_dir) if args.docs_dir else record.REPO / "docs"
+    doc = write_docs(bench_dir, docs)
+    counts: dict[str, int] = {}
+    for lever in doc["levers"]:
+        counts[lever["effect"]["verdict"]] = counts.get(lever["effect"]["verdict"], 0) + 1
+    print(f"wrote {docs / 'levers.json'}, {docs / 'levers.md'}, {docs / 'benchmarks.md'}: "
+          f"{len(doc['levers'])} rows ({', '.join(f'{v} {k}' for k, v in counts.items())}) "
+          f"from {len(doc['sources'])} JSON(s)")
+    return 0
+
+
+def cmd_readme(args) -> int:
+    from .levers import build
+    from .readme import NoMarkers, update_readme
+
+    bench_dir = Path(args.bench_dir) if args.bench_dir else record.BENCH_DIR
+    path = Path(args.readme)
+    try:
+        changed = update_readme(path, build(bench_dir), bench_dir)
+    except (NoMarkers, OSError) as err:
+        print(f"error: {path}: {err}", file=sys.stderr)
+        return 2
+    print(f"{path}: {'updated' if changed else 'already up to date'}")
     return 0
 
 
 def cmd_table(args) -> int:
-    data = json.loads(Path(args.json).read_text())
-    print(peers_table(data))
+    print(table(json.loads(Path(args.json).read_text())))
     return 0
 
 
+def _shape_args(p: argparse.ArgumentParser, gpus_default: int = 1) -> None:
+    g = p.add_argument_group("shape")
+    g.add_argument("--model-size", default="8B", help="MODEL_SIZE of the llama3 family")
+    g.add_argument("--num-layers", type=int, default=8)
+    g.add_argument("--seq-length", type=int, default=8192)
+    g.add_argument("--mbs", type=int, default=1)
+    g.add_argument("--global-batch", type=int, default=8)
+    g.add_argument("--gpus", type=int, default=gpus_default, help="GPUS_PER_NODE")
+    g.add_argument("--tp", type=int, default=1)
+    g.add_argument("--pp", type=int, default=1)
+    g.add_argument("--steps", type=int, default=5, help="steady-state steps per run")
+    g.add_argument("--warmup", type=int, default=2, help="warm-up steps per run (not measured)")
+    g.add_argument("--repeats", type=int, default=3)
+    r = p.add_argument_group("run")
+    r.add_argument("--plan", action="store_true", help="print the runs and estimates; run nothing")
+    r.add_argument("--budget-s", type=float, default=None,
+                   help="stop before a run that would end past this many seconds")
+    r.add_argument("--work-dir", default=None, help="run folders and logs (default: a temp dir)")
+    r.add_argument("--timeout-s", type=float, default=600, help="per-run limit")
+    r.add_argument("--master-port", type=int, default=29500)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.bench")
+    parser = argparse.ArgumentParser(prog="python -m training.bench",
+                                     description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=__doc__.split("\n\n", 1)[1])
     sub = parser.add_subparsers(dest="command", required=True)
-    peers = sub.add_parser("peers", help="ours vs Megatron local vs HF (+Liger)")
-    peers.add_argument("--name", default="peers_h200_llama3-8B-8L_seq8192")
-    peers.add_argument("--model-size", default="8B")
-    peers.add_argument("--num-layers", type=int, default=8)
-    peers.add_argument("--seq-length", type=int, default=8192)
-    peers.add_argument("--mbs", type=int, default=1)
-    peers.add_argument("--global-batch", type=int, default=8)
-    peers.add_argument("--steps", type=int, default=15)
-    peers.add_argument("--warmup", type=int, default=5)
-    peers.add_argument("--repeats", type=int, default=1)
-    peers.add_argument("--sides", default="native,local,hf,hf_liger")
-    peers.add_argument("--work-dir", default=None)
-    peers.add_argument("--out", default=None)
-    peers.set_defaults(fn=cmd_peers)
-    table = sub.add_parser("table", help="markdown table of a benchmark JSON")
-    table.add_argument("json")
-    table.set_defaults(fn=cmd_table)
+
+    t = sub.add_parser("toggles", help="default run vs each lever's variant")
+    _shape_args(t)
+    t.add_argument("--only", default=None, help="default-on toggles to measure (default: all five)")
+    t.add_argument("--levers", default=None,
+                   help=f"lever groups: {','.join(catalog.GROUPS)}, all or none "
+                        "(default: precision)")
+    t.add_argument("--keys", default=None, help="explicit lever keys (replaces --only/--levers)")
+    t.add_argument("--name", default=None)
+    t.add_argument("--out", default=None)
+    t.set_defaults(fn=cmd_toggles)
+
+    p = sub.add_parser("peers", help="ours vs Megatron local vs HF (+Liger) vs torchtitan")
+    _shape_args(p)
+    p.add_argument("--sides", default="native,hf,hf_liger,torchtitan,local",
+                   help="the first is ours, compared with each other side")
+    p.add_argument("--name", default=None)
+    p.add_argument("--out", default=None)
+    p.set_defaults(fn=cmd_peers)
+
+    a = sub.add_parser("all", help="every part for this GPU count that fits the budget")
+    _shape_args(a)
+    a.set_defaults(budget_s=510.0)
+    a.add_argument("--out-dir", default=None, help="where the JSONs go (default docs/benchmarks)")
+    a.add_argument("--force", action="store_true", help="re-measure parts already complete")
+    a.add_argument("--slot", default="0/1",
+                   help="K/N: take every Nth part not yet done, from the Kth (run N of these "
+                        "side by side, each with its own CUDA_VISIBLE_DEVICES and --master-port)")
+    a.set_defaults(fn=cmd_all)
+
+    lv = sub.add_parser("levers", help="regenerate docs/levers.{json,md} and docs/benchmarks.md")
+    lv.add_argument("--bench-dir", default=None)
+    lv.add_argument("--docs-dir", default=None)
+    lv.set_defaults(fn=cmd_levers)
+
+    rd = sub.add_parser("readme", help="regenerate README.md's perf-table block")
+    rd.add_argument("--readme", default=str(record.REPO / "README.md"))
+    rd.add_argument("--bench-dir", default=None)
+    rd.set_defaults(fn=cmd_readme)
+
+    tb = sub.add_parser("table", help="markdown table of a benchmark JSON")
+    tb.add_argument("json")
+    tb.set_defaults(fn=cmd_table)
+
     args = parser.parse_args(argv)
     return args.fn(args)
 

@@ -1,47 +1,130 @@
-"""One measured point of ours: the real launcher (examples/llama/train_llama3.sh) in a
-subprocess, read back from the run folder it writes (manifest.json and metrics.jsonl)."""
+"""One measured point of ours: the real launcher (examples/llama/train_<family>.sh) in a
+subprocess, read back from the run folder it writes (manifest.json and metrics.jsonl).
+
+precheck() resolves the same launch in-process first (DRY_RUN: the launcher's own resolve,
+guards included, no GPU): a refused lever costs no launch, and a guard's corrections are
+known before anything runs.
+"""
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
+import warnings
 from pathlib import Path
 
+from training.launch.toggles import BY_NAME
 from training.metrics import read_metrics
 
 from .record import REPO
 
+# Registry toggles that may come from the caller's environment; every other toggle in the
+# environment is dropped so a stray GRAD_REDUCE_IN_BF16=0 in a shell cannot skew a baseline.
+INHERITED_TOGGLES = ("MASTER_ADDR", "MASTER_PORT", "PLATFORM", "NNODES", "NODE_RANK")
+
+
+def clean_environ(environ: dict[str, str] | None = None) -> tuple[dict[str, str], list[str]]:
+    """The caller's environment without registry toggles; returns (env, dropped names)."""
+    environ = dict(os.environ if environ is None else environ)
+    dropped = sorted(k for k in environ if k in BY_NAME and k not in INHERITED_TOGGLES)
+    for name in dropped:
+        del environ[name]
+    return environ, dropped
+
+
+def precheck(toggles: dict[str, str], family: str = "llama3",
+             environ: dict[str, str] | None = None) -> dict:
+    """Resolve the launch as the launcher would (DRY_RUN=1): refused, or the resolved values
+    and every correction a guard made."""
+    from training.launch.resolve import resolve
+    from training.launch.settings import LaunchError, fmt_value
+
+    env, _ = clean_environ(environ)
+    env.update({k: str(v) for k, v in toggles.items()})
+    env["DRY_RUN"] = "1"
+    try:
+        with warnings.catch_warnings():  # Megatron's import-time notices (no TE/apex here)
+            warnings.simplefilter("ignore")
+            launch = resolve(family, env)
+    except LaunchError as err:
+        return {"status": "refused", "message": str(err)}
+    values = launch.settings.values
+    return {"status": "ok",
+            "values": {name: fmt_value(s.value) for name, s in values.items()},
+            "corrections": [{"toggle": name, "value": fmt_value(s.value), "reason": s.reason}
+                            for name, s in values.items() if s.source == "guard"],
+            "layout": {"tp": launch.settings["TP"], "pp": launch.settings["PP"],
+                       "dp": launch.ctx.data_parallel, "world_size": launch.ctx.world_size}}
+
+
+def run_logged(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float,
+               cwd: Path = REPO) -> tuple[int, bool]:
+    """Run cmd with its output in `log`; on timeout end its whole process group (torchrun
+    and its workers). Returns (returncode, timed_out)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout_s), False
+        except subprocess.TimeoutExpired:
+            for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+                try:
+                    os.killpg(proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    proc.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            return proc.returncode if proc.returncode is not None else -9, True
+
 
 def run_point(label: str, toggles: dict[str, str], experiment_dir: Path, log_dir: Path,
-              family: str = "llama3", timeout_s: int = 900) -> dict:
+              family: str = "llama3", timeout_s: float = 900) -> dict:
     """Launch once with `toggles` (env overrides); return the point's record."""
-    env = dict(os.environ)
+    env, _ = clean_environ()
     env.update({k: str(v) for k, v in toggles.items()})
-    env.update(EXPERIMENT_DIR=str(experiment_dir), EXP_NAME=label, RUN_ID=f"{int(time.time())}")
-    log_dir.mkdir(parents=True, exist_ok=True)
+    run_id = f"{int(time.time() * 1000)}"
+    env.update(EXPERIMENT_DIR=str(experiment_dir), EXP_NAME=label, RUN_ID=run_id)
     log = log_dir / f"{label}.log"
     script = REPO / "examples" / "llama" / f"train_{family}.sh"
     started = time.time()
-    with log.open("w") as out:
-        proc = subprocess.run(["bash", str(script)], env=env, stdout=out, stderr=subprocess.STDOUT,
-                              timeout=timeout_s)
-    point = {"label": label, "side": "ours", "toggles": toggles, "returncode": proc.returncode,
+    returncode, timed_out = run_logged(["bash", str(script)], env, log, timeout_s)
+    point = {"label": label, "side": "ours", "toggles": toggles, "returncode": returncode,
              "wall_s": time.time() - started, "log": str(log)}
-    runs = sorted((experiment_dir / label).glob("*/*/manifest.json"))
-    if proc.returncode != 0 or not runs:
-        point["error"] = _tail(log)
+    runs = sorted((experiment_dir / label).glob(f"*/{run_id}/manifest.json"))
+    if returncode == 2 and not timed_out:
+        # The launcher refused (a guard or a bad value) before any GPU work.
+        lines = _tail(log, 60).splitlines()
+        first = next((i for i, line in enumerate(lines) if line.startswith("error:")), 0)
+        point["refusal"] = point["error"] = "\n".join(lines[first:])
         return point
-    manifest = json.loads(runs[-1].read_text())
-    metrics = read_metrics(runs[-1].parent / "metrics.jsonl")
+    if returncode != 0 or not runs:
+        point["error"] = (f"timed out after {timeout_s:.0f} s\n" if timed_out else "") + _tail(log)
+        return point
+    point.update(read_run(runs[-1].parent))
+    return point
+
+
+def read_run(run: Path) -> dict:
+    """A finished run folder -> the fields a benchmark point records."""
+    manifest = json.loads((run / "manifest.json").read_text())
+    metrics = read_metrics(run / "metrics.jsonl")
     steps = [m for m in metrics if "step_time_s" in m]
     summary = (manifest.get("run") or {}).get("summary") or {}
-    point.update({
-        "run_dir": str(runs[-1].parent),
+    out = {
+        "run_dir": str(run),
         "backend": manifest["backend"],
         "precision": manifest["precision"],
         "layout": manifest["layout"],
         "toggles_resolved": {row["toggle"]: row["value"] for row in manifest["toggles"]},
+        "corrections": [{"toggle": row["toggle"], "value": row["value"],
+                         "reason": row.get("reason", "")}
+                        for row in manifest["toggles"] if row.get("source") == "guard"],
         "native": (manifest.get("run") or {}).get("native"),
         "summary": summary,
         "samples": {"iteration": [m["iteration"] for m in steps],
@@ -51,12 +134,14 @@ def run_point(label: str, toggles: dict[str, str], experiment_dir: Path, log_dir
         "tokens_per_s_per_gpu": summary.get("tokens_per_s_per_gpu"),
         "model_tflops_per_gpu": summary.get("model_tflops_per_gpu"),
         "peak_memory_gib": summary.get("peak_allocated_gib_max_over_ranks"),
-        "optimizer_state": _optimizer_state(manifest),
-    })
-    return point
+        "optimizer_state": optimizer_state(manifest),
+    }
+    if not summary.get("measured", bool(summary)):
+        out["error"] = f"no steady-state figure: {summary.get('reason', 'summary missing')}"
+    return out
 
 
-def _optimizer_state(manifest: dict) -> str:
+def optimizer_state(manifest: dict) -> str:
     values = manifest["values"]
     dist = "sharded over DP (distributed optimizer)" if values.get("DISTRIBUTED_OPTIMIZER") \
         else "replicated"

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.metadata
 import json
+import os
 import shlex
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -28,22 +31,46 @@ def gpu_info() -> dict:
     return info
 
 
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def header(name: str, argv: list[str] | None = None) -> dict:
     import torch
 
+    gpu = gpu_info()
+    gpu["cuda_visible_devices"] = os.environ.get("CUDA_VISIBLE_DEVICES")
     return {
         "name": name,
         "created": _dt.datetime.now().isoformat(timespec="seconds"),
         "command": shlex.join(["python", "-m", "training.bench", *(argv or sys.argv[1:])]),
         "git_sha": git_sha(REPO),
-        "gpu": gpu_info(),
-        "versions": {**package_versions(), "torch_runtime": torch.__version__,
-                     "cuda": torch.version.cuda,
-                     "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None},
+        "host": socket.gethostname(),
+        "gpu": gpu,
+        "versions": {**package_versions(), "torchtitan": _version("torchtitan"),
+                     "torch_runtime": torch.__version__, "cuda": torch.version.cuda,
+                     "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+                     "nccl": _nccl_version(torch)},
     }
 
 
+def _nccl_version(torch) -> str | None:
+    if not torch.cuda.is_available():
+        return None
+    try:
+        version = torch.cuda.nccl.version()
+    except (AttributeError, RuntimeError):
+        return None
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
+
+
 def write(result: dict, out: Path) -> Path:
+    """Write atomically (a temporary file, then a rename): a reader never sees half a file."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(json.dumps(result, indent=1, default=str) + "\n")
+    tmp.replace(out)
     return out

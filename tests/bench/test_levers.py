@@ -1,0 +1,137 @@
+"""docs/levers.json and docs/levers.md generated from benchmark JSONs (fixtures made by fake
+sweeps, plus the real H200 peers JSON)."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from training.bench import levers
+from training.bench.catalog import KINDS, select
+from training.bench.shape import BenchShape
+from training.bench.suites import run_suite, toggle_configs
+
+from .fakes import HEADER, FakeRunner, fake_precheck
+
+REAL_PEERS = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
+              / "peers_h200_llama3-8B-8L_seq8192.json")
+AGREED = {"id", "kind", "set", "baseline", "effect", "shape", "hardware", "source", "repeats",
+          "notes"}
+EFFECT = {"tokens_per_s_ratio", "ratio_spread", "verdict", "peak_memory_gib"}
+SHAPE_KEYS = {"model", "num_layers", "seq_length", "mbs", "global_batch", "gpus", "tp", "pp",
+              "dp", "precision", "backend"}
+
+
+def make_toggles_json(bench: Path, name: str, created: str, shape: BenchShape,
+                      speeds: dict, keys: list[str], refuse: dict | None = None) -> Path:
+    levers_ = select(shape, None, None, keys)
+    configs, values = toggle_configs(shape, levers_, fake_precheck(refuse=refuse))
+    header = dict(HEADER, name=name, created=created)
+    out = bench / f"{name}.json"
+    run_suite("toggles", header, shape, configs,
+              FakeRunner(speed=speeds, noise=0.002, memory={"MBS": 70.0}), lambda s: 1.0,
+              out, 1e9, {"default_resolved": values}, log=lambda _m: None)
+    return out
+
+
+@pytest.fixture
+def bench(tmp_path) -> Path:
+    bench = tmp_path / "benchmarks"
+    bench.mkdir()
+    shutil.copy(REAL_PEERS, bench / REAL_PEERS.name)
+    (bench / "data_prepare_cpu.json").write_text('{"benchmark": "other kind"}')
+    make_toggles_json(bench, "toggles_old", "2026-11-01T00:00:00", BenchShape(),
+                      {"default": 35000, "GRAD_REDUCE_IN_BF16": 30000}, ["GRAD_REDUCE_IN_BF16"])
+    make_toggles_json(bench, "toggles_new", "2026-11-30T00:00:00", BenchShape(),
+                      {"default": 35000, "GRAD_REDUCE_IN_BF16": 34000, "MBS": 36400,
+                       "DDP_AVERAGE_IN_COLLECTIVE": 35000},
+                      ["GRAD_REDUCE_IN_BF16", "MBS", "DDP_AVERAGE_IN_COLLECTIVE",
+                       "PRECISION=mxfp8"],
+                      refuse={"PRECISION=mxfp8": "[precision_needs_hardware] PRECISION=mxfp8 "
+                                                 "does not run on h200"})
+    make_toggles_json(bench, "toggles_dp2", "2026-11-30T01:00:00", BenchShape(gpus=2),
+                      {"default": 34000, "OVERLAP_GRAD_REDUCE": 32000}, ["OVERLAP_GRAD_REDUCE"])
+    return bench
+
+
+def rows(doc: dict, key: str) -> list[dict]:
+    return [e for e in doc["levers"] if e["key"] == key]
+
+
+def test_schema_keys_and_kinds(bench):
+    doc = levers.build(bench)
+    assert doc["schema"] == 1 and doc["generated"] and "verdict_rule" in doc
+    assert len(doc["sources"]) == 4            # the other-kind JSON is not a source
+    for entry in doc["levers"]:
+        assert AGREED <= set(entry), entry["key"]
+        assert EFFECT <= set(entry["effect"])
+        assert entry["kind"] in KINDS
+        assert entry["effect"]["verdict"] in ("faster", "slower", "within noise",
+                                              "not measured", "refused")
+        if entry["shape"] is not None:
+            assert SHAPE_KEYS <= set(entry["shape"])
+    json.dumps(doc)
+
+
+def test_real_peers_json_gives_the_backend_lever_and_peer_rows(bench):
+    doc = levers.build(bench)
+    (local,) = rows(doc, "TRANSFORMER_IMPL=local")
+    assert local["kind"] == "backend" and local["set"].startswith("TRANSFORMER_IMPL=native")
+    assert local["effect"]["tokens_per_s_ratio"] == pytest.approx(34967.19 / 14526.16, rel=1e-4)
+    assert local["effect"]["verdict"] == "faster"
+    assert local["effect"]["peak_memory_gib"]["baseline"] == pytest.approx(98.76, abs=0.01)
+    assert local["source"].endswith("peers_h200_llama3-8B-8L_seq8192.json")
+    assert local["shape"]["model"] == "llama3-8B" and local["hardware"] == "NVIDIA H200"
+    (liger,) = rows(doc, "peer:hf_liger")
+    assert liger["effect"]["tokens_per_s_ratio"] == pytest.approx(34967.19 / 35157.22, rel=1e-4)
+    assert liger["effect"]["verdict"] == "within noise"
+    assert liger["repeats"] == 1 and "1 repeat" in liger["notes"]
+    assert "bf16 AdamW moments" in liger["optimizer_state"]["baseline"]
+    (titan,) = rows(doc, "peer:torchtitan")
+    assert titan["effect"]["verdict"] == "not measured" and titan["source"] is None
+
+
+def test_newest_wins_refusals_and_not_measured(bench):
+    doc = levers.build(bench)
+    (grb,) = rows(doc, "GRAD_REDUCE_IN_BF16")
+    assert grb["source"].endswith("toggles_new.json")
+    assert grb["effect"]["tokens_per_s_ratio"] == pytest.approx(35000 / 34000, abs=0.01)
+    assert grb["set"] == "GRAD_REDUCE_IN_BF16=1" and grb["effect"]["verdict"] == "faster"
+    (mbs,) = rows(doc, "MBS")
+    assert mbs["set"] == "MBS=2" and mbs["baseline"] == "MBS=1"
+    assert mbs["effect"]["peak_memory_gib"] == {"baseline": 54.0, "with": 70.0}
+    (mx,) = rows(doc, "PRECISION=mxfp8")
+    assert mx["effect"]["verdict"] == "refused" and "precision_needs_hardware" in mx["notes"]
+    (ddp,) = rows(doc, "DDP_AVERAGE_IN_COLLECTIVE")
+    assert ddp["needs_dp_gt_1"] and "needs DP>1" in ddp["notes"]
+    (ogr,) = rows(doc, "OVERLAP_GRAD_REDUCE")
+    assert ogr["shape"]["gpus"] == 2 and ogr["shape"]["dp"] == 2
+    assert "needs DP>1" not in ogr["notes"]
+    (full,) = rows(doc, "RECOMPUTE=full")
+    assert full["effect"]["verdict"] == "not measured" and full["effect"]["tokens_per_s_ratio"] is None
+
+
+def test_markdown_has_one_row_per_entry(bench, tmp_path):
+    docs = tmp_path / "docs"
+    doc = levers.write_docs(bench, docs)
+    md = (docs / "levers.md").read_text()
+    table_rows = [l for l in md.splitlines() if l.startswith("| ") and not l.startswith("| lever")]
+    assert len(table_rows) == len(doc["levers"])
+    assert "| GRAD_REDUCE_IN_BF16 | `GRAD_REDUCE_IN_BF16=1` | `GRAD_REDUCE_IN_BF16=0` |" in md
+    assert "within noise (needs DP>1)" in md or "faster (needs DP>1)" in md or \
+        "slower (needs DP>1)" in md
+    assert "| refused |" in md and "not measured" in md
+    assert json.loads((docs / "levers.json").read_text())["levers"] == doc["levers"]
+    bm = (docs / "benchmarks.md").read_text()
+    assert bm.count("\n## ") == 4 and "peers_h200_llama3-8B-8L_seq8192" in bm
+
+
+def test_the_committed_docs_match_the_committed_jsons():
+    """docs/levers.json is regenerated from docs/benchmarks/*.json, not edited."""
+    root = Path(__file__).resolve().parents[2]
+    committed = json.loads((root / "docs" / "levers.json").read_text())
+    fresh = levers.build(root / "docs" / "benchmarks")
+    assert committed["levers"] == fresh["levers"]
+    assert committed["sources"] == fresh["sources"]

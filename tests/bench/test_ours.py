@@ -1,0 +1,55 @@
+"""Our side: a run folder read back, the launcher's refusal recorded, a hung run ended."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from training.bench.ours import read_run, run_logged, run_point
+from training.bench.shape import BenchShape
+
+RUNS = Path(__file__).resolve().parents[1] / "data" / "runs"
+
+
+def test_read_run_of_a_real_h200_run_folder():
+    point = read_run(RUNS / "h200_l8_native")
+    assert point["tokens_per_s_per_gpu"] == pytest.approx(34967.19, rel=1e-6)
+    assert point["peak_memory_gib"] == pytest.approx(54.095, rel=1e-4)
+    assert len(point["samples"]["step_time_s"]) == 20
+    assert point["samples"]["warmup"][:6] == [True] * 5 + [False]
+    assert point["backend"] == "native" and point["layout"]["dp"] == 1
+    assert point["corrections"] == []
+    assert "distributed optimizer" in point["optimizer_state"]
+    assert "error" not in point
+
+
+def test_the_launchers_refusal_is_recorded_instead_of_a_number(tmp_path):
+    """The real launcher (bash + training.launch) refuses before torchrun: exit 2."""
+    toggles = {**BenchShape().env(), "PLATFORM": "h200", "PRECISION": "mxfp8"}
+    point = run_point("mxfp8-r0", toggles, tmp_path / "exp", tmp_path / "logs", timeout_s=120)
+    assert point["returncode"] == 2
+    assert point["refusal"].startswith("error: [precision_needs_hardware]")
+    assert "tokens_per_s_per_gpu" not in point
+
+
+def test_a_run_past_its_limit_is_ended_with_its_children(tmp_path):
+    pidfile = tmp_path / "child.pid"
+    started = time.monotonic()
+    rc, timed_out = run_logged(["bash", "-c", f"sleep 120 & echo $! > {pidfile}; wait"],
+                               dict(os.environ), tmp_path / "hang.log", timeout_s=1.5)
+    assert timed_out and rc != 0
+    assert time.monotonic() - started < 30
+    child = int(pidfile.read_text())
+    time.sleep(0.2)
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie left for a non-reaping init counts as ended)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"

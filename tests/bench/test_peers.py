@@ -1,0 +1,61 @@
+"""The peer sides: availability probes, the torchtitan side's setup, the peers results."""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+
+import pytest
+
+from training.bench.analysis import peers_results
+from training.bench.runners import availability
+from training.bench.shape import BenchShape
+from training.bench.suites import peer_configs, run_suite
+from training.bench.titan_peer import job_args
+
+from .fakes import HEADER, FakeRunner, fake_precheck
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchtitan") is not None,
+                    reason="torchtitan is installed here")
+def test_torchtitan_not_installed_is_a_recorded_reason():
+    reason = availability("torchtitan")
+    assert reason and "not runnable here" in reason and "torchtitan" in reason
+
+
+def test_our_sides_need_no_probe():
+    assert availability("native") is None
+
+
+def test_torchtitan_job_matches_the_shape_and_its_best_setup():
+    a = argparse.Namespace(mbs=1, global_batch=8, seq_length=8192, warmup=2, steps=5,
+                           compile=True)
+    words = job_args(a, "/tmp/dump")
+    pairs = dict(zip(words[::2], words[1::2]))
+    assert pairs["--training.local_batch_size"] == "1"
+    assert pairs["--training.global_batch_size"] == "8"
+    assert pairs["--training.seq_len"] == "8192" and pairs["--training.steps"] == "7"
+    assert pairs["--optimizer.implementation"] == "fused"
+    assert pairs["--activation_checkpoint.mode"] == "none"
+    assert pairs["--training.mixed_precision_param"] == "bfloat16"
+    assert "--compile.enable" in words
+    a.compile = False
+    assert "--compile.enable" not in job_args(a, "/tmp/dump")
+
+
+def test_peers_results_orient_ours_over_each_side(tmp_path):
+    shape = BenchShape()
+    configs = peer_configs(shape, ["native", "hf_liger", "local", "torchtitan"],
+                           fake_precheck(), lambda s: "not runnable here: x" if s == "torchtitan"
+                           else None)
+    result = run_suite("peers", HEADER, shape, configs,
+                       FakeRunner(speed={"native": 35000, "hf_liger": 35000 * 1.1,
+                                         "local": 14000}, noise=0.002),
+                       lambda s: 1.0, tmp_path / "p.json", 1e9, log=lambda _m: None)
+    rows = {r["key"]: r for r in peers_results(result)}
+    assert rows["peer:hf_liger"]["tokens_per_s_ratio"] == pytest.approx(1 / 1.1, rel=0.01)
+    assert rows["peer:hf_liger"]["verdict"] == "slower"
+    assert rows["TRANSFORMER_IMPL=local"]["kind"] == "backend"
+    assert rows["TRANSFORMER_IMPL=local"]["verdict"] == "faster"
+    assert rows["peer:torchtitan"]["verdict"] == "not measured"
+    assert "not runnable here: x" in rows["peer:torchtitan"]["notes"][0]
+    assert len(result["points"]) == 9   # torchtitan costs no run

@@ -1,0 +1,72 @@
+"""Wall-time estimates: calibrated from the recorded H200 run; every `bench all` part fits
+one command under 9 minutes."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from training.bench import plan, sweep
+from training.bench.__main__ import parts_for
+from training.bench.catalog import select
+from training.bench.shape import BenchShape
+from training.bench.suites import peer_configs, toggle_configs
+
+from .fakes import NO_TE_REFUSALS, fake_precheck
+
+BENCH = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
+BUDGET_S = 510  # `bench all`'s default: 9 minutes less start-up and the header/probes
+
+
+def test_calibration_comes_from_the_recorded_run():
+    cal = plan.calibrate(BENCH)
+    peers = json.loads((BENCH / "peers_h200_llama3-8B-8L_seq8192.json").read_text())
+    native = next(p for p in peers["points"] if p["name"] == "native")
+    assert cal.overhead_s["ours"] == pytest.approx(native["wall_s"]
+                                                   - sum(native["samples"]["step_time_s"]))
+    assert cal.tflops["ours"] == pytest.approx(native["model_tflops_per_gpu"])
+    assert "peers_h200" in cal.sources["overhead_s.ours"]
+    assert "fallback" in cal.describe()   # the HF overhead was never recorded: said so
+
+
+def test_estimate_grows_with_steps_and_slow_variants():
+    cal = plan.calibrate(BENCH)
+    shape = BenchShape()
+    spec = sweep.PointSpec(0, "d", "default", 0, "ours", shape.env(), shape)
+    longer = BenchShape(steps=20)
+    spec20 = sweep.PointSpec(0, "d", "default", 0, "ours", longer.env(), longer)
+    full = sweep.PointSpec(0, "f", "RECOMPUTE=full", 0, "ours",
+                           {**shape.env(), "RECOMPUTE": "full"}, shape)
+    assert plan.estimate(spec20, cal) > plan.estimate(spec, cal)
+    assert plan.step_seconds(full, cal) > plan.step_seconds(spec, cal)
+    # one default run: overhead + first-step extra + 7 steps of ~1.9 s at gb 8, seq 8192
+    assert 40 < plan.estimate(spec, cal) < 70
+
+
+@pytest.mark.parametrize("gpus", [1, 2])
+def test_every_part_of_bench_all_fits_one_command(gpus):
+    cal = plan.calibrate(BENCH)
+    shape = BenchShape(gpus=gpus)
+    pre = fake_precheck(refuse=NO_TE_REFUSALS)
+    for kind, part, keys in parts_for(gpus):
+        if kind == "toggles":
+            configs, _ = toggle_configs(shape, select(shape, None, None, list(keys)), pre)
+        else:
+            configs = peer_configs(shape, list(keys), pre, lambda side: None)
+        specs = sweep.order(configs, shape)
+        total = sum(plan.estimate(s, cal) for s in specs)
+        assert total <= BUDGET_S, (part, total)
+        assert {s.repeat for s in specs} == {0, 1, 2}
+
+
+def test_format_plan_lists_runs_total_and_refusals():
+    cal = plan.calibrate(BENCH)
+    shape = BenchShape()
+    configs, _ = toggle_configs(shape, select(shape, ["GRAD_REDUCE_IN_BF16"], ["precision"]),
+                                fake_precheck(refuse=NO_TE_REFUSALS))
+    specs = sweep.order(configs, shape)
+    text = plan.format_plan("[toggles] x", specs, [(c.id, c.status, c.message)
+                                                   for c in configs if not c.runnable], cal, 60)
+    assert f"{len(specs)} runs, estimated" in text and "over budget" in text
+    assert "GRAD_REDUCE_IN_BF16=0" in text and "PRECISION=mxfp8: refused" in text

@@ -1,0 +1,169 @@
+"""From a benchmark JSON's points to its results: one row per measured lever or peer.
+
+Results are always recomputed from the recorded points (never trusted from a stored field),
+so tables, docs/levers.json and the README agree with the samples.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from .catalog import PEER_SIDES
+from .stats import effect, steady_step_spread, summarize
+
+
+def config_of(point: dict) -> str:
+    return point.get("config") or point["name"]
+
+
+def by_config(points: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = defaultdict(list)
+    for point in points:
+        out[config_of(point)].append(point)
+    return out
+
+
+def ok(point: dict) -> bool:
+    return bool(point.get("tokens_per_s_per_gpu")) and not point.get("error")
+
+
+def tps_by_repeat(points: list[dict]) -> dict[int, float]:
+    return {p.get("repeat", 0): p["tokens_per_s_per_gpu"] for p in points if ok(p)}
+
+
+def config_summary(points: list[dict]) -> dict:
+    good = [p for p in points if ok(p)]
+    spreads = [s for s in (steady_step_spread(p) for p in good) if s is not None]
+    mems = [p["peak_memory_gib"] for p in good if p.get("peak_memory_gib")]
+    return {"tokens_per_s": summarize([p["tokens_per_s_per_gpu"] for p in good]),
+            "tflops": summarize([p["model_tflops_per_gpu"] for p in good
+                                 if p.get("model_tflops_per_gpu")]),
+            "peak_memory_gib": max(mems) if mems else None,
+            "step_spread": max(spreads) if spreads else None,
+            "repeats_ok": len(good),
+            "failures": [failure_line(p) for p in points if not ok(p)]}
+
+
+def failure_line(point: dict) -> str:
+    """The most telling line of a failed point's error text."""
+    text = (point.get("error") or point.get("refusal") or "failed").strip().splitlines()
+    for marker in ("error:", "Error", "refused", "not runnable"):
+        hit = next((line for line in reversed(text) if marker in line), None)
+        if hit:
+            return hit.strip()[:300]
+    return (text[-1] if text else "failed")[:300]
+
+
+def compare(set_points: list[dict], base_points: list[dict]) -> dict:
+    """Effect of the `set` side over the `baseline` side, with memory and TFLOP/s."""
+    s_sum, b_sum = config_summary(set_points), config_summary(base_points)
+    row = effect(tps_by_repeat(set_points), tps_by_repeat(base_points),
+                 s_sum["step_spread"], b_sum["step_spread"])
+    row["peak_memory_gib"] = {"baseline": b_sum["peak_memory_gib"],
+                              "with": s_sum["peak_memory_gib"]}
+    row["tokens_per_s"] = {"set": s_sum["tokens_per_s"], "baseline": b_sum["tokens_per_s"]}
+    row["tflops_ratio"] = (s_sum["tflops"]["mean"] / b_sum["tflops"]["mean"]
+                           if s_sum["tflops"].get("n") and b_sum["tflops"].get("n") else None)
+    failures = s_sum["failures"] + b_sum["failures"]
+    row["notes"] = [row.pop("note")] if row.get("note") else []
+    if failures:
+        row["notes"].append("failed runs: " + " | ".join(sorted(set(failures))))
+    return row
+
+
+def _fill(text: str, default_values: dict) -> str:
+    if "{default}" not in text:
+        return text
+    name = text.split("=", 1)[0]
+    return text.replace("{default}", str(default_values.get(name, "default")))
+
+
+def toggles_results(data: dict) -> list[dict]:
+    """One row per lever of a `bench toggles` JSON."""
+    groups = by_config(data.get("points", []))
+    default_points = groups.get("default", [])
+    default_values = data.get("default_resolved", {})
+    dp = (data.get("shape") or {}).get("dp", 1)
+    rows = []
+    for config in data.get("configs", []):
+        lever = config.get("lever")
+        if not lever:
+            continue
+        base = {"key": lever["key"], "id": lever["id"], "kind": lever["kind"],
+                "set": _fill(lever["set"], default_values),
+                "baseline": _fill(lever["baseline"], default_values),
+                "needs_dp_gt_1": bool(lever.get("needs_dp")), "status": config["status"]}
+        notes = [lever["note"]] if lever.get("note") else []
+        if config["status"] == "refused":
+            rows.append({**base, "verdict": "refused", "tokens_per_s_ratio": None,
+                         "ratio_spread": None, "repeats": 0,
+                         "notes": notes + [config.get("message", "")]})
+            continue
+        if config["status"] != "planned":
+            rows.append({**base, "verdict": "not measured", "tokens_per_s_ratio": None,
+                         "ratio_spread": None, "repeats": 0,
+                         "notes": notes + [f"{config['status']}: {config.get('message', '')}"]})
+            continue
+        variant = groups.get(config["id"], [])
+        if default_points and not any(ok(p) for p in default_points):
+            rows.append({**base, "verdict": "not measured", "tokens_per_s_ratio": None,
+                         "ratio_spread": None, "repeats": 0,
+                         "notes": notes + ["the default run failed: "
+                                           + failure_line(default_points[0])]})
+            continue
+        if variant and all(p.get("refusal") for p in variant):
+            # the launcher itself refused at run time (exit 2) although the precheck passed
+            rows.append({**base, "status": "refused", "verdict": "refused",
+                         "tokens_per_s_ratio": None, "ratio_spread": None, "repeats": 0,
+                         "notes": notes + [variant[0]["refusal"]]})
+            continue
+        set_pts, base_pts = ((default_points, variant) if lever["default_is_set"]
+                             else (variant, default_points))
+        row = compare(set_pts, base_pts)
+        row["notes"] = notes + row["notes"]
+        if lever.get("needs_dp") and dp == 1:
+            row["notes"].append("needs DP>1: measured at DP=1, where it has nothing to act on")
+        if config.get("corrections"):
+            row["notes"].append("guard corrections in the variant run: " + "; ".join(
+                f"{c['toggle']}={c['value']} ({c['reason']})" for c in config["corrections"]))
+        rows.append({**base, **row})
+    return rows
+
+
+def peers_results(data: dict) -> list[dict]:
+    """Ours (the launcher default) against each peer side of a `bench peers` JSON."""
+    groups = by_config(data.get("points", []))
+    configs = data.get("configs") or [{"id": name, "status": "planned"} for name in groups]
+    ours_id = configs[0]["id"] if configs else "native"
+    rows = []
+    for config in configs[1:]:
+        side = config["id"]
+        key = f"TRANSFORMER_IMPL={side}" if side == "local" else f"peer:{side}"
+        base = {"key": key, "id": "TRANSFORMER_IMPL" if side == "local" else f"peer:{side}",
+                "kind": "backend" if side == "local" else "peer",
+                "set": f"TRANSFORMER_IMPL={ours_id} (launcher default)",
+                "baseline": ("TRANSFORMER_IMPL=local" if side == "local"
+                             else PEER_SIDES.get(side, side)),
+                "needs_dp_gt_1": False, "status": config.get("status", "planned"),
+                "optimizer_state": {
+                    "set": _first(groups.get(ours_id, []), "optimizer_state"),
+                    "baseline": _first(groups.get(side, []), "optimizer_state")}}
+        if config.get("status", "planned") != "planned":
+            rows.append({**base, "verdict": "not measured", "tokens_per_s_ratio": None,
+                         "ratio_spread": None, "repeats": 0,
+                         "notes": [f"{config['status']}: {config.get('message', '')}"]})
+            continue
+        rows.append({**base, **compare(groups.get(ours_id, []), groups.get(side, []))})
+    return rows
+
+
+def _first(points: list[dict], key: str):
+    return next((p[key] for p in points if p.get(key)), None)
+
+
+def results(data: dict) -> list[dict]:
+    kind = data.get("kind")
+    if kind == "peers":
+        return peers_results(data)
+    if kind in ("toggles", "levers"):
+        return toggles_results(data)
+    return []

@@ -1,0 +1,194 @@
+"""Every lever the harness knows: one change against the launcher's default, and how its
+effect is reported.
+
+A lever is measured as one *variant* run (the launcher default plus `env`) against the
+*default* run of the same shape, in the same invocation. Its effect is reported the way a
+user reads it: the tokens/s ratio of `set` over `baseline`. For a default-on toggle the
+default is the `set` side (GRAD_REDUCE_IN_BF16=1 vs =0); for a lever a user opts into
+(RECOMPUTE=full) the variant is the `set` side.
+
+The five default-on toggles come from the registry (training.launch.toggles.PERF_TOGGLES),
+the precision recipes from training.launch.recipes.RECIPES: nothing here redefines a knob.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from training.launch.recipes import RECIPES
+from training.launch.toggles import PERF_TOGGLES
+
+from .shape import BenchShape
+
+# levers.json kinds (agreed with the advisor)
+KINDS = ("toggle", "backend", "kernels", "recompute", "mbs", "seq", "flce", "dist_opt",
+         "overlap", "precision", "peer")
+
+
+@dataclass(frozen=True)
+class Lever:
+    key: str                    # unique: the variant's change, e.g. "RECOMPUTE=full"
+    id: str                     # the toggle to set, e.g. "RECOMPUTE"
+    kind: str                   # one of KINDS
+    group: str                  # --levers selection name
+    env: dict = field(default_factory=dict)  # the variant run's changes to the default
+    set: str = ""               # the setting whose effect is reported
+    baseline: str = ""          # what it is compared with
+    default_is_set: bool = True  # the default run is the `set` side
+    needs_dp: bool = False      # only acts with data parallelism (DP>1)
+    needs_backend: str | None = None  # only means something on this backend
+    note: str = ""
+
+    @property
+    def label(self) -> str:
+        return ",".join(f"{k}={v}" for k, v in self.env.items())
+
+
+def toggle_levers() -> list[Lever]:
+    """Each default-on performance toggle, switched off."""
+    out = []
+    for t in PERF_TOGGLES:
+        flce = t.name == "CROSS_ENTROPY_LOSS_FUSION"
+        out.append(Lever(
+            key=t.name, id=t.name, kind="flce" if flce else "toggle",
+            group="flce" if flce else "toggles", env={t.name: "0"},
+            set=f"{t.name}=1", baseline=f"{t.name}=0", default_is_set=True,
+            needs_dp=t.name == "DDP_AVERAGE_IN_COLLECTIVE",
+            note=("fused linear cross-entropy (never materialises the logits) vs plain "
+                  "cross-entropy on the native backend; one of the five default-on toggles"
+                  if flce else "default-on performance toggle")))
+    return out
+
+
+def precision_levers() -> list[Lever]:
+    """Each low-precision recipe against bf16 (guards refuse those the node cannot run)."""
+    return [Lever(key=f"PRECISION={name}", id="PRECISION", kind="precision", group="precision",
+                  env={"PRECISION": name}, set=f"PRECISION={name}", baseline="PRECISION=bf16",
+                  default_is_set=False, note=f"{recipe.kind} recipe")
+            for name, recipe in RECIPES.items() if name != "bf16"]
+
+
+def other_levers(shape: BenchShape) -> list[Lever]:
+    mbs2, seq2 = shape.mbs * 2, shape.seq_length // 2
+    return [
+        Lever("TRANSFORMER_IMPL=local", "TRANSFORMER_IMPL", "backend", "backend",
+              {"TRANSFORMER_IMPL": "local"}, "TRANSFORMER_IMPL={default}",
+              "TRANSFORMER_IMPL=local", True,
+              note="Megatron-core's local spec (no TE) vs the launcher's default backend"),
+        Lever("TRANSFORMER_IMPL=transformer_engine", "TRANSFORMER_IMPL", "backend", "backend",
+              {"TRANSFORMER_IMPL": "transformer_engine"}, "TRANSFORMER_IMPL=transformer_engine",
+              "TRANSFORMER_IMPL={default}", False,
+              note="Transformer Engine layers where TE imports"),
+        Lever("NATIVE_KERNELS=torch", "NATIVE_KERNELS", "kernels", "kernels",
+              {"NATIVE_KERNELS": "torch"}, "NATIVE_KERNELS={default}", "NATIVE_KERNELS=torch",
+              True, needs_backend="native",
+              note="Liger/Triton kernels vs plain torch ops in the native backend"),
+        Lever("RECOMPUTE=selective", "RECOMPUTE", "recompute", "recompute",
+              {"RECOMPUTE": "selective"}, "RECOMPUTE=selective", "RECOMPUTE=none", False,
+              note="recompute the attention core in the backward pass (memory for time)"),
+        Lever("RECOMPUTE=full", "RECOMPUTE", "recompute", "recompute",
+              {"RECOMPUTE": "full"}, "RECOMPUTE=full", "RECOMPUTE=none", False,
+              note="recompute every layer in the backward pass (memory for time)"),
+        Lever("MBS", "MBS", "mbs", "mbs", {"MBS": str(mbs2)}, f"MBS={mbs2}",
+              f"MBS={shape.mbs}", False,
+              note=f"micro-batch {mbs2} vs {shape.mbs} at the same global batch"),
+        Lever("SEQ_LENGTH", "SEQ_LENGTH", "seq", "seq", {"SEQ_LENGTH": str(seq2)},
+              f"SEQ_LENGTH={seq2}", f"SEQ_LENGTH={shape.seq_length}", False,
+              note="same global batch in sequences (half the tokens per step); "
+                   "model TFLOP/s ratio given too, FLOPs per token differ"),
+        Lever("DISTRIBUTED_OPTIMIZER", "DISTRIBUTED_OPTIMIZER", "dist_opt", "dist_opt",
+              {"DISTRIBUTED_OPTIMIZER": "0"}, "DISTRIBUTED_OPTIMIZER=1",
+              "DISTRIBUTED_OPTIMIZER=0", True, needs_dp=True,
+              note="optimizer state sharded over DP ranks; with it off, OVERLAP_PARAM_GATHER "
+                   "is turned off by the optimizer_overlap guard"),
+        Lever("OVERLAP_GRAD_REDUCE", "OVERLAP_GRAD_REDUCE", "overlap", "overlap",
+              {"OVERLAP_GRAD_REDUCE": "0"}, "OVERLAP_GRAD_REDUCE=1", "OVERLAP_GRAD_REDUCE=0",
+              True, needs_dp=True,
+              note="grad reduce overlapped with backward; with it off, OVERLAP_PARAM_GATHER "
+                   "is turned off by the optimizer_overlap guard"),
+        Lever("OVERLAP_PARAM_GATHER", "OVERLAP_PARAM_GATHER", "overlap", "overlap",
+              {"OVERLAP_PARAM_GATHER": "0"}, "OVERLAP_PARAM_GATHER=1",
+              "OVERLAP_PARAM_GATHER=0", True, needs_dp=True,
+              note="param all-gather overlapped with forward (distributed optimizer)"),
+    ]
+
+
+def all_levers(shape: BenchShape) -> list[Lever]:
+    return toggle_levers() + precision_levers() + other_levers(shape)
+
+
+GROUPS = ("toggles", "flce", "precision", "backend", "kernels", "recompute", "mbs", "seq",
+          "dist_opt", "overlap")
+
+# Peers: sides of `bench peers` (levers.json kind "peer"; native vs local is also the
+# TRANSFORMER_IMPL=local backend lever).
+PEER_SIDES = {
+    "native": "ours: launcher default (native backend: SDPA + Liger/Triton kernels)",
+    "transformer_engine": "ours: Transformer Engine backend",
+    "local": "Megatron-core local spec (stock Megatron without TE), through our launcher",
+    "hf": "HF transformers LlamaForCausalLM (SDPA), bf16 params, fused AdamW",
+    "hf_liger": "HF transformers LlamaForCausalLM (SDPA) + Liger-Kernel, bf16, fused AdamW",
+    "torchtitan": "torchtitan (llama3 trainer), bf16 autocast, fused AdamW",
+}
+PEER_KEYS = ("peer:hf", "peer:hf_liger", "peer:torchtitan")
+
+
+def select(shape: BenchShape, only: list[str] | None, groups: list[str] | None,
+           keys: list[str] | None = None) -> list[Lever]:
+    """The levers of one `bench toggles` invocation.
+
+    only    default-on toggle names (default: all five)
+    groups  lever groups (GROUPS; 'all'; default: precision), e.g. recompute,mbs
+    keys    explicit lever keys; replaces both
+    """
+    levers = all_levers(shape)
+    by_key = {lv.key: lv for lv in levers}
+    if keys:
+        unknown = [k for k in keys if k not in by_key]
+        if unknown:
+            raise ValueError(f"unknown lever key(s) {', '.join(unknown)}: use one of "
+                             f"{', '.join(by_key)}")
+        return [by_key[k] for k in keys]
+    toggle_names = [t.name for t in PERF_TOGGLES]
+    if only is None:
+        only = toggle_names
+    bad = [n for n in only if n not in toggle_names]
+    if bad:
+        raise ValueError(f"--only takes default-on toggles ({', '.join(toggle_names)}); "
+                         f"not {', '.join(bad)}")
+    if groups is None:
+        groups = ["precision"]
+    if "all" in groups:
+        groups = [g for g in GROUPS if g not in ("toggles", "flce")]
+    if "none" in groups:
+        groups = []
+    bad = [g for g in groups if g not in GROUPS]
+    if bad:
+        raise ValueError(f"unknown lever group(s) {', '.join(bad)}: use {', '.join(GROUPS)}, "
+                         "all or none")
+    chosen = [lv for lv in toggle_levers() if lv.id in only]
+    chosen += [lv for lv in levers if lv.group in groups and lv not in chosen]
+    return chosen
+
+
+# `bench all`: parts small enough for one ~9-minute command each (a shared default run plus
+# two measured variants, three repeats: 9 launcher runs), in the order they are worth most.
+# Refused variants (precision recipes a node cannot run) cost no GPU time and ride along.
+PARTS_DP1 = (
+    ("toggles-a", ("GRADIENT_ACCUMULATION_FUSION", "CROSS_ENTROPY_LOSS_FUSION",
+                   *[f"PRECISION={n}" for n in RECIPES if n != "bf16"],
+                   "TRANSFORMER_IMPL=transformer_engine")),
+    ("toggles-b", ("FUSED_SINGLE_QKV_ROPE", "GRAD_REDUCE_IN_BF16")),
+    ("levers-kernels-mbs", ("NATIVE_KERNELS=torch", "MBS")),
+    ("levers-recompute", ("RECOMPUTE=selective", "RECOMPUTE=full")),
+    ("levers-seq-ddp", ("SEQ_LENGTH", "DDP_AVERAGE_IN_COLLECTIVE")),
+)
+PARTS_DP2 = (
+    ("dp2-comm", ("DDP_AVERAGE_IN_COLLECTIVE", "GRAD_REDUCE_IN_BF16")),
+    ("dp2-optimizer", ("DISTRIBUTED_OPTIMIZER", "OVERLAP_GRAD_REDUCE")),
+    ("dp2-overlap", ("OVERLAP_PARAM_GATHER", "GRADIENT_ACCUMULATION_FUSION")),
+)
+PEER_PARTS = (
+    ("peers", ("native", "hf", "hf_liger")),
+    ("peers-local", ("native", "local")),
+    ("peers-torchtitan", ("native", "torchtitan")),  # no run when torchtitan cannot run here
+)

@@ -1,0 +1,62 @@
+"""The shape and layout one benchmark measures at, and the launcher toggles that set it."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from training.launch.presets import FAMILIES, PRESETS
+
+
+@dataclass(frozen=True)
+class BenchShape:
+    family: str = "llama3"
+    model_size: str = "8B"          # MODEL_SIZE value of the family
+    num_layers: int = 8
+    seq_length: int = 8192
+    mbs: int = 1
+    global_batch: int = 8
+    gpus: int = 1
+    tp: int = 1
+    pp: int = 1
+    warmup: int = 2                 # iterations left out of the steady state
+    steps: int = 5                  # steady-state iterations measured per run
+    repeats: int = 3
+
+    @property
+    def preset(self) -> str:
+        return FAMILIES[self.family][0][self.model_size]
+
+    @property
+    def dp(self) -> int:
+        return max(self.gpus // (self.tp * self.pp), 1)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch * self.seq_length
+
+    def env(self) -> dict[str, str]:
+        """Launcher toggles for this shape (a point's own changes go on top)."""
+        return {"MODEL_SIZE": self.model_size, "NUM_LAYERS": str(self.num_layers),
+                "SEQ_LENGTH": str(self.seq_length), "MBS": str(self.mbs),
+                "BS": str(self.global_batch), "TOTAL_ITERS": str(self.warmup + self.steps),
+                "METRICS_WARMUP_ITERS": str(self.warmup), "EVAL_ITERS": "0",
+                "GPUS_PER_NODE": str(self.gpus), "TP": str(self.tp), "PP": str(self.pp)}
+
+    def tag(self) -> str:
+        """The shape part of a benchmark name, e.g. llama3-8B-8L_seq8192."""
+        layers = "" if self.num_layers == PRESETS[self.preset].num_layers \
+            else f"-{self.num_layers}L"
+        return f"{self.preset}{layers}_seq{self.seq_length}"
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out.update(model=self.preset, dp=self.dp, tokens_per_step=self.tokens_per_step)
+        return out
+
+
+def hardware_tag(gpu_name: str | None, gpus: int) -> str:
+    """h200 for one H200, h200x2 for two; 'gpu' when the name is unknown."""
+    from training.platforms import platform_for_device_name
+
+    platform = platform_for_device_name(gpu_name) if gpu_name else None
+    base = platform.name if platform else "gpu"
+    return base if gpus == 1 else f"{base}x{gpus}"

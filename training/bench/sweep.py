@@ -1,0 +1,120 @@
+"""The measuring loop shared by `bench toggles` and `bench peers`.
+
+configs  the sides of one comparison: a default run and its variants, or ours and the peers
+order    every repeat runs each runnable config once; repeat r starts at config r (rotated),
+         so slow drift (clocks, heat, a neighbour) hits every side alike; with nothing
+         runnable to compare with the default, nothing runs
+runner   the function that measures one point (injected: tests pass a fake)
+budget   before each point the loop checks that the point's estimate (scaled up when the
+         points so far took longer than estimated) still fits; when it does not, it stops
+         and says so in the JSON (the points done are kept)
+writes   the JSON is rewritten after every point (atomically), so a crash or a timeout
+         keeps what was measured; `complete` says whether the plan ran to its end
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from . import analysis, record
+from .shape import BenchShape
+
+
+@dataclass
+class Config:
+    id: str                          # "default", a lever key, or a peer side
+    side: str                        # ours | hf | hf_liger | torchtitan
+    env: dict[str, str] = field(default_factory=dict)   # launcher toggles on top of the shape
+    lever: dict | None = None        # the catalogue entry (toggles), as a dict
+    status: str = "planned"          # planned | refused | not applicable | not runnable
+    message: str = ""
+    corrections: list = field(default_factory=list)
+
+    @property
+    def runnable(self) -> bool:
+        return self.status == "planned"
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "side": self.side, "env": self.env, "lever": self.lever,
+                "status": self.status, "message": self.message,
+                "corrections": self.corrections}
+
+
+@dataclass(frozen=True)
+class PointSpec:
+    index: int                       # position in the run order
+    label: str                       # unique: run folder and log name
+    config: str
+    repeat: int
+    side: str
+    env: dict                        # the full launcher toggles (shape + config), ours only
+    shape: BenchShape
+
+
+Runner = Callable[[PointSpec], dict]
+Estimate = Callable[[PointSpec], float]
+
+
+def order(configs: list[Config], shape: BenchShape) -> list[PointSpec]:
+    """The interleaved run order: repeat r runs the runnable configs rotated by r."""
+    runnable = [c for c in configs if c.runnable]
+    if len(runnable) < 2:
+        return []  # nothing to compare with: every other side was decided without a run
+    specs = []
+    for repeat in range(shape.repeats):
+        k = repeat % len(runnable) if runnable else 0
+        for config in runnable[k:] + runnable[:k]:
+            specs.append(PointSpec(len(specs), f"{_safe(config.id)}-r{repeat}", config.id,
+                                   repeat, config.side, {**shape.env(), **config.env}, shape))
+    return specs
+
+
+def _safe(text: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "=-_." else "_" for ch in text)
+
+
+def run(result: dict, configs: list[Config], shape: BenchShape, runner: Runner,
+        estimate: Estimate, out: Path, budget_s: float,
+        clock: Callable[[], float] = time.monotonic, log: Callable[[str], None] = print) -> dict:
+    """Measure every point of the plan (within the budget), writing `out` after each."""
+    specs = order(configs, shape)
+    result.update(configs=[c.to_dict() for c in configs], points=[], complete=False,
+                  stopped=None, plan={"order": [s.label for s in specs],
+                                      "estimated_s": sum(estimate(s) for s in specs),
+                                      "budget_s": budget_s})
+    _write(result, out)
+    start = clock()
+    estimated_done = 0.0
+    for i, spec in enumerate(specs):
+        elapsed = clock() - start
+        # runs slower than planned here (a slower start-up, say) make later estimates longer
+        scale = max(1.0, elapsed / estimated_done) if estimated_done else 1.0
+        need = estimate(spec) * scale
+        if elapsed + need > budget_s:
+            result["stopped"] = (f"budget: {elapsed:.0f} s spent, {spec.label} needs about "
+                                 f"{need:.0f} s of the {budget_s:.0f} s budget; not run: "
+                                 + ", ".join(s.label for s in specs[i:]))
+            log(f"[bench] stopping: {result['stopped']}")
+            break
+        log(f"[bench] {spec.label} ({i + 1}/{len(specs)}, about {need:.0f} s) ...")
+        point = runner(spec)
+        estimated_done += estimate(spec)
+        point.update(label=spec.label, config=spec.config, name=spec.config,
+                     repeat=spec.repeat, order_index=spec.index, side=point.get("side", spec.side))
+        result["points"].append(point)
+        log(f"[bench] {spec.label}: " + (f"{point['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU"
+                                         if analysis.ok(point)
+                                         else analysis.failure_line(point)))
+        _write(result, out)
+    else:
+        result["complete"] = True
+    result["elapsed_s"] = clock() - start
+    _write(result, out)
+    return result
+
+
+def _write(result: dict, out: Path) -> None:
+    result["results"] = analysis.results(result)
+    record.write(result, out)

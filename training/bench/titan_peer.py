@@ -1,0 +1,225 @@
+"""The torchtitan peer: torchtitan's own Trainer and llama3 model at our shape, one process.
+
+Written against torchtitan 0.2.x (its Trainer, TrainSpec registry and ConfigManager). What
+was checked on 2026-11-30 (CPU only, torch 2.11.0):
+  - torchtitan 0.3.0 (the newest on PyPI) does not import with torch 2.11: its trainer needs
+    `torch.distributed.fsdp.DataParallelMeshDims` (a newer torch) and the undeclared package
+    spmd-types. probe() reports that as the side's 'not runnable' reason.
+  - torchtitan 0.2.2 imports with torch 2.11 (with torchdata, tyro, einops installed).
+This side has never run on a GPU here: the GPU image carries no torchtitan (add its wheels
+with shared/offline-wheels.sh: torchtitan==0.2.2 torchdata tyro einops docstring-parser
+shtab typeguard), so its first run is its test.
+
+Its best setup at one GPU, as torchtitan configures it: fp32 parameters under bf16 autocast
+(torchtitan applies mixed precision through FSDP or AMP; at world size 1 it is AMP), fused
+AdamW, no activation checkpointing, torch.compile of the blocks and the loss, the same
+micro-batch and global batch (gradient accumulation). Random tokens, like the HF peer, so no
+dataset or tokenizer download is needed (the `datasets` module it imports at load time is
+stubbed when it is not installed; nothing of it is used).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.metadata
+import json
+import os
+import sys
+import time
+import types
+
+SPEC_NAME = "llama3_bench"
+
+
+def _stub_datasets() -> None:
+    """torchtitan's text-dataset module imports `datasets` at load time; our loader feeds
+    random tokens and never calls it."""
+    try:
+        import datasets  # noqa: F401
+        return
+    except ImportError:
+        pass
+    stub = types.ModuleType("datasets")
+    stub.Dataset = type("Dataset", (), {})
+    stub.IterableDataset = type("IterableDataset", (), {})
+
+    def _unavailable(*_a, **_k):
+        raise RuntimeError("datasets is not installed (stubbed for the torchtitan peer)")
+
+    stub.load_dataset = _unavailable
+    dist = types.ModuleType("datasets.distributed")
+    dist.split_dataset_by_node = _unavailable
+    stub.distributed = dist
+    sys.modules["datasets"] = stub
+    sys.modules["datasets.distributed"] = dist
+
+
+def probe() -> None:
+    """Raise (with the reason) unless this side can run here."""
+    import torch
+
+    try:
+        version = importlib.metadata.version("torchtitan")
+    except importlib.metadata.PackageNotFoundError:
+        raise RuntimeError("not runnable here: torchtitan is not installed (PyPI's 0.3.0 "
+                           "needs a newer torch than 2.11; 0.2.2 imports on 2.11)") from None
+    _stub_datasets()
+    try:
+        import torchtitan.train  # noqa: F401
+        from torchtitan.protocols.train_spec import get_train_spec  # noqa: F401
+    except Exception as err:  # noqa: BLE001 - report any import failure as the reason
+        raise RuntimeError(f"not runnable here: torchtitan {version} does not import with "
+                           f"torch {torch.__version__}: {type(err).__name__}: {err}") from None
+    if not torch.cuda.is_available():
+        raise RuntimeError("not runnable here: no CUDA device")
+
+
+class _RandomTokens:
+    """An endless loader of ({'input': tokens}, labels) batches of random token ids."""
+
+    def __init__(self, batch: int, seq: int, vocab: int, seed: int = 1234):
+        import torch
+
+        self.generator = torch.Generator().manual_seed(seed)
+        self.batch, self.seq, self.vocab = batch, seq, vocab
+
+    def __iter__(self):
+        import torch
+
+        while True:
+            tokens = torch.randint(0, self.vocab, (self.batch, self.seq + 1),
+                                   generator=self.generator)
+            yield {"input": tokens[:, :-1]}, tokens[:, 1:]
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        pass
+
+
+def register_spec(num_layers: int, hidden: int, ffn: int, heads: int, kv_heads: int,
+                  vocab: int, seq: int, rope_theta: float, norm_eps: float, mbs: int) -> None:
+    """A TrainSpec like torchtitan's llama3 one, with our shape as flavor 'bench' and the
+    random-token loader."""
+    from torchtitan.protocols.train_spec import get_train_spec, register_train_spec
+
+    base = get_train_spec("llama3")
+    args = dataclasses.replace(base.model_args["8B"], dim=hidden, n_layers=num_layers,
+                               n_heads=heads, n_kv_heads=kv_heads, vocab_size=vocab,
+                               max_seq_len=seq, rope_theta=rope_theta, norm_eps=norm_eps)
+    # torchtitan sizes the MLP from dim, multiplier and rounding; check it lands on ours.
+    hidden_dim = int(2 * (4 * hidden) / 3)
+    if args.ffn_dim_multiplier is not None:
+        hidden_dim = int(args.ffn_dim_multiplier * hidden_dim)
+    hidden_dim = args.multiple_of * ((hidden_dim + args.multiple_of - 1) // args.multiple_of)
+    if hidden_dim != ffn:
+        raise RuntimeError(f"torchtitan's MLP would be {hidden_dim} wide, ours is {ffn}")
+
+    def loader(dp_world_size, dp_rank, tokenizer, job_config, **_kw):
+        return _RandomTokens(job_config.training.local_batch_size,
+                             job_config.training.seq_len, vocab, seed=1234 + dp_rank)
+
+    spec = dataclasses.replace(base, model_args={"bench": args}, build_dataloader_fn=loader,
+                               build_tokenizer_fn=None, build_validator_fn=None)
+    register_train_spec(SPEC_NAME, spec)
+
+
+def job_args(a, dump_folder: str) -> list[str]:
+    """torchtitan CLI overrides for our shape and its best one-GPU setup."""
+    words = ["--model.name", SPEC_NAME, "--model.flavor", "bench",
+             "--job.dump_folder", dump_folder,
+             "--training.local_batch_size", str(a.mbs),
+             "--training.global_batch_size", str(a.global_batch),
+             "--training.seq_len", str(a.seq_length),
+             "--training.steps", str(a.warmup + a.steps),
+             "--training.mixed_precision_param", "bfloat16",
+             "--training.max_norm", "1.0",
+             "--optimizer.name", "AdamW", "--optimizer.lr", "3e-4",
+             "--optimizer.implementation", "fused",
+             "--lr_scheduler.warmup_steps", "1",
+             "--activation_checkpoint.mode", "none",
+             "--metrics.log_freq", "1"]
+    if a.compile:
+        words += ["--compile.enable"]   # its default components: the model and the loss
+    return words
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", default="llama3-8B")
+    p.add_argument("--num-layers", type=int, default=8)
+    p.add_argument("--seq-length", type=int, default=8192)
+    p.add_argument("--mbs", type=int, default=1)
+    p.add_argument("--global-batch", type=int, default=8)
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--no-compile", dest="compile", action="store_false")
+    p.add_argument("--json-out", required=True)
+    a = p.parse_args(argv)
+
+    probe()
+    for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
+                       ("LOCAL_WORLD_SIZE", "1"), ("MASTER_ADDR", "localhost"),
+                       ("MASTER_PORT", os.environ.get("MASTER_PORT", "29500"))):
+        os.environ.setdefault(key, value)
+
+    import torch
+    from torchtitan.config import ConfigManager
+    from torchtitan.train import Trainer
+
+    from training.launch.presets import PRESETS
+    from training.metrics import Shape, flops_per_token, peak_tflops
+
+    preset = PRESETS[a.model]
+    register_spec(a.num_layers, preset.hidden_size, preset.ffn_hidden_size,
+                  preset.num_attention_heads, preset.num_query_groups, preset.vocab_size,
+                  a.seq_length, float(preset.rotary_base), preset.norm_epsilon, a.mbs)
+    dump = os.path.join(os.path.dirname(os.path.abspath(a.json_out)), "torchtitan")
+    config = ConfigManager().parse_args(job_args(a, dump))
+
+    times: list[float] = []
+
+    class TimedTrainer(Trainer):
+        def train_step(self, data_iterator):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            super().train_step(data_iterator)
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+
+    torch.cuda.reset_peak_memory_stats()
+    trainer = TimedTrainer(config)
+    try:
+        trainer.train()
+    finally:
+        trainer.close()
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+    shape = Shape(a.num_layers, preset.hidden_size, preset.ffn_hidden_size,
+                  preset.num_attention_heads, preset.num_query_groups, preset.vocab_size,
+                  a.seq_length)
+    steady = times[a.warmup:]
+    per_gpu = a.global_batch * a.seq_length * len(steady) / sum(steady)
+    tflops = flops_per_token(shape) * per_gpu / 1e12
+    peak = peak_tflops(torch.cuda.get_device_name())
+    result = {
+        "samples": {"iteration": list(range(1, len(times) + 1)), "step_time_s": times,
+                    "warmup": [i < a.warmup for i in range(len(times))]},
+        "tokens_per_s_per_gpu": per_gpu, "model_tflops_per_gpu": tflops,
+        "summary": {"tokens_per_s_per_gpu": per_gpu, "model_tflops_per_gpu": tflops,
+                    "mfu": tflops / peak if peak else None, "steps": len(steady),
+                    "warmup_iters": a.warmup},
+        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "optimizer_state": "fp32 params + fp32 AdamW moments (fused), bf16 autocast",
+        "torchtitan": importlib.metadata.version("torchtitan"),
+        "compile": a.compile,
+    }
+    with open(a.json_out, "w") as f:
+        json.dump(result, f)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
