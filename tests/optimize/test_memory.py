@@ -1,0 +1,130 @@
+"""The memory estimator: its terms, and its error against measured H200 peaks."""
+from __future__ import annotations
+
+import pytest
+
+from training.optimize import calibration
+from training.optimize.config import from_manifest
+from training.optimize.inputs import load_run
+from training.optimize.memory import GIB, MEMORY_BOUND_FRACTION, estimate
+
+from .helpers import LOCAL, NATIVE, PROFILED
+
+# The error this estimator honestly reaches on the recorded runs (the issue's goal is 15%).
+PEAK_TOLERANCE_PCT = 5.0
+AFTER_STEP_TOLERANCE_PCT = 1.0
+
+
+@pytest.mark.parametrize("run", [NATIVE, LOCAL, PROFILED], ids=lambda p: p.name)
+def test_estimate_against_recorded_peak(run):
+    row = calibration.calibrate(run)
+    print(f"\n{run.name}: estimated {row['estimated_peak_gib']:.2f} GiB, measured "
+          f"{row['measured_peak_gib']:.2f} GiB, error {row['error_pct']:+.2f}%")
+    assert row["measured_from"].startswith("manifest.json run.summary")
+    assert abs(row["error_pct"]) <= PEAK_TOLERANCE_PCT
+    assert row["within_goal"]
+
+
+@pytest.mark.parametrize("run", [NATIVE, LOCAL], ids=lambda p: p.name)
+def test_weights_and_optimizer_terms_against_memory_after_a_step(run):
+    """After the optimizer step the activations are gone: what is left is the static terms,
+    the fp32 gradient copy and persistent buffers (measured: metrics.jsonl mem_allocated_gib)."""
+    row = calibration.calibrate(run)
+    after = row["after_step"]
+    print(f"\n{run.name} after a step: estimated {after['estimated_gib']:.2f} GiB, measured "
+          f"{after['measured_gib']:.2f} GiB, error {after['error_pct']:+.2f}%")
+    assert abs(after["error_pct"]) <= AFTER_STEP_TOLERANCE_PCT
+
+
+def test_calibration_cli_prints_each_run(capsys):
+    assert calibration.main([str(NATIVE), str(LOCAL)]) == 0
+    out = capsys.readouterr().out
+    assert "h200_l8_native:" in out and "h200_l8_local:" in out
+    assert "MISSES THE GOAL" not in out
+
+
+def _native():
+    return from_manifest(load_run(NATIVE).manifest)
+
+
+def test_parameter_count_of_the_8_layer_run():
+    est = estimate(_native())
+    # 8 layers of Llama3-8B (1.745B) + untied input and output embeddings (1.051B)
+    assert est.params_on_rank == pytest.approx(2.7956e9, rel=1e-3)
+
+
+def test_fp32_gradient_buffer_doubles_the_gradient_term_and_drops_the_step_copy():
+    c = _native()
+    bf16, fp32 = estimate(c), estimate(c.with_changes(grad_bf16=False))
+    assert fp32.term("grads").gib == pytest.approx(2 * bf16.term("grads").gib)
+    assert bf16.term("step_fp32_grads") is not None
+    assert fp32.term("step_fp32_grads") is None
+    assert fp32.fwd_bwd_gib > bf16.fwd_bwd_gib
+
+
+def test_distributed_optimizer_shards_main_params_and_moments_over_dp():
+    c = _native().with_changes(gpus_per_node=8)
+    sharded = estimate(c)
+    replicated = estimate(c.with_changes(dist_opt=False))
+    assert c.dp == 8
+    assert replicated.term("adam").gib == pytest.approx(8 * sharded.term("adam").gib)
+    assert replicated.term("main_params").gib == pytest.approx(8 * sharded.term("main_params").gib)
+    assert replicated.term("weights").gib == pytest.approx(sharded.term("weights").gib)
+
+
+def test_fused_linear_cross_entropy_avoids_the_logits():
+    c = _native()
+    flce = estimate(c)
+    logits = estimate(c.with_changes(ce_fusion=False))
+    assert c.flce and not c.with_changes(ce_fusion=False).flce
+    assert "fused linear CE" in flce.term("loss").formula
+    assert "logits" in logits.term("loss").formula
+    # bf16 + fp32 logits of 8192 tokens x 128256 vocab, and the fp32 part kept
+    tokens, vocab = 8192, c.padded_vocab
+    assert logits.term("loss").gib * GIB >= tokens * vocab * 6
+    assert flce.term("loss").gib < logits.term("loss").gib
+    # at TP=2 the native backend falls back to Megatron's vocab-parallel loss
+    assert not c.with_changes(tp=2, gpus_per_node=2).flce
+
+
+def test_local_backend_scores_grow_with_the_square_of_the_sequence():
+    c = _native()
+    local = c.with_changes(backend="local")
+    def act(cfg):
+        return estimate(cfg).term("activations").gib
+    assert act(local.with_changes(seq=16384)) / act(local) > 3.0      # s * s^2 -> ~4x
+    assert act(c.with_changes(seq=16384)) / act(c) == pytest.approx(2.0, rel=1e-6)
+    assert estimate(local).term("scores_buffer") is not None
+    assert estimate(c).term("scores_buffer") is None
+
+
+def test_recompute_modes_order_the_activations():
+    c = _native()
+    none, selective, full = (estimate(c.with_changes(recompute=m)).term("activations").gib
+                             for m in ("none", "selective", "full"))
+    assert full < selective < none
+    assert full == pytest.approx(8 * 8192 * 2 * 4096 / GIB)
+
+
+def test_tensor_parallel_with_sequence_parallel_halves_the_activations():
+    c = _native().with_changes(gpus_per_node=2)
+    tp2 = c.with_changes(tp=2)
+    assert tp2.sp
+    assert (estimate(tp2).term("activations").gib
+            == pytest.approx(estimate(c).term("activations").gib / 2))
+
+
+def test_pipeline_first_stage_holds_pp_micro_batches():
+    c = _native().with_changes(gpus_per_node=4, pp=4, global_batch=16)
+    est = estimate(c)
+    assert est.stage == "first"
+    assert "x 4 micro-batches in flight" in est.term("activations").formula
+
+
+def test_fits_is_the_90_percent_line():
+    c = _native()
+    est = estimate(c)
+    assert est.device_gib == 141
+    assert est.fits is (est.peak_gib <= MEMORY_BOUND_FRACTION * 141)
+    big = estimate(c.with_changes(seq=262144))
+    assert big.fits is False

@@ -1,0 +1,88 @@
+"""The memory estimator against measured peaks of real runs.
+
+    python -m training.optimize.calibration [RUN ...] [--json]
+
+For each run folder with a measured peak (manifest.json run.summary, or metrics.jsonl):
+the estimated peak, the measured peak (torch.cuda.max_memory_allocated, max over ranks) and
+the error. A second check isolates the weights-and-optimizer terms: the memory still
+allocated after an optimizer step (metrics.jsonl mem_allocated_gib, activations freed) against
+the estimate's static terms + the step-only fp32 gradient copy + persistent buffers, without
+the overhead constant. Default runs: the recorded H200 runs in tests/data/runs/.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .config import from_manifest
+from .inputs import BadInput, load_run
+from .memory import OVERHEAD_GIB, error_pct, estimate
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_RUNS = ("tests/data/runs/h200_l8_native", "tests/data/runs/h200_l8_local")
+# The issue's goal for the estimator's error on measured runs.
+GOAL_PCT = 15.0
+
+
+def calibrate(run: str | Path) -> dict:
+    inputs = load_run(run)
+    config = from_manifest(inputs.manifest)
+    est = estimate(config)
+    measured, where = inputs.measured_peak_gib()
+    if measured is None:
+        raise BadInput(f"{run}: no measured peak (a DRY_RUN manifest, or a run without "
+                       "metrics): nothing to calibrate against")
+    row = {"run": str(run), "model": config.model, "layers": config.num_layers,
+           "seq": config.seq, "mbs": config.mbs, "backend": config.backend,
+           "recompute": config.recompute, "estimated_peak_gib": est.peak_gib,
+           "peak_phase": est.peak_phase, "measured_peak_gib": measured, "measured_from": where,
+           "error_pct": error_pct(est.peak_gib, measured),
+           "within_goal": abs(error_pct(est.peak_gib, measured)) <= GOAL_PCT}
+    after = [m.get("mem_allocated_gib") for m in inputs.metrics
+             if isinstance(m.get("mem_allocated_gib"), (int, float))]
+    if after:
+        static = sum(t.gib for t in est.terms
+                     if t.phase in ("static", "persistent") and t.key != "overhead")
+        static += sum(t.gib for t in est.terms if t.key == "step_fp32_grads")
+        row["after_step"] = {"estimated_gib": static, "measured_gib": after[-1],
+                             "error_pct": error_pct(static, after[-1]),
+                             "terms": "weights + gradient buffer + main params + Adam + "
+                                      "fp32 gradient copy + persistent buffers (no overhead)"}
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.optimize.calibration",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="*", help="run folders (default: the recorded H200 runs)")
+    parser.add_argument("--json", action="store_true", help="print JSON rows")
+    args = parser.parse_args(argv)
+    runs = args.runs or [str(REPO_ROOT / r) for r in DEFAULT_RUNS]
+    try:
+        rows = [calibrate(r) for r in runs]
+    except BadInput as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"estimator vs measured peak allocated memory (overhead constant {OVERHEAD_GIB} GiB; "
+          f"goal: within {GOAL_PCT:.0f}%)")
+    for row in rows:
+        name = Path(row["run"]).name
+        print(f"  {name}: {row['model']} {row['layers']}L seq {row['seq']} mbs {row['mbs']} "
+              f"{row['backend']}, RECOMPUTE={row['recompute']}: estimated "
+              f"{row['estimated_peak_gib']:.2f} GiB ({row['peak_phase']}), measured "
+              f"{row['measured_peak_gib']:.2f} GiB: error {row['error_pct']:+.1f}%"
+              + ("" if row["within_goal"] else "  MISSES THE GOAL"))
+        if "after_step" in row:
+            a = row["after_step"]
+            print(f"    after an optimizer step: estimated {a['estimated_gib']:.2f} GiB, "
+                  f"measured {a['measured_gib']:.2f} GiB: error {a['error_pct']:+.1f}%")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

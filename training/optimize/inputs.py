@@ -1,0 +1,134 @@
+"""Reading what the advisor works from: a run folder or a DRY_RUN manifest.
+
+A run folder holds manifest.json (always), and when the run went on GPUs metrics.jsonl,
+train.log, and, when profiled and reported, trace_report.json (in the folder or in its
+profile/). Anything that cannot be read is a BadInput: one line, exit status 2.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class BadInput(Exception):
+    """Input the advisor cannot work from; the message is the one line the user sees."""
+
+    exit_code = 2
+
+
+# What an out-of-memory looks like in a train.log (torch's CUDA and HIP allocators, NCCL's
+# and the generic RuntimeError wording).
+OOM_PATTERN = re.compile(r"(CUDA|HIP) out of memory|OutOfMemoryError|out of memory",
+                         re.IGNORECASE)
+
+
+@dataclass
+class RunInputs:
+    run_dir: Path
+    manifest_path: Path
+    manifest: dict[str, Any]
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    metrics_path: Path | None = None
+    trace_report: dict[str, Any] | None = None
+    trace_report_path: Path | None = None
+    log_path: Path | None = None
+    oom_lines: list[str] = field(default_factory=list)
+
+    @property
+    def dry_run(self) -> bool:
+        return bool(self.manifest.get("dry_run")) and "run" not in self.manifest
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        run = self.manifest.get("run") or {}
+        return run.get("summary") or {}
+
+    def measured_peak_gib(self) -> tuple[float | None, str | None]:
+        """Peak allocated memory of the run (max over ranks) and where it was read."""
+        value = self.summary.get("peak_allocated_gib_max_over_ranks")
+        if isinstance(value, (int, float)):
+            return float(value), "manifest.json run.summary.peak_allocated_gib_max_over_ranks"
+        peaks = [m.get("mem_peak_allocated_gib") for m in self.metrics]
+        peaks = [p for p in peaks if isinstance(p, (int, float))]
+        if peaks:
+            return max(peaks), "metrics.jsonl max(mem_peak_allocated_gib) (rank 0)"
+        return None, None
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except OSError as err:
+        raise BadInput(f"{path}: cannot read the {what}: {err.strerror or err}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise BadInput(f"{path}: the {what} is not valid JSON ({err})") from None
+
+
+def _find_manifest(path: Path) -> Path:
+    if not path.exists():
+        raise BadInput(f"{path}: no such file or folder (give a run folder or its manifest.json)")
+    if path.is_file():
+        if path.name != "manifest.json" and path.suffix != ".json":
+            raise BadInput(f"{path}: not a manifest (give a run folder or its manifest.json)")
+        return path
+    direct = path / "manifest.json"
+    if direct.is_file():
+        return direct
+    below = sorted(path.rglob("manifest.json"))
+    if len(below) == 1:
+        return below[0]
+    if not below:
+        raise BadInput(f"{path}: no manifest.json here or below: not a run folder (a launch, "
+                       "or DRY_RUN=1 bash examples/llama/train_llama3.sh, writes one)")
+    names = ", ".join(str(p.parent.relative_to(path)) for p in below[:3])
+    raise BadInput(f"{path}: {len(below)} run folders below ({names}"
+                   f"{', ...' if len(below) > 3 else ''}): name one")
+
+
+REQUIRED_SECTIONS = ("model", "layout", "values", "toggles")
+
+
+def load_run(path: str | Path) -> RunInputs:
+    manifest_path = _find_manifest(Path(path))
+    manifest = _read_json(manifest_path, "manifest")
+    if not isinstance(manifest, dict):
+        raise BadInput(f"{manifest_path}: the manifest is not a JSON object")
+    missing = [k for k in REQUIRED_SECTIONS if not isinstance(manifest.get(k), (dict, list))]
+    if missing:
+        raise BadInput(f"{manifest_path}: not a launcher manifest (missing "
+                       f"{', '.join(missing)}); write one with the launcher")
+    run_dir = manifest_path.parent
+    inputs = RunInputs(run_dir=run_dir, manifest_path=manifest_path, manifest=manifest)
+
+    metrics_path = run_dir / "metrics.jsonl"
+    if metrics_path.is_file():
+        records = []
+        for number, line in enumerate(metrics_path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                raise BadInput(f"{metrics_path}:{number}: not a JSON line") from None
+        inputs.metrics, inputs.metrics_path = records, metrics_path
+
+    for candidate in (run_dir / "trace_report.json", run_dir / "profile" / "trace_report.json"):
+        if candidate.is_file():
+            report = _read_json(candidate, "trace report")
+            if not isinstance(report, dict) or not isinstance(report.get("overall"), dict):
+                raise BadInput(f"{candidate}: not a trace report (no 'overall' section; see "
+                               "docs/profiling.md)")
+            inputs.trace_report, inputs.trace_report_path = report, candidate
+            break
+
+    log_path = run_dir / "train.log"
+    if log_path.is_file():
+        inputs.log_path = log_path
+        with log_path.open(errors="replace") as f:
+            for line in f:
+                if OOM_PATTERN.search(line):
+                    inputs.oom_lines.append(line.strip()[:300])
+    return inputs

@@ -1,0 +1,336 @@
+"""Per-GPU memory estimate of a resolved run: the formula, term by term.
+
+Units: bytes, shown in GiB (2**30). h hidden, f FFN width, n heads, g KV groups, d = h/n,
+kv = g*d, V the vocabulary padded as Megatron pads it (to 128*TP), L the layers of one
+pipeline stage, b the micro-batch, s the sequence, T = s*b/CP the tokens one rank holds per
+micro-batch. TP divides what tensor parallelism shards; "/SP" is /TP with sequence
+parallelism and 1 without.
+
+Weights and optimizer (Megatron DDP, bf16 training), per parameter on the rank:
+  bf16 weights 2 B + gradient buffer 2 B (GRAD_REDUCE_IN_BF16=1) or 4 B (fp32)
+  + fp32 main params 4 B + Adam's two fp32 moments 8 B, both divided by DP*CP under the
+  distributed optimizer (Megatron shards them over the data-parallel x context group).
+  FSDP=1: everything divided by DP, plus two gathered layers (not calibrated).
+  Optimizer step only: with a bf16 gradient buffer Megatron copies each rank's gradient
+  shard to fp32 for the step (4 B/shard, freed at the next zero_grad); torch's multi-tensor
+  AdamW (no TE/apex fused Adam, not the native backend) adds a sqrt(v) temporary (4 B/shard).
+
+Activations stored for backward, per layer and token (Korthikanti et al. 2022 "Reducing
+activation recomputation", Table 2, redone tensor by tensor for this code: RMSNorm, SwiGLU,
+GQA, no dropout (p=0), no biases):
+  4 x 2h /SP         the two norms' inputs and outputs (the QKV and fc1 GEMM inputs)
+  + 2(h + 2kv) /TP   q, k, v after RoPE, kept by the attention kernel
+  + 2h /TP           the attention output
+  + 2h /TP           native only: the [s,b,h] copy of it the output projection keeps
+  + 4f + 2f /TP      fc1's output (kept by SwiGLU) and SwiGLU's output (fc2's input)
+  local backend (unfused attention): k and v are repeated to n heads (2*2h instead of 2*2kv)
+  and the softmax probabilities are kept: + 2*n*s /TP bytes per token (the s^2 term
+  that SDPA/flash attention does not store); its QK^T input buffer (2*b*n*s^2/TP) persists.
+  RECOMPUTE=selective: the attention core is recomputed: q, k, v and its output stay,
+  no probabilities, no repeated k/v.  RECOMPUTE=full: each layer keeps its input (2h /SP);
+  one layer's full set is rebuilt at a time during backward.
+  Pipeline: the first stage holds min(PP, micro-batches) micro-batches (1F1B).
+
+Loss (last stage), at the end of the forward pass:
+  final norm input and output 2 x 2h /SP per token, and
+  - fused linear cross-entropy (native backend, CROSS_ENTROPY_LOSS_FUSION=1, TP=1): no
+    logits; it computes the gradients in the forward pass and keeps them: the input
+    gradient 2h per token and the output-weight gradient 2*V*h (bf16), plus a second
+    2*V*h when the backward pass scales it;
+  - otherwise the logits: 2*V/TP per token in bf16 and 4*V/TP in fp32 for the loss
+    (the fp32 softmax is kept for backward; the bf16 logits, later their gradient, are
+    the transient part).
+Backward of one layer adds its gradient working set: 6f/TP per token (fc1/fc2 input
+gradients), and for the local backend 2 x 2*n*s/TP (probabilities' and scores' gradients).
+
+fwd/bwd peak = weights+optimizer + persistent buffers + stored activations
+               + max(loss-time extras, one layer's backward working set) + overhead
+step peak    = weights+optimizer + step-only fp32 gradients/temporaries + persistent + overhead
+peak         = the larger of the two, on the pipeline stage where it is largest.
+
+Overhead: OVERHEAD_GIB, a stated constant for what the terms above do not name (cuBLAS and
+cuDNN workspaces, RoPE tables, the causal mask, allocator rounding). It is not fitted per
+run; docs/optimize.md reports the estimator's error against measured peaks with it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .config import RunConfig
+
+GIB = 2 ** 30
+OVERHEAD_GIB = 1.0
+# A run counts as memory-bound when its peak is above this share of the GPU's memory.
+MEMORY_BOUND_FRACTION = 0.90
+
+
+@dataclass
+class Term:
+    key: str
+    label: str
+    gib: float
+    phase: str                   # static | activations | loss | backward | step | persistent
+    formula: str
+    in_peak: bool = True         # False: an alternative that is not the one at the peak
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Estimate:
+    stage: str                   # which pipeline stage peaks: "only", "first" or "last"
+    params_on_rank: float
+    terms: list[Term]
+    fwd_bwd_gib: float
+    step_gib: float
+    device_gib: float | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def peak_gib(self) -> float:
+        return max(self.fwd_bwd_gib, self.step_gib)
+
+    @property
+    def peak_phase(self) -> str:
+        return "forward/backward" if self.fwd_bwd_gib >= self.step_gib else "optimizer step"
+
+    @property
+    def fraction(self) -> float | None:
+        return self.peak_gib / self.device_gib if self.device_gib else None
+
+    @property
+    def fits(self) -> bool | None:
+        if self.device_gib is None:
+            return None
+        return self.peak_gib <= MEMORY_BOUND_FRACTION * self.device_gib
+
+    def term(self, key: str) -> Term | None:
+        return next((t for t in self.terms if t.key == key), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "params_on_rank": self.params_on_rank,
+                "peak_gib": self.peak_gib, "peak_phase": self.peak_phase,
+                "fwd_bwd_gib": self.fwd_bwd_gib, "step_gib": self.step_gib,
+                "device_gib": self.device_gib, "fraction_of_device": self.fraction,
+                "memory_bound_fraction": MEMORY_BOUND_FRACTION, "fits": self.fits,
+                "overhead_gib": OVERHEAD_GIB,
+                "terms": [t.to_dict() for t in self.terms], "notes": self.notes}
+
+
+def _g(value: float) -> float:
+    return value / GIB
+
+
+def layer_params(c: RunConfig) -> tuple[float, float]:
+    """(tensor-parallel-sharded, replicated) parameters of one layer on one rank."""
+    h, f = c.hidden, c.ffn
+    attention = h * (h + 2 * c.kv_width) + h * h       # QKV and output projections
+    mlp = 3 * h * f                                      # SwiGLU: fc1 (2f x h) + fc2 (h x f)
+    return (attention + mlp) / c.tp, 2 * h               # two RMSNorm weights
+
+
+def stage_params(c: RunConfig, stage: str) -> float:
+    sharded, replicated = layer_params(c)
+    layers = math.ceil(c.num_layers / c.pp)
+    count = layers * (sharded + replicated)
+    embedding = c.padded_vocab * c.hidden / c.tp
+    if stage in ("only", "first"):
+        count += embedding                               # input embedding
+    if stage in ("only", "last"):
+        count += embedding + c.hidden                    # untied output layer + final norm
+    return count
+
+
+def activation_bytes_per_token(c: RunConfig, recompute: str | None = None) -> dict[str, float]:
+    """Stored bytes per token of one layer on one rank, split by how they are sharded."""
+    h, f, n, kv = c.hidden, c.ffn, c.heads, c.kv_width
+    mode = recompute or c.recompute
+    sp_div = c.tp if c.sp else 1
+    if mode == "full":
+        return {"sp": 2 * h / sp_div, "tp": 0.0, "scores": 0.0}
+    norms = 4 * 2 * h
+    mlp = 4 * f + 2 * f
+    if mode == "selective":
+        attention = 2 * (h + 2 * kv) + 2 * h
+        scores = 0.0
+    elif c.backend == "local":
+        attention = 2 * h + 2 * 2 * h + 2 * h            # q, k and v repeated to n heads, context
+        scores = 2 * n * c.seq                            # bf16 softmax probabilities
+    elif c.backend == "native":
+        attention = 2 * (h + 2 * kv) + 2 * h + 2 * h      # q, k, v, SDPA output, its [s,b,h] copy
+        scores = 0.0
+    else:                                                 # transformer_engine
+        attention = 2 * (h + 2 * kv) + 2 * h
+        scores = 0.0
+    return {"sp": norms / sp_div, "tp": (attention + mlp) / c.tp, "scores": scores / c.tp}
+
+
+def _formula_per_token(c: RunConfig, mode: str) -> str:
+    if mode == "full":
+        return "2h" + ("/TP" if c.sp and c.tp > 1 else "") + " (layer input only)"
+    sp = "/TP" if c.sp and c.tp > 1 else ""
+    tp = "/TP" if c.tp > 1 else ""
+    if mode == "selective":
+        return f"8h{sp} + (2(h+2kv) + 2h + 6f){tp}"
+    if c.backend == "local":
+        return f"8h{sp} + (8h + 6f){tp} + 2ns{tp} (probabilities)"
+    if c.backend == "native":
+        return f"8h{sp} + (2(h+2kv) + 4h + 6f){tp}"
+    return f"8h{sp} + (2(h+2kv) + 2h + 6f){tp}"
+
+
+def _stage_estimate(c: RunConfig, stage: str) -> Estimate:
+    h, f, n = c.hidden, c.ffn, c.heads
+    V = c.padded_vocab
+    tokens = c.seq * c.mbs / c.cp
+    sp_div = c.tp if c.sp else 1
+    layers = math.ceil(c.num_layers / c.pp)
+    params = stage_params(c, stage)
+    terms: list[Term] = []
+    notes: list[str] = []
+
+    # -- weights, gradients, optimizer ---------------------------------------------------------
+    grad_bytes = 2 if c.grad_bf16 else 4
+    grad_name = "bf16" if c.grad_bf16 else "fp32"
+    if c.fsdp:
+        shard = c.dp
+        sharded, replicated = layer_params(c)
+        gathered = 2 * (sharded + replicated) * (2 + grad_bytes)
+        terms += [
+            Term("weights", "bf16 weights (FSDP: /DP)", _g(params * 2 / shard), "static",
+                 f"{params / 1e9:.3f}B params x 2 B / DP {shard}"),
+            Term("grads", f"{grad_name} gradients (FSDP: /DP)", _g(params * grad_bytes / shard),
+                 "static", f"params x {grad_bytes} B / DP {shard}"),
+            Term("main_params", "fp32 main params (/DP)", _g(params * 4 / shard), "static",
+                 f"params x 4 B / DP {shard}"),
+            Term("adam", "Adam moments, 2 x fp32 (/DP)", _g(params * 8 / shard), "static",
+                 f"params x 8 B / DP {shard}"),
+            Term("fsdp_gathered", "FSDP: two layers gathered", _g(gathered), "static",
+                 f"2 layers x {(sharded + replicated) / 1e6:.0f}M params x (2 + {grad_bytes}) B"),
+        ]
+        step_extra = 0.0
+        notes.append("FSDP=1 is modelled as full sharding of weights, gradients and optimizer "
+                     "state over DP plus two gathered layers; not calibrated on a measured run.")
+    else:
+        shard = c.dp * c.cp if c.dist_opt else 1
+        where = f"/ (DP*CP = {shard})" if c.dist_opt else "(not sharded: DISTRIBUTED_OPTIMIZER=0)"
+        terms += [
+            Term("weights", "bf16 weights", _g(params * 2), "static",
+                 f"{params / 1e9:.3f}B params x 2 B"),
+            Term("grads", f"{grad_name} gradient buffer", _g(params * grad_bytes), "static",
+                 f"params x {grad_bytes} B (GRAD_REDUCE_IN_BF16={int(c.grad_bf16)})"),
+            Term("main_params", "fp32 main params", _g(params * 4 / shard), "static",
+                 f"params x 4 B {where}"),
+            Term("adam", "Adam moments (2 x fp32)", _g(params * 8 / shard), "static",
+                 f"params x 8 B {where}"),
+        ]
+        step_extra = 0.0
+        if c.grad_bf16:
+            step_extra += params * 4 / shard
+            terms.append(Term("step_fp32_grads", "fp32 copy of the gradient shard (step only)",
+                              _g(params * 4 / shard), "step",
+                              f"params x 4 B {where}: bf16 grads -> fp32 for the optimizer"))
+        if not c.fused_adam:
+            step_extra += params * 4 / shard
+            terms.append(Term("step_adam_tmp", "torch multi-tensor AdamW temporary (step only)",
+                              _g(params * 4 / shard), "step",
+                              f"params x 4 B {where}: sqrt(v) of the unfused AdamW"))
+    static = sum(t.gib for t in terms if t.phase == "static") * GIB
+
+    # -- persistent buffers and overhead -----------------------------------------------------
+    persistent = 0.0
+    if c.backend == "local":
+        buffer = 2 * c.mbs * (n / c.tp) * c.seq * c.seq
+        persistent += buffer
+        terms.append(Term("scores_buffer", "QK^T input buffer (local backend)", _g(buffer),
+                          "persistent", "2 B x b x n/TP x s^2 (Megatron's global memory buffer)"))
+    terms.append(Term("overhead", "workspaces, tables, allocator (constant)", OVERHEAD_GIB,
+                      "persistent", "stated constant (cuBLAS/cuDNN workspaces, RoPE, masks)"))
+    persistent += OVERHEAD_GIB * GIB
+
+    # -- activations ---------------------------------------------------------------------------
+    inflight = min(c.pp, c.microbatches) if (stage == "first" and c.pp > 1) else 1
+    per_token = activation_bytes_per_token(c)
+    per_token_total = sum(per_token.values())
+    stored = layers * tokens * per_token_total * inflight
+    label = f"activations, RECOMPUTE={c.recompute}"
+    terms.append(Term("activations", label, _g(stored), "activations",
+                      f"{layers} layers x {tokens:.0f} tokens x {per_token_total:.0f} B "
+                      f"[{_formula_per_token(c, c.recompute)}]"
+                      + (f" x {inflight} micro-batches in flight" if inflight > 1 else "")))
+
+    full = activation_bytes_per_token(c, "none")
+    # Backward of one layer: its input gradients (6f/TP per token); the local backend's
+    # unfused attention also holds the probabilities' and scores' gradients (2 x 2ns/TP),
+    # and under RECOMPUTE=selective the probabilities rebuilt for it (2ns/TP).
+    attn_grads = 2 * 2 * n * c.seq / c.tp if c.backend == "local" else 0.0
+    if c.backend == "local" and c.recompute == "selective":
+        attn_grads += 2 * n * c.seq / c.tp
+    per_token_backward = max(6 * f / c.tp, attn_grads)
+    backward = tokens * per_token_backward
+    backward_formula = ("one layer: 6f/TP per token" if c.backend != "local" else
+                        "one layer: max(6f, 2 x 2ns" +
+                        (" + 2ns rebuilt" if c.recompute == "selective" else "") +
+                        ")/TP per token (attention probabilities' gradients)")
+    if c.recompute == "full":
+        rebuilt = tokens * sum(full.values())
+        backward += rebuilt
+        backward_formula = (f"one layer rebuilt ({sum(full.values()):.0f} B/token) + "
+                            + backward_formula.replace("one layer: ", ""))
+
+    loss = 0.0
+    if stage in ("only", "last"):
+        norm = tokens * 4 * h / sp_div
+        if c.flce:
+            loss_stored = tokens * 2 * h + 2 * V * h
+            loss_transient = 2 * V * h + tokens * 2 * h
+            loss_formula = ("fused linear CE, no logits: 2h per token + output-weight "
+                            "gradient 2Vh, x2 while backward scales it; final norm 4h")
+        else:
+            loss_stored = tokens * 4 * V / c.tp
+            loss_transient = tokens * 2 * V / c.tp
+            why = ("CROSS_ENTROPY_LOSS_FUSION=0" if not c.ce_fusion else
+                   "TP>1" if c.backend == "native" else f"{c.backend} backend")
+            loss_formula = (f"logits ({why}): (2 B bf16 + 4 B fp32) x V/TP per token; "
+                            "final norm 4h")
+        loss = norm + loss_stored + loss_transient
+    at_loss = stored + loss
+    at_backward = stored + backward
+    loss_peak = at_loss >= at_backward
+    if stage in ("only", "last"):
+        terms.append(Term("loss", "loss: logits / fused CE, final norm", _g(loss), "loss",
+                          loss_formula, in_peak=loss_peak))
+    terms.append(Term("backward", "backward working set", _g(backward), "backward",
+                      backward_formula, in_peak=not loss_peak))
+
+    fwd_bwd = static + persistent + max(at_loss, at_backward)
+    step = static + step_extra + persistent
+
+    if c.precision != "bf16":
+        notes.append(f"PRECISION={c.precision}: estimated as bf16 (Transformer Engine's fp8/fp4 "
+                     "weight copies and low-precision activation storage are not modelled).")
+    if c.backend == "transformer_engine":
+        notes.append("Transformer Engine backend: activations follow the same tensor count "
+                     "without the native backend's attention-output copy; not calibrated on a "
+                     "measured TE run.")
+    if c.cp > 1:
+        notes.append("CP>1: tokens per rank divided by CP; ring-attention KV buffers not modelled.")
+    if c.moe:
+        notes.append("MoE layers are not modelled: the estimate counts dense layers only.")
+    return Estimate(stage=stage, params_on_rank=params, terms=terms, fwd_bwd_gib=_g(fwd_bwd),
+                    step_gib=_g(step), device_gib=c.device_gib, notes=notes)
+
+
+def estimate(c: RunConfig) -> Estimate:
+    """The estimate on the pipeline stage whose peak is largest."""
+    if c.pp == 1:
+        return _stage_estimate(c, "only")
+    first, last = _stage_estimate(c, "first"), _stage_estimate(c, "last")
+    return first if first.peak_gib >= last.peak_gib else last
+
+
+def error_pct(estimated: float, measured: float) -> float:
+    return 100.0 * (estimated - measured) / measured

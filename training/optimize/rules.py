@@ -1,0 +1,397 @@
+"""The advisor's knowledge, as data: candidate levers per bottleneck, dead ends, defaults.
+
+Nothing here is a measured number. A lever says when it applies, what it sets and why it
+works; its measured effect is looked up in docs/levers.json by the toggles it sets. A dead end
+says when it is one and why; it cites a levers.json entry where one exists (the `cite`
+assignments) and is otherwise worded as a caution.
+
+Thresholds that classify a shape (not measurements): a sequence is "long" from
+LONG_SEQUENCE tokens; a trace's data-loading range matters above DATA_RANGE_PCT of the step.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .config import RunConfig
+
+LONG_SEQUENCE = 16384
+DATA_RANGE_PCT = 5.0
+# A lever that costs throughput is proposed for memory only when the estimate says it saves at
+# least this share of the peak.
+MATERIAL_SAVING = 0.05
+# "More GPUs" layouts assume nodes of this many GPUs (the platforms this launcher targets).
+GPUS_PER_NODE_ASSUMED = 8
+
+# Flows a candidate can serve.
+MEMORY = "memory"
+COMPUTE, COMM, IDLE, UNKNOWN = ("compute-bound", "communication-bound", "idle/launch-bound",
+                                "unknown")
+THROUGHPUT_FLOWS = (COMPUTE, COMM, IDLE, UNKNOWN)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    id: str
+    title: str
+    flows: tuple[str, ...]
+    mechanism: str
+    # (config, advisor context) -> why it applies here, or None
+    applies: Callable[[RunConfig, Any], str | None]
+    # config -> (toggles to set, the changed config)
+    change: Callable[[RunConfig], tuple[dict[str, str], RunConfig]]
+    costs_throughput: bool = False   # memory levers: a speed cost is expected (recompute, ...)
+    baseline: Callable[[RunConfig], dict[str, str]] = lambda c: {}
+
+
+def _set(**sets: Any) -> dict[str, str]:
+    return {k: str(int(v)) if isinstance(v, bool) else str(v) for k, v in sets.items()}
+
+
+# -- memory levers, in the order an engineer pulls them: free ones first ------------------------
+
+def _flce_applies(c: RunConfig, ctx) -> str | None:
+    if c.backend == "native" and not c.ce_fusion and c.tp == 1 and c.cp == 1:
+        return "the logits are materialised (CROSS_ENTROPY_LOSS_FUSION=0)"
+    return None
+
+
+def _native_for_memory(c: RunConfig, ctx) -> str | None:
+    if c.backend == "local" and c.cp == 1:
+        return ("the local backend's unfused attention keeps the s^2 softmax probabilities of "
+                "every layer; SDPA keeps none")
+    if (c.backend == "transformer_engine" and c.tp == 1 and c.cp == 1 and c.precision == "bf16"
+            and c.ce_fusion):
+        return ("at TP=1 the native backend's fused linear cross-entropy never materialises "
+                "the logits (Transformer Engine's path does)")
+    return None
+
+
+def _grad_bf16_applies(c: RunConfig, ctx) -> str | None:
+    return None if c.grad_bf16 else "the gradient buffer is fp32 (4 B per parameter)"
+
+
+def _dist_opt_applies(c: RunConfig, ctx) -> str | None:
+    if not c.dist_opt and not c.fsdp and c.dp * c.cp > 1:
+        return f"optimizer state is replicated on all {c.dp * c.cp} data-parallel ranks"
+    return None
+
+
+def _mbs_down_applies(c: RunConfig, ctx) -> str | None:
+    return f"MBS={c.mbs}: activations grow with the micro-batch" if c.mbs > 1 else None
+
+
+def _mbs_down(c: RunConfig) -> tuple[dict[str, str], RunConfig]:
+    """The largest smaller micro-batch that fits (estimate) and divides the batch, else 1."""
+    from .memory import estimate
+
+    new = 1
+    for mbs in range(c.mbs - 1, 1, -1):
+        if c.global_batch % (mbs * c.dp) == 0 and estimate(c.with_changes(mbs=mbs)).fits:
+            new = mbs
+            break
+    return _set(MBS=new), c.with_changes(mbs=new)
+
+
+def _selective_applies(c: RunConfig, ctx) -> str | None:
+    if c.recompute != "none":
+        return None
+    if c.backend == "local":
+        return "recomputing the attention core drops the stored s^2 probabilities"
+    return "recomputing the attention core drops its stored output"
+
+
+def _full_applies(c: RunConfig, ctx) -> str | None:
+    return None if c.recompute == "full" else "each layer then keeps only its input"
+
+
+MEMORY_LEVERS: tuple[Candidate, ...] = (
+    Candidate("flce", "fused linear cross-entropy", (MEMORY,),
+              "computes the loss chunk by chunk from the last hidden states: the "
+              "[tokens x vocab] logits are never stored",
+              _flce_applies, lambda c: (_set(CROSS_ENTROPY_LOSS_FUSION=1),
+                                        c.with_changes(ce_fusion=True)),
+              baseline=lambda c: _set(CROSS_ENTROPY_LOSS_FUSION=0)),
+    Candidate("backend_native_memory", "native backend (SDPA attention, fused linear CE)",
+              (MEMORY,),
+              "SDPA (cuDNN/flash) attention stores no s^2 scores; at TP=1 the loss is the "
+              "fused linear cross-entropy",
+              _native_for_memory,
+              lambda c: (_set(TRANSFORMER_IMPL="native"),
+                         c.with_changes(backend="native", ce_fusion=True)),
+              baseline=lambda c: _set(TRANSFORMER_IMPL=c.backend)),
+    Candidate("grad_bf16", "bf16 gradient buffer", (MEMORY,),
+              "gradients accumulate and reduce in bf16: 2 B per parameter instead of 4",
+              _grad_bf16_applies, lambda c: (_set(GRAD_REDUCE_IN_BF16=1),
+                                             c.with_changes(grad_bf16=True)),
+              baseline=lambda c: _set(GRAD_REDUCE_IN_BF16=0)),
+    Candidate("dist_opt", "distributed optimizer", (MEMORY,),
+              "fp32 main params and Adam moments are sharded over the data-parallel ranks",
+              _dist_opt_applies, lambda c: (_set(DISTRIBUTED_OPTIMIZER=1),
+                                            c.with_changes(dist_opt=True)),
+              baseline=lambda c: _set(DISTRIBUTED_OPTIMIZER=0)),
+    Candidate("mbs_down", "smaller micro-batch, same global batch", (MEMORY,),
+              "activations scale with the micro-batch; the global batch is kept by more "
+              "gradient-accumulation steps",
+              _mbs_down_applies, _mbs_down, costs_throughput=True,
+              baseline=lambda c: _set(MBS=c.mbs)),
+    Candidate("recompute_selective", "selective activation recompute", (MEMORY,),
+              "the attention core is recomputed in the backward pass instead of stored",
+              _selective_applies, lambda c: (_set(RECOMPUTE="selective"),
+                                             c.with_changes(recompute="selective")),
+              costs_throughput=True, baseline=lambda c: _set(RECOMPUTE=c.recompute)),
+    # the parallel-layout search runs here (advisor.layout_search)
+    Candidate("recompute_full", "full activation recompute", (MEMORY,),
+              "every layer is recomputed in the backward pass; each keeps only its input",
+              _full_applies, lambda c: (_set(RECOMPUTE="full"),
+                                        c.with_changes(recompute="full")),
+              costs_throughput=True, baseline=lambda c: _set(RECOMPUTE=c.recompute)),
+)
+LAYOUT_AFTER = "recompute_selective"   # the layout search is tried after this lever
+
+
+# -- throughput levers ---------------------------------------------------------------------------
+
+def _native_for_speed(c: RunConfig, ctx) -> str | None:
+    if c.backend == "local" and c.cp == 1:
+        return ("the local backend runs unfused attention (s^2 scores in memory) and torch "
+                "norms; the native backend has SDPA/cuDNN attention and fused kernels")
+    return None
+
+
+def _liger_applies(c: RunConfig, ctx) -> str | None:
+    if c.backend == "native" and c.kernels == "torch" and c.liger_available:
+        return "NATIVE_KERNELS=torch while Liger-Kernel is installed"
+    return None
+
+
+def _deterministic_applies(c: RunConfig, ctx) -> str | None:
+    return "DETERMINISTIC=1 selects slower deterministic kernels" if c.deterministic else None
+
+
+def _recompute_off_applies(c: RunConfig, ctx) -> str | None:
+    if c.recompute == "none":
+        return None
+    fits = ctx.fits(c.with_changes(recompute="none"))
+    if fits:
+        return f"RECOMPUTE={c.recompute} re-runs forward work, and the run fits without it"
+    if c.recompute == "full" and ctx.fits(c.with_changes(recompute="selective")):
+        return "RECOMPUTE=full re-runs every layer; selective fits and recomputes far less"
+    return None
+
+
+def _mbs_up_applies(c: RunConfig, ctx) -> str | None:
+    new = c.mbs * 2
+    if c.global_batch % (new * c.dp):
+        return None
+    if ctx.fits(c.with_changes(mbs=new)):
+        return (f"MBS={new} fits (estimate) and gives each GEMM and kernel launch twice "
+                "the tokens")
+    return None
+
+
+def _tp_down_applies(c: RunConfig, ctx) -> str | None:
+    if c.tp <= 1:
+        return None
+    new = c.tp // 2
+    changed = c.with_changes(tp=new)
+    if c.global_batch % (c.mbs * changed.dp):
+        return None
+    if ctx.fits(changed):
+        return (f"TP={new} fits (estimate): less per-layer tensor-parallel communication "
+                "and larger GEMMs per GPU")
+    return None
+
+
+def _te_applies(c: RunConfig, ctx) -> str | None:
+    if c.backend == "native" and c.te_available:
+        return "Transformer Engine is installed: its fused attention and GEMM paths"
+    return None
+
+
+def _workers_applies(c: RunConfig, ctx) -> str | None:
+    pct = ctx.data_range_pct()
+    if pct is not None and pct > DATA_RANGE_PCT:
+        return f"the trace's train/data range takes {pct:.1f}% of the step"
+    return None
+
+
+def _workers(c: RunConfig) -> tuple[dict[str, str], RunConfig]:
+    new = 2 * max(c.num_workers, 1)
+    return _set(NUM_WORKERS=new), c.with_changes(num_workers=new)
+
+
+THROUGHPUT_LEVERS: tuple[Candidate, ...] = (
+    Candidate("backend_native_speed", "native backend instead of Megatron's local spec",
+              THROUGHPUT_FLOWS,
+              "SDPA (cuDNN) attention, Liger RMSNorm, fused QKV RoPE and SwiGLU, fused wgrad "
+              "accumulation, fused AdamW and the fused linear cross-entropy",
+              _native_for_speed,
+              lambda c: (_set(TRANSFORMER_IMPL="native"),
+                         c.with_changes(backend="native", grad_accum_fusion=True)),
+              baseline=lambda c: _set(TRANSFORMER_IMPL=c.backend)),
+    Candidate("liger_kernels", "Liger/Triton kernels in the native backend", THROUGHPUT_FLOWS,
+              "Triton RMSNorm, RoPE, SwiGLU and fused linear CE instead of plain torch",
+              _liger_applies, lambda c: (_set(NATIVE_KERNELS="liger"),
+                                         c.with_changes(kernels="liger")),
+              baseline=lambda c: _set(NATIVE_KERNELS="torch")),
+    Candidate("deterministic_off", "non-deterministic (default) kernels", THROUGHPUT_FLOWS,
+              "deterministic mode forces slower kernels; keep it for debugging only",
+              _deterministic_applies, lambda c: (_set(DETERMINISTIC=0),
+                                                 c.with_changes(deterministic=False)),
+              baseline=lambda c: _set(DETERMINISTIC=1)),
+    Candidate("recompute_off", "less activation recompute", THROUGHPUT_FLOWS,
+              "recompute buys memory with forward work; drop it where memory allows",
+              _recompute_off_applies,
+              lambda c: ((_set(RECOMPUTE="selective"), c.with_changes(recompute="selective"))
+                         if c.recompute == "full" and not _fits_none(c) else
+                         (_set(RECOMPUTE="none"), c.with_changes(recompute="none"))),
+              baseline=lambda c: _set(RECOMPUTE=c.recompute)),
+    Candidate("tp_down", "less tensor parallelism", (COMM, COMPUTE, UNKNOWN),
+              "tensor parallelism adds communication inside every layer and shrinks the "
+              "GEMMs; use the smallest TP that fits",
+              _tp_down_applies,
+              lambda c: (_set(TP=c.tp // 2), c.with_changes(tp=c.tp // 2)),
+              baseline=lambda c: _set(TP=c.tp)),
+    Candidate("mbs_up", "larger micro-batch", (COMPUTE, IDLE, COMM, UNKNOWN),
+              "more tokens per GEMM and per kernel launch, fewer accumulation steps per "
+              "gradient reduce",
+              _mbs_up_applies, lambda c: (_set(MBS=c.mbs * 2), c.with_changes(mbs=c.mbs * 2)),
+              baseline=lambda c: _set(MBS=c.mbs)),
+    Candidate("te_backend", "Transformer Engine backend", (COMPUTE, UNKNOWN),
+              "TE's fused attention, LayerNorm-linear and GEMM kernels",
+              _te_applies, lambda c: (_set(TRANSFORMER_IMPL="transformer_engine"),
+                                      c.with_changes(backend="transformer_engine")),
+              baseline=lambda c: _set(TRANSFORMER_IMPL="native")),
+    Candidate("data_workers", "more data-loader workers", (IDLE, UNKNOWN),
+              "the GPU waits while the host fetches the batch",
+              _workers_applies, _workers),
+)
+
+# Perf toggles the user switched off (source env/cli) are candidates too: set them back to 1.
+# Built per run by the advisor from the manifest's toggle rows and the registry.
+ON_TOGGLES_FOR_SPEED = ("OVERLAP_GRAD_REDUCE", "OVERLAP_PARAM_GATHER")
+
+
+def _fits_none(c: RunConfig) -> bool:
+    from .memory import estimate
+
+    est = estimate(c.with_changes(recompute="none"))
+    return bool(est.fits)
+
+
+# -- dead ends -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DeadEnd:
+    id: str
+    title: str
+    when: Callable[[RunConfig, Any], bool]
+    caution: Callable[[RunConfig, Any], str]    # words; numbers only from the run or estimate
+    cite: dict[str, str] = field(default_factory=dict)  # levers.json entry to quote, if any
+
+
+def _launch_bound_caution(c: RunConfig, ctx) -> str:
+    idle = ctx.trace_pct("idle_pct")
+    where = (f"the trace shows {idle:.1f}% idle, so launch overhead is not what limits the step"
+             if idle is not None else "without a trace nothing shows the step is launch-bound")
+    return (f"CUDA graphs / torch.compile mode='reduce-overhead' only remove kernel-launch "
+            f"overhead: {where}; the launcher has no such toggle. Do not chase it.")
+
+
+def _lowp_when(c: RunConfig, ctx) -> bool:
+    return c.precision == "bf16"
+
+
+def _lowp_caution(c: RunConfig, ctx) -> str:
+    if not c.te_available:
+        return ("fp8/fp4 recipes need Transformer Engine, which this platform's capabilities "
+                "do not list: the launcher refuses them here. Low-precision compute is not a "
+                "lever on this node.")
+    return ("low-precision compute (PRECISION=fp8/mxfp8/...) is no throughput lever until it "
+            "is measured faster at this shape: small GEMMs and the casts can make it slower, "
+            "and it changes numerics.")
+
+
+def _recompute_for_speed_when(c: RunConfig, ctx) -> bool:
+    return ctx.bottleneck != "memory-bound" and c.recompute == "none"
+
+
+def _recompute_for_speed_caution(c: RunConfig, ctx) -> str:
+    return ("activation recompute buys memory with extra forward work (full recompute runs "
+            "the forward pass twice); with memory to spare it only slows the step.")
+
+
+def _selective_flash_when(c: RunConfig, ctx) -> bool:
+    return ctx.bottleneck == "memory-bound" and c.backend != "local" and c.recompute == "none"
+
+
+def _selective_flash_caution(c: RunConfig, ctx) -> str:
+    from .memory import activation_bytes_per_token
+
+    none = sum(activation_bytes_per_token(c, "none").values())
+    selective = sum(activation_bytes_per_token(c, "selective").values())
+    share = 100 * (none - selective) / none if none else 0.0
+    return ("selective recompute was designed for the s^2 attention scores; SDPA/flash "
+            f"attention does not store them, so it drops only {share:.0f}% of each layer's "
+            "stored activations here (estimate), at the price of recomputing attention.")
+
+
+def _global_batch_when(c: RunConfig, ctx) -> bool:
+    return ctx.asked.get("global_batch") is not None
+
+
+def _global_batch_caution(c: RunConfig, ctx) -> str:
+    return ("a bigger global batch is more gradient accumulation: per-GPU memory depends on "
+            "the micro-batch (MBS), not on BS; what it changes is the step time and the "
+            "optimizer's batch.")
+
+
+def _te_ce_when(c: RunConfig, ctx) -> bool:
+    return not c.flce and c.ce_fusion
+
+
+def _te_ce_caution(c: RunConfig, ctx) -> str:
+    return ("CROSS_ENTROPY_FUSION_IMPL=te is refused: megatron-core 0.19.2's validate_args "
+            "disables Transformer Engine's cross-entropy fusion ('stability issues').")
+
+
+def _tp_over_nodes_when(c: RunConfig, ctx) -> bool:
+    return c.tp > c.gpus_per_node
+
+
+def _tp_over_nodes_caution(c: RunConfig, ctx) -> str:
+    return (f"TP={c.tp} spans more than one node ({c.gpus_per_node} GPUs per node): tensor "
+            "parallelism communicates inside every layer and belongs inside a node; use PP "
+            "or more data parallelism across nodes.")
+
+
+DEAD_ENDS: tuple[DeadEnd, ...] = (
+    DeadEnd("reduce_overhead", "CUDA graphs / torch.compile reduce-overhead",
+            lambda c, ctx: ctx.split != IDLE,
+            _launch_bound_caution, cite={"TORCH_COMPILE": "reduce-overhead"}),
+    DeadEnd("low_precision_compute", "low-precision (fp8/fp4) compute for speed", _lowp_when,
+            _lowp_caution, cite={"PRECISION": "fp8"}),
+    DeadEnd("recompute_for_speed", "activation recompute when memory is not the limit",
+            _recompute_for_speed_when, _recompute_for_speed_caution,
+            cite={"RECOMPUTE": "full"}),
+    DeadEnd("selective_on_flash", "selective recompute as a memory lever on SDPA/TE attention",
+            _selective_flash_when, _selective_flash_caution, cite={"RECOMPUTE": "selective"}),
+    DeadEnd("global_batch_for_memory", "changing the global batch to change memory",
+            _global_batch_when, _global_batch_caution),
+    DeadEnd("te_cross_entropy", "Transformer Engine's cross-entropy fusion", _te_ce_when,
+            _te_ce_caution),
+    DeadEnd("tp_across_nodes", "tensor parallelism across nodes", _tp_over_nodes_when,
+            _tp_over_nodes_caution),
+)
+
+# Toggles confirmed in "already on" (besides the registry's perf toggles), with the value that
+# counts as on.
+CONFIRM_TOGGLES: dict[str, tuple[str, ...]] = {
+    "DISTRIBUTED_OPTIMIZER": ("1",),
+    "OVERLAP_GRAD_REDUCE": ("1",),
+    "OVERLAP_PARAM_GATHER": ("1",),
+    "SEQUENCE_PARALLEL": ("1",),
+    "NATIVE_KERNELS": ("liger",),
+    "TRANSFORMER_IMPL": ("native", "transformer_engine"),
+}
