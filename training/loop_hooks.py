@@ -11,6 +11,11 @@ iteration; `install()` wraps them:
   evaluate      the validation loss, with its iteration, to metrics.jsonl
 `finish()` (after pretrain returns) computes the steady-state summary, takes the peak memory
 over all ranks, prints the summary and stores it in manifest.json.
+
+Loop listeners (`install(..., listeners=[...])`, e.g. training.mlperf.events.MLPerfRun) are told
+when training starts and ends (Megatron's `train`) and around each evaluation, with the eval
+loss on every rank; one that returns True from on_eval_end stops training after that
+iteration (`stop_after_this_evaluation`).
 """
 from __future__ import annotations
 
@@ -44,8 +49,9 @@ class RunState:
 _state: RunState | None = None
 
 
-def install(args, precision: str) -> RunState:
-    """Wrap Megatron's train_step and training_log. Call after initialize (args known)."""
+def install(args, precision: str, listeners=()) -> RunState:
+    """Wrap Megatron's train_step and training_log (and, with listeners, train and the
+    evaluation). Call after initialize (args known)."""
     global _state
     from megatron.training import training
 
@@ -99,7 +105,79 @@ def install(args, precision: str) -> RunState:
     training.training_log = logged_training_log
     training.evaluate_and_print_results = eval_and_print
     training.evaluate = recorded_evaluate
+    if listeners:
+        wrap_loop(training, args, list(listeners))
     return _state
+
+
+def wrap_loop(training, args, listeners: list) -> None:
+    """Tell the listeners about Megatron's train() and each evaluation; stop when one asks.
+
+    A listener has on_train_start(args), on_eval_start(args, iteration),
+    on_eval_end(args, iteration, loss) -> bool (True: stop), on_train_end(args). `training` is
+    megatron.training.training (or a stand-in with the same functions, in tests)."""
+    original_train = training.train
+    original_eval_print = training.evaluate_and_print_results
+    original_eval = training.evaluate
+    last = {"loss": None}
+
+    def evaluate_keeping_loss(*a, **kw):
+        result = original_eval(*a, **kw)
+        losses = result[0] or {}
+        last["loss"] = float(losses["lm loss"]) if "lm loss" in losses else None
+        return result
+
+    def listened_eval_print(prefix, forward_step_func, data_iterator, model, iteration, *a, **kw):
+        for listener in listeners:
+            listener.on_eval_start(args, iteration)
+        last["loss"] = None
+        result = original_eval_print(prefix, forward_step_func, data_iterator, model, iteration,
+                                     *a, **kw)
+        loss = _loss_on_every_rank(last["loss"])
+        stop = [listener.on_eval_end(args, iteration, loss) for listener in listeners]
+        if any(stop):
+            stop_after_this_evaluation(args, iteration)
+        return result
+
+    def listened_train(*a, **kw):
+        for listener in listeners:
+            listener.on_train_start(args)
+        try:
+            return original_train(*a, **kw)
+        finally:  # also on SIGTERM's sys.exit: the run ends, unfinished (status aborted)
+            for listener in listeners:
+                listener.on_train_end(args)
+
+    training.evaluate = evaluate_keeping_loss
+    training.evaluate_and_print_results = listened_eval_print
+    training.train = listened_train
+
+
+def stop_after_this_evaluation(args, iteration: int) -> None:
+    """End Megatron's loop after this iteration as if --train-iters were reached.
+
+    train() checks `while iteration < args.train_iters` before each iteration, after this
+    iteration's evaluation, checkpoint and exit checks, so the loop ends normally: pretrain()
+    then saves a final checkpoint when --save is set (unless this iteration was just saved),
+    and finish() reports as usual. The validation Megatron runs after the loop is skipped:
+    this evaluation just measured the same weights. (--exit-interval would also stop, but
+    through sys.exit inside train(): no return to pretrain_gpt, no summary.)"""
+    args.train_iters = iteration
+    args.do_valid = False
+
+
+def _loss_on_every_rank(loss: float | None) -> float | None:
+    """The eval loss lives on the last pipeline stage (the last rank holds it in every
+    layout): broadcast it, so every rank takes the same stop decision."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return loss
+    world = torch.distributed.get_world_size()
+    if world == 1:
+        return loss
+    value = torch.tensor([float("nan") if loss is None else loss], dtype=torch.float64,
+                         device="cuda")
+    torch.distributed.broadcast(value, src=world - 1)
+    return value.item()
 
 
 def _on_iteration(iteration: int, loss_dict: dict, lr, grad_norm, skipped: int) -> None:

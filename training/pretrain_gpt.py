@@ -20,6 +20,7 @@ if __package__ in (None, ""):  # run as a script by torchrun: make `training` im
 import torch  # noqa: E402
 
 _OUTPUT_PROCESSOR = None  # fused linear cross-entropy (native backend, TP=1), set in main()
+_MLPERF = None            # training.mlperf.events.MLPerfRun when MLPERF_RUN is set, set in main()
 
 
 def skip_dataset_helper_compile() -> None:
@@ -95,6 +96,11 @@ def datasets_provider(train_val_test_num_samples, vp_stage=None):
         create_attention_mask=args.create_attention_mask_in_dataloader,
     )
     dataset_class = MockGPTDataset if args.mock_data else GPTDataset
+    if _MLPERF is not None:  # every evaluation reads the same first sequences, in file order
+        from training.mlperf.valid_data import in_order_validation
+
+        dataset_class = in_order_validation(dataset_class,
+                                            args.eval_iters * args.eval_global_batch_size)
     return BlendedMegatronDatasetBuilder(dataset_class, train_val_test_num_samples,
                                         lambda: True, config).build()
 
@@ -141,25 +147,9 @@ def forward_step(data_iterator, model, return_schedule_plan: bool = False):
     return output, partial(loss_func, batch["loss_mask"])
 
 
-def run_versions() -> dict:
-    """The stack seen by the run (printed at start, stored in the manifest)."""
-    versions = {"torch": torch.__version__, "cuda": torch.version.cuda,
-                "hip": getattr(torch.version, "hip", None),
-                "cudnn": torch.backends.cudnn.version() if torch.backends.cudnn.is_available()
-                else None,
-                "device": torch.cuda.get_device_name(), "device_count": torch.cuda.device_count()}
-    try:
-        versions["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
-    except Exception:  # noqa: BLE001 - ROCm builds report RCCL differently
-        versions["nccl"] = None
-    for name in ("megatron-core", "transformer-engine", "liger-kernel", "triton", "apex"):
-        try:
-            from importlib.metadata import version
-
-            versions[name] = version(name)
-        except Exception:  # noqa: BLE001
-            versions[name] = None
-    return versions
+# The stack seen by the run (torch, CUDA/ROCm, NCCL/RCCL, driver, TE, apex, Liger, Megatron):
+# printed at start on rank 0, stored in manifest.json's run section.
+from training.versions import collect_versions as run_versions  # noqa: E402
 
 
 def main() -> None:
@@ -175,6 +165,10 @@ def main() -> None:
 
     args = parse_and_validate_args(extra_args_provider=add_training_args)
     rank = int(os.environ.get("RANK", "0"))
+    global _MLPERF
+    from training.mlperf import events as mlperf_events
+
+    _MLPERF = mlperf_events.start(args)  # MLPERF_RUN set: mllog's init_start on rank 0
     precision = _precision_of(args)
 
     setup = None
@@ -205,6 +199,8 @@ def main() -> None:
     summary = loop_hooks.finish()
     if summary is not None:
         _report(args, summary, setup)
+    if _MLPERF is not None:
+        _MLPERF.log.close()
 
 
 def _install_hooks_after_init(args, precision: str) -> None:
@@ -219,7 +215,7 @@ def _install_hooks_after_init(args, precision: str) -> None:
     original = training.setup_model_and_optimizer
 
     def setup_then_hook(*a, **kw):
-        loop_hooks.install(args, precision)
+        loop_hooks.install(args, precision, listeners=[_MLPERF] if _MLPERF is not None else [])
         if torch.distributed.get_rank() == 0:
             print("run versions:", json.dumps(run_versions()), flush=True)
         model, optimizer, scheduler = original(*a, **kw)

@@ -353,6 +353,17 @@ def multinode_master_addr(ctx: LaunchContext) -> None:
                       f"NODE_RANK={s['NODE_RANK']} must be in 0..{s['NNODES'] - 1}.")
 
 
+@guard
+def multinode_run_id(ctx: LaunchContext) -> None:
+    """NNODES>1 without RUN_ID warns: the nodes would log into different run folders."""
+    s = ctx.settings
+    if s["NNODES"] > 1 and not s.is_explicit("RUN_ID"):
+        s.warn("multinode_run_id",
+               f"NNODES={s['NNODES']} without RUN_ID: each node names its run folder after its "
+               "own start time, so the nodes' logs land in different folders. Set the same "
+               "RUN_ID on every node (launchers/slurm/ sets it from the job id).")
+
+
 def _is_loopback(addr: str) -> bool:
     if addr in ("localhost", "localhost.localdomain", "ip6-localhost"):
         return True
@@ -485,6 +496,24 @@ def visible_gpu_count(caps: Capabilities, environ: dict[str, str]) -> int:
         if value is not None and caps.source == "detected":
             return len([d for d in value.split(",") if d.strip()])
     return caps.gpu_count
+
+
+# -- MLPerf (training/mlperf/rules.py, examples/mlperf/llama31_8b/config.yaml) -------------------
+
+@guard
+def mlperf_closed_rules(ctx: LaunchContext) -> None:
+    """MLPERF_DIVISION=closed: a break of a llama31_8b closed rule is refused (open: warned); the evaluation knobs must agree."""
+    if ctx.settings.get("MLPERF_DIVISION") is None:
+        return
+    from training.mlperf.rules import findings
+
+    found = findings(ctx.settings, ctx.environ)
+    for text in found.warnings:
+        ctx.settings.warn("mlperf_closed_rules", text)
+    for text in found.infos:
+        ctx.settings.info("mlperf_closed_rules", text)
+    if found.refusals:
+        raise Refusal("mlperf_closed_rules", " ".join(found.refusals))
 
 
 __all__ = ["GUARDS", "LaunchContext", "Refusals", "run_guards", "visible_gpu_count",

@@ -282,6 +282,30 @@ REGISTRY: tuple[Toggle, ...] = (
           group="launcher"),
     _bool("STRICT", False, LAUNCHER, "Unknown toggle-like variables are errors, not warnings.",
           group="launcher"),
+
+    # -- MLPerf (examples/mlperf/llama31_8b: config.yaml gives the recipe's values) ----------------
+    Toggle("MLPERF_DIVISION", "choice", None, LAUNCHER,
+           "MLPerf llama31_8b run: closed refuses a break of the benchmark's rules (guard "
+           "mlperf_closed_rules), open warns; unset = an ordinary run. run_llama31_8b.sh sets "
+           "closed and adds mlperf.log, the in-order evaluation set and the stop at the target.",
+           choices=("closed", "open"), group="mlperf"),
+    Toggle("MLPERF_TARGET_LOSS", "float", None, LAUNCHER,
+           "Stop at the first evaluation with eval loss <= this (closed: 3.3).", group="mlperf"),
+    Toggle("MLPERF_EVAL_EVERY", "int", None, LAUNCHER,
+           "Training sequences between evaluations (closed: 12288); EVAL_INTERVAL = "
+           "ceil(this / BS).", group="mlperf"),
+    Toggle("MLPERF_EVAL_SAMPLES", "int", None, LAUNCHER,
+           "Validation sequences per evaluation, the first ones of the set in file order "
+           "(closed: 1024); EVAL_ITERS = ceil(this / BS).", group="mlperf"),
+    Toggle("LR_DECAY_ITERS", "int", None, TRAIN_ARGS,
+           "Iterations the LR decay spans (Megatron's default: TOTAL_ITERS); the MLPerf "
+           "llama31_8b schedule spans 1,200,000 whatever TOTAL_ITERS is.",
+           flag="--lr-decay-iters", group="mlperf"),
+    Toggle("MLPERF_ORG", "str", None, LAUNCHER,
+           "submission_org in mlperf.log (default: 'unspecified').", group="mlperf"),
+    Toggle("MLPERF_PLATFORM", "str", None, LAUNCHER,
+           "submission_platform in mlperf.log (default: nodes x GPUs x device name).",
+           group="mlperf"),
 )
 
 BY_NAME: dict[str, Toggle] = {t.name: t for t in REGISTRY}

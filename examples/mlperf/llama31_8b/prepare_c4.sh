@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# C4 (allenai/c4, en, json.gz shards) -> the two indexed datasets llama31_8b trains and
+# evaluates on, tokenized with YOUR Llama 3.1 tokenizer (not shipped). docs/mlperf.md, "Data".
+#
+#   C4_DIR=/data/c4/en TOKENIZER=/models/Llama-3.1-8B OUT=/data/c4_llama31 \
+#       bash examples/mlperf/llama31_8b/prepare_c4.sh
+#
+#   1. training set: the 128 shards c4-train.00768..00895-of-01024 (the reference's "en_6",
+#      which it trains on), in one dataset: $OUT/c4-train.en_6
+#   2. validation set: the first 91205 documents of c4-validation.00000..00007-of-00008, in
+#      order (the reference's c4-validation-91205-samples): $OUT/c4-validation-91205
+#   3. both checked by the launcher's data check against the tokenizer
+# Needs about 30 GB free under $OUT for step 1 (C4_DIR holds the .json.gz shards as downloaded).
+set -euo pipefail
+: "${C4_DIR:?set C4_DIR to the folder of c4-train.*.json.gz and c4-validation.*.json.gz (en)}"
+: "${TOKENIZER:?set TOKENIZER to your Llama 3.1 tokenizer (a Hugging Face directory)}"
+: "${OUT:?set OUT to the folder the datasets go to}"
+: "${FIRST_SHARD:=768}" "${LAST_SHARD:=895}" "${VALID_DOCS:=91205}"
+REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
+if [ -z "${PYTHON:-}" ]; then
+    if [ -x "$REPO_ROOT/.venv/bin/python" ]; then PYTHON="$REPO_ROOT/.venv/bin/python"; else PYTHON=python3; fi
+fi
+export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
+mkdir -p "$OUT"
+
+# 1. training shards, in shard order
+train=()
+for i in $(seq "$FIRST_SHARD" "$LAST_SHARD"); do
+    train+=("$(printf '%s/c4-train.%05d-of-01024.json.gz' "$C4_DIR" "$i")")
+done
+"$PYTHON" -m training.data.prepare "${train[@]}" --tokenizer "$TOKENIZER" \
+    --output-prefix "$OUT/c4-train.en_6"
+
+# 2. the first VALID_DOCS validation documents, in file order (head closes the pipe early:
+#    zcat's SIGPIPE is expected, hence no pipefail in this subshell)
+valid_json="$OUT/c4-validation-$VALID_DOCS.json.gz"
+(
+    set +o pipefail
+    for i in 0 1 2 3 4 5 6 7; do
+        zcat "$(printf '%s/c4-validation.%05d-of-00008.json.gz' "$C4_DIR" "$i")"
+    done | head -n "$VALID_DOCS" | gzip > "$valid_json"
+)
+lines=$(zcat "$valid_json" | wc -l)
+[ "$lines" -eq "$VALID_DOCS" ] || { echo "error: $valid_json holds $lines documents, not $VALID_DOCS" >&2; exit 1; }
+"$PYTHON" -m training.data.prepare "$valid_json" --tokenizer "$TOKENIZER" \
+    --output-prefix "$OUT/c4-validation-$VALID_DOCS"
+
+# 3. what the launcher checks before a run (files, sizes, one tokenizer for both)
+"$PYTHON" -m training.data.check verify "$OUT/c4-train.en_6" --tokenizer-model "$TOKENIZER"
+"$PYTHON" -m training.data.check verify "$OUT/c4-validation-$VALID_DOCS" --tokenizer-model "$TOKENIZER"
+echo "DATA_PATH=$OUT/c4-train.en_6 VALID_DATA_PATH=$OUT/c4-validation-$VALID_DOCS TOKENIZER_MODEL=$TOKENIZER"

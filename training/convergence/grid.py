@@ -1,0 +1,132 @@
+"""A convergence grid: fixed toggles, axes of toggle values, verdict thresholds (GRID.yaml).
+
+    name: adam_eps_x_bf16_reduce          # names the run folders and the output files
+    script: examples/llama/train_llama3.sh  # the launcher entry every cell runs (default)
+    fixed: {MODEL_SIZE: 8B, NUM_LAYERS: 2, ..., SEED: 1234}   # the same for every cell
+    args: []                              # Megatron --flags after the words (optional)
+    axes:                                 # every combination is one cell, in this order
+      ADAM_EPS: [1.0e-8, 1.0e-5]
+      GRAD_REDUCE_IN_BF16: [0, 1]
+    verdict: {smooth: 10, window: 4, ...} # training/convergence/verdict.py Rules
+    out: docs/convergence                 # where the table, JSON and PNG go
+    timeout_s: 600                        # per cell
+    budget_s: null                        # for the whole grid: cells that would not fit are
+                                          # left for the next invocation (it resumes)
+
+Every name in fixed and axes must be a toggle of the registry (a typo would otherwise be a
+silently ignored environment variable). SEED cannot be an axis: every cell reads the same data
+in the same order. Relative paths (script, out) are taken from the repository root.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .verdict import Rules
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_SCRIPT = "examples/llama/train_llama3.sh"
+MANAGED = ("EXPERIMENT_DIR", "EXP_NAME", "RUN_ID", "DRY_RUN")   # set by the harness per cell
+
+
+class GridError(ValueError):
+    """A grid file that cannot run; the message says what to change."""
+
+
+def env_value(value: Any) -> str:
+    """A YAML value as the launcher reads it from the environment."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Cell:
+    values: dict[str, str]
+
+    @property
+    def label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.values.items())
+
+    @property
+    def slug(self) -> str:
+        text = "__".join(f"{k}-{v}" for k, v in self.values.items())
+        return re.sub(r"[^A-Za-z0-9_.+-]", "_", text)
+
+
+@dataclass
+class Grid:
+    name: str
+    fixed: dict[str, str]
+    axes: dict[str, list[str]]
+    rules: Rules
+    script: str = DEFAULT_SCRIPT
+    args: list[str] = field(default_factory=list)
+    out: str = "docs/convergence"
+    timeout_s: int = 600
+    budget_s: float | None = None
+    source: dict[str, Any] = field(default_factory=dict)
+
+    def cells(self) -> list[Cell]:
+        names = list(self.axes)
+        return [Cell(dict(zip(names, combo)))
+                for combo in itertools.product(*(self.axes[n] for n in names))]
+
+    def path(self, value: str) -> Path:
+        p = Path(value)
+        return p if p.is_absolute() else REPO / p
+
+
+def load(path: Path) -> Grid:
+    import yaml
+
+    from training.launch.toggles import BY_NAME
+
+    data = yaml.safe_load(Path(path).read_text())
+    if not isinstance(data, dict):
+        raise GridError(f"{path}: expected a mapping with name, fixed, axes")
+    known = {"name", "description", "script", "fixed", "args", "axes", "verdict", "out",
+             "timeout_s", "budget_s"}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise GridError(f"{path}: unknown key(s) {', '.join(unknown)}; use {', '.join(sorted(known))}")
+    name = str(data.get("name") or "")
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise GridError(f"{path}: name {name!r} must be letters, digits, '_', '.', '-'")
+    fixed = {k: env_value(v) for k, v in (data.get("fixed") or {}).items()}
+    axes_raw = data.get("axes") or {}
+    if not axes_raw:
+        raise GridError(f"{path}: no axes: a grid varies at least one toggle")
+    axes = {}
+    for key, values in axes_raw.items():
+        if not isinstance(values, list) or not values:
+            raise GridError(f"{path}: axis {key} needs a list of values")
+        axes[key] = [env_value(v) for v in values]
+    for key in [*fixed, *axes]:
+        if key not in BY_NAME:
+            raise GridError(f"{path}: {key} is not a toggle of the launcher's registry")
+    if "SEED" in axes:
+        raise GridError(f"{path}: SEED cannot be an axis: every cell must read the same data in "
+                        "the same order (set it under fixed)")
+    both = sorted(set(fixed) & set(axes))
+    if both:
+        raise GridError(f"{path}: {', '.join(both)} is both fixed and an axis")
+    managed = [k for k in MANAGED if k in fixed or k in axes]
+    if managed:
+        raise GridError(f"{path}: {', '.join(managed)} is set by the harness for each cell")
+    try:
+        rules = Rules.from_dict(data.get("verdict"))
+    except (TypeError, ValueError) as err:
+        raise GridError(f"{path}: verdict: {err}") from None
+    return Grid(name=name, fixed=fixed, axes=axes, rules=rules,
+                script=str(data.get("script") or DEFAULT_SCRIPT),
+                args=[str(a) for a in data.get("args") or []],
+                out=str(data.get("out") or "docs/convergence"),
+                timeout_s=int(data.get("timeout_s") or 600),
+                budget_s=float(data["budget_s"]) if data.get("budget_s") else None,
+                source=data)
