@@ -20,6 +20,7 @@ GROUP_TITLES = {
     "model": "Model", "precision": "Precision", "backend": "Backend", "parallel": "Parallelism",
     "training": "Training loop", "data": "Data", "output": "Run folder, logging, checkpoints",
     "profile": "Profiling", "cluster": "Cluster (torchrun)", "launcher": "Launcher",
+    "mlperf": "MLPerf Llama 3.1 8B (examples/mlperf/llama31_8b)",
 }
 
 
