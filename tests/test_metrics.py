@@ -12,9 +12,7 @@ from training.platforms import platform_for_device_name
 
 
 def shape(name: str, layers: int | None = None, seq: int | None = None) -> Shape:
-    p = PRESETS[name]
-    return Shape(layers or p.num_layers, p.hidden_size, p.ffn_hidden_size, p.num_attention_heads,
-                 p.num_query_groups, p.vocab_size, seq or p.seq_length)
+    return Shape.from_preset(PRESETS[name], layers, seq)
 
 
 def test_llama3_8b_flops_per_token():

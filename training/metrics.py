@@ -35,6 +35,14 @@ class Shape:
     seq_length: int
 
     @classmethod
+    def from_preset(cls, preset, num_layers: int | None = None,
+                    seq_length: int | None = None) -> "Shape":
+        """A model preset (training.launch.presets), optionally cut or stretched."""
+        return cls(num_layers or preset.num_layers, preset.hidden_size, preset.ffn_hidden_size,
+                   preset.num_attention_heads, preset.num_query_groups, preset.vocab_size,
+                   seq_length or preset.seq_length)
+
+    @classmethod
     def from_megatron_args(cls, args) -> "Shape":
         groups = args.num_query_groups if args.group_query_attention else args.num_attention_heads
         return cls(args.num_layers, args.hidden_size, args.ffn_hidden_size,
@@ -131,9 +139,7 @@ def _shape_from_preset(model: str, seq_length: int | None, num_layers: int | Non
     preset = by_lower.get(model.lower())
     if preset is None:
         raise SystemExit(f"error: unknown model {model!r}: use one of {', '.join(PRESETS)}")
-    return Shape(num_layers or preset.num_layers, preset.hidden_size, preset.ffn_hidden_size,
-                 preset.num_attention_heads, preset.num_query_groups, preset.vocab_size,
-                 seq_length or preset.seq_length)
+    return Shape.from_preset(preset, num_layers, seq_length)
 
 
 def main(argv: list[str] | None = None) -> int:

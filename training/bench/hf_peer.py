@@ -8,28 +8,21 @@ a fresh CUDA context and its own peak-memory figure.
 from __future__ import annotations
 
 import argparse
-import json
 import time
+
+from .peer_common import add_peer_arguments, write_result
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--model", default="llama3-8B")
-    p.add_argument("--num-layers", type=int, default=8)
-    p.add_argument("--seq-length", type=int, default=8192)
-    p.add_argument("--mbs", type=int, default=1)
-    p.add_argument("--global-batch", type=int, default=8)
-    p.add_argument("--steps", type=int, default=20)
-    p.add_argument("--warmup", type=int, default=5)
+    add_peer_arguments(p, steps=20, warmup=5)
     p.add_argument("--liger", action="store_true")
-    p.add_argument("--json-out", required=True)
     args = p.parse_args(argv)
 
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from training.launch.presets import PRESETS
-    from training.metrics import Shape, flops_per_token, peak_tflops
 
     preset = PRESETS[args.model]
     torch.manual_seed(1234)
@@ -69,27 +62,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
         losses.append(float(total) / accum)
-    shape = Shape(args.num_layers, preset.hidden_size, preset.ffn_hidden_size,
-                  preset.num_attention_heads, preset.num_query_groups, preset.vocab_size,
-                  args.seq_length)
-    steady = times[args.warmup:]
-    tokens_per_step = args.global_batch * args.seq_length
-    per_gpu = tokens_per_step * len(steady) / sum(steady)
-    tflops = flops_per_token(shape) * per_gpu / 1e12
-    peak = peak_tflops(torch.cuda.get_device_name())
-    result = {
-        "samples": {"iteration": list(range(1, len(times) + 1)), "step_time_s": times,
-                    "warmup": [i < args.warmup for i in range(len(times))], "loss": losses},
-        "tokens_per_s_per_gpu": per_gpu, "model_tflops_per_gpu": tflops,
-        "summary": {"tokens_per_s_per_gpu": per_gpu, "model_tflops_per_gpu": tflops,
-                    "mfu": tflops / peak if peak else None, "steps": len(steady),
-                    "warmup_iters": args.warmup},
-        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
-        "optimizer_state": "bf16 params, bf16 AdamW moments (torch fused AdamW), no fp32 master",
-        "liger": args.liger,
-    }
-    with open(args.json_out, "w") as f:
-        json.dump(result, f)
+    write_result(args, times, losses,
+                 "bf16 params, bf16 AdamW moments (torch fused AdamW), no fp32 master",
+                 liger=args.liger)
     return 0
 
 

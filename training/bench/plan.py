@@ -93,8 +93,7 @@ def step_seconds(spec: PointSpec, cal: Calibration) -> float:
     shape, env = spec.shape, spec.env
     preset = PRESETS[shape.preset]
     seq = int(env.get("SEQ_LENGTH", shape.seq_length))
-    model = Shape(shape.num_layers, preset.hidden_size, preset.ffn_hidden_size,
-                  preset.num_attention_heads, preset.num_query_groups, preset.vocab_size, seq)
+    model = Shape.from_preset(preset, shape.num_layers, seq)
     side = _plan_side(spec)
     tflops = cal.tflops.get(side, FALLBACK["tflops"]["ours"])
     seconds = shape.global_batch * seq * flops_per_token(model) / (shape.gpus * tflops * 1e12)

@@ -22,11 +22,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.metadata
-import json
 import os
 import sys
 import time
 import types
+
+from .peer_common import add_peer_arguments, write_result
 
 SPEC_NAME = "llama3_bench"
 
@@ -147,15 +148,8 @@ def job_args(a, dump_folder: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("--model", default="llama3-8B")
-    p.add_argument("--num-layers", type=int, default=8)
-    p.add_argument("--seq-length", type=int, default=8192)
-    p.add_argument("--mbs", type=int, default=1)
-    p.add_argument("--global-batch", type=int, default=8)
-    p.add_argument("--steps", type=int, default=5)
-    p.add_argument("--warmup", type=int, default=2)
+    add_peer_arguments(p, steps=5, warmup=2)
     p.add_argument("--no-compile", dest="compile", action="store_false")
-    p.add_argument("--json-out", required=True)
     a = p.parse_args(argv)
 
     probe()
@@ -169,7 +163,6 @@ def main(argv: list[str] | None = None) -> int:
     from torchtitan.train import Trainer
 
     from training.launch.presets import PRESETS
-    from training.metrics import Shape, flops_per_token, peak_tflops
 
     preset = PRESETS[a.model]
     register_spec(a.num_layers, preset.hidden_size, preset.ffn_hidden_size,
@@ -197,27 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
 
-    shape = Shape(a.num_layers, preset.hidden_size, preset.ffn_hidden_size,
-                  preset.num_attention_heads, preset.num_query_groups, preset.vocab_size,
-                  a.seq_length)
-    steady = times[a.warmup:]
-    per_gpu = a.global_batch * a.seq_length * len(steady) / sum(steady)
-    tflops = flops_per_token(shape) * per_gpu / 1e12
-    peak = peak_tflops(torch.cuda.get_device_name())
-    result = {
-        "samples": {"iteration": list(range(1, len(times) + 1)), "step_time_s": times,
-                    "warmup": [i < a.warmup for i in range(len(times))]},
-        "tokens_per_s_per_gpu": per_gpu, "model_tflops_per_gpu": tflops,
-        "summary": {"tokens_per_s_per_gpu": per_gpu, "model_tflops_per_gpu": tflops,
-                    "mfu": tflops / peak if peak else None, "steps": len(steady),
-                    "warmup_iters": a.warmup},
-        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
-        "optimizer_state": "fp32 params + fp32 AdamW moments (fused), bf16 autocast",
-        "torchtitan": importlib.metadata.version("torchtitan"),
-        "compile": a.compile,
-    }
-    with open(a.json_out, "w") as f:
-        json.dump(result, f)
+    write_result(a, times, None, "fp32 params + fp32 AdamW moments (fused), bf16 autocast",
+                 torchtitan=importlib.metadata.version("torchtitan"), compile=a.compile)
     return 0
 
 

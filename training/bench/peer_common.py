@@ -1,0 +1,49 @@
+"""What the peer runners (Hugging Face, torchtitan) share: their command line and their result,
+computed the way ours is (harmonic mean after the warm-up, Megatron's FLOPs convention)."""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_peer_arguments(parser: argparse.ArgumentParser, steps: int, warmup: int) -> None:
+    parser.add_argument("--model", default="llama3-8B")
+    parser.add_argument("--num-layers", type=int, default=8)
+    parser.add_argument("--seq-length", type=int, default=8192)
+    parser.add_argument("--mbs", type=int, default=1)
+    parser.add_argument("--global-batch", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=steps)
+    parser.add_argument("--warmup", type=int, default=warmup)
+    parser.add_argument("--json-out", required=True)
+
+
+def write_result(args, times: list[float], losses: list[float] | None, optimizer_state: str,
+                 **extra) -> dict:
+    """Steady-state throughput of one peer run, written to args.json_out."""
+    import torch
+
+    from training.launch.presets import PRESETS
+    from training.metrics import Shape, flops_per_token, peak_tflops
+
+    shape = Shape.from_preset(PRESETS[args.model], args.num_layers, args.seq_length)
+    steady = times[args.warmup:]
+    per_gpu = args.global_batch * args.seq_length * len(steady) / sum(steady)
+    tflops = flops_per_token(shape) * per_gpu / 1e12
+    peak = peak_tflops(torch.cuda.get_device_name())
+    samples = {"iteration": list(range(1, len(times) + 1)), "step_time_s": times,
+               "warmup": [i < args.warmup for i in range(len(times))]}
+    if losses is not None:
+        samples["loss"] = losses
+    result = {
+        "samples": samples,
+        "tokens_per_s_per_gpu": per_gpu, "model_tflops_per_gpu": tflops,
+        "summary": {"tokens_per_s_per_gpu": per_gpu, "model_tflops_per_gpu": tflops,
+                    "mfu": tflops / peak if peak else None, "steps": len(steady),
+                    "warmup_iters": args.warmup},
+        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "optimizer_state": optimizer_state,
+        **extra,
+    }
+    with open(args.json_out, "w") as f:
+        json.dump(result, f)
+    return result
