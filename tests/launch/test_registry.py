@@ -107,3 +107,10 @@ def test_megatron_alone_has_no_fused_single_qkv_rope_flag_and_ours_adds_it():
     from .helpers import megatron_parser
 
     assert megatron_parser().parse_args(["--fused-single-qkv-rope"]).fused_single_qkv_rope
+
+
+def test_extra_megatron_args_from_the_environment(base_env):
+    result = launch(base_env, EXTRA_MEGATRON_ARGS="--ckpt-step 25 --manual-gc",
+                    words=["--log-params-norm"])
+    assert result.user_args == ["--ckpt-step", "25", "--manual-gc", "--log-params-norm"]
+    assert result.command[-4:] == ["--ckpt-step", "25", "--manual-gc", "--log-params-norm"]

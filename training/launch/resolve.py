@@ -160,7 +160,11 @@ def resolve(family: str, environ: dict[str, str], words: list[str] | None = None
     if not log_dir.is_absolute():
         log_dir = (Path.cwd() / log_dir)
 
+    if settings.get("EXTRA_MEGATRON_ARGS"):
+        user_args = shlex.split(settings["EXTRA_MEGATRON_ARGS"]) + user_args
     buckets, emitted = build_buckets(ctx, log_dir)
+    if settings.get("EXTRA_MEGATRON_ARGS"):
+        emitted["EXTRA_MEGATRON_ARGS"] = shlex.split(settings["EXTRA_MEGATRON_ARGS"])
     env = resolve_environment(caps.info.vendor if caps.info else None, environ,
                               fsdp=bool(settings["FSDP"]), platform=caps.platform,
                               backend=settings["TRANSFORMER_IMPL"])

@@ -209,6 +209,10 @@ REGISTRY: tuple[Toggle, ...] = (
            flag="--seed"),
 
     # -- data -----------------------------------------------------------------------------------
+    Toggle("EXTRA_MEGATRON_ARGS", "str", None, EXTRA_ARGS,
+           "More Megatron flags, shell-split and appended as given (like --flags after the "
+           "script name; handy where only the environment reaches the script).",
+           group="training", emitted_by="passthrough"),
     Toggle("DATA_PATH", "str", None, DATA_ARGS,
            "Indexed dataset prefix or weighted blend ('0.7 pA 0.3 pB'); mock data when unset.",
            flag="--data-path", group="data", emitted_by="data"),

@@ -1,0 +1,207 @@
+"""Two-GPU correctness: the same training compared across layouts, toggles and a reshard.
+
+`python -m training.numerics run PART --out DIR` runs one part through the real launcher
+(training.bench.ours.run_point, one subprocess per run) and writes DIR/numerics_<PART>.json
+with every run's per-iteration losses and every comparison; `python -m training.numerics table
+JSON...` writes docs/numerics.md from such JSONs. Parts (each fits one 10-minute GPU command):
+
+  layouts   DP=1 vs DP=2 and TP=1 vs TP=2 (+ sequence parallel) at the same global batch and
+            data order; GRAD_REDUCE_IN_BF16=1 vs 0 at DP=2; save at TP=2, resume at DP=2
+            (Megatron distributed checkpoint, fully reshardable optimizer state)
+  toggles   each default-on toggle off at DP=2 (distributed optimizer, overlapped reduce and
+            gather) and at TP=2 (sequence parallel): every run must complete its iterations
+
+Rules (stated in the JSON and the table): a layout pair agrees when the largest per-iteration
+relative loss difference is within LAYOUT_TOL; a resumed run continues when its losses stay
+within RESUME_TOL of the uninterrupted run; a toggle run completes when every iteration logged
+a finite loss. The bf16-vs-fp32 reduce difference is reported, not judged.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+LAYOUT_TOL = 0.01
+RESUME_TOL = 0.02
+ITERS = 50
+PERF_TOGGLES = ("GRADIENT_ACCUMULATION_FUSION", "GRAD_REDUCE_IN_BF16",
+                "DDP_AVERAGE_IN_COLLECTIVE", "CROSS_ENTROPY_LOSS_FUSION", "FUSED_SINGLE_QKV_ROPE")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    label: str
+    toggles: dict[str, str]
+
+
+@dataclass
+class Comparison:
+    name: str
+    kind: str            # agree | continue | complete | report
+    runs: tuple[str, ...]
+    iterations: tuple[int, int] = (1, ITERS)
+
+
+@dataclass
+class Part:
+    name: str
+    runs: list[RunSpec] = field(default_factory=list)
+    comparisons: list[Comparison] = field(default_factory=list)
+
+
+def base_toggles(data: Path | None) -> dict[str, str]:
+    """A small Llama on the shipped corpus (mock data when it is not built)."""
+    toggles = {"MODEL_SIZE": "tiny", "BS": "16", "MBS": "2", "TOTAL_ITERS": str(ITERS),
+               "LR": "3e-4", "MIN_LR": "3e-5", "EVAL_ITERS": "0", "SEED": "1234",
+               "LOG_INTERVAL": "1"}
+    if data is not None:
+        toggles["DATA_PATH"] = str(data)
+    return toggles
+
+
+def parts(data: Path | None, ckpt: Path) -> dict[str, Part]:
+    base = base_toggles(data)
+    dp1 = {**base, "GPUS_PER_NODE": "1"}
+    dp2 = {**base, "GPUS_PER_NODE": "2"}
+    tp2 = {**base, "GPUS_PER_NODE": "2", "TP": "2"}
+    layouts = Part("layouts", [
+        RunSpec("dp1", dp1),
+        RunSpec("dp2", dp2),
+        RunSpec("tp2", {**tp2, "SAVE": str(ckpt), "SAVE_INTERVAL": str(ITERS // 2),
+                        "EXTRA_MEGATRON_ARGS": "--dist-ckpt-optim-fully-reshardable"}),
+        RunSpec("dp2_fp32_reduce", {**dp2, "GRAD_REDUCE_IN_BF16": "0"}),
+        RunSpec("dp2_resumed_from_tp2", {**dp2, "LOAD": str(ckpt),
+                                         "EXTRA_MEGATRON_ARGS": f"--ckpt-step {ITERS // 2}"}),
+    ], [
+        Comparison("DP=2 vs DP=1", "agree", ("dp1", "dp2")),
+        Comparison("TP=2 (+SP) vs TP=1", "agree", ("dp1", "tp2")),
+        Comparison("bf16 vs fp32 gradient reduce at DP=2", "report", ("dp2_fp32_reduce", "dp2")),
+        Comparison("resume at DP=2 from a TP=2 checkpoint", "continue",
+                   ("tp2", "dp2_resumed_from_tp2"), (ITERS // 2 + 1, ITERS)),
+    ])
+    toggles = Part("toggles")
+    for layout, toggles_env in (("dp2", dp2), ("tp2", tp2)):
+        toggles.runs.append(RunSpec(f"{layout}_all_on", toggles_env))
+        toggles.comparisons.append(Comparison(f"{layout}: all toggles on", "complete",
+                                              (f"{layout}_all_on",)))
+        for name in PERF_TOGGLES:
+            label = f"{layout}_{name.lower()}_off"
+            toggles.runs.append(RunSpec(label, {**toggles_env, name: "0"}))
+            toggles.comparisons.append(Comparison(f"{layout}: {name}=0", "complete", (label,)))
+    return {"layouts": layouts, "toggles": toggles}
+
+
+def losses_of(point: dict) -> dict[int, float]:
+    samples = point.get("samples") or {}
+    return {i: l for i, l in zip(samples.get("iteration", []), samples.get("loss", []))
+            if l is not None}
+
+
+def judge(comparison: Comparison, points: dict[str, dict]) -> dict:
+    first, last = comparison.iterations
+    curves = [losses_of(points.get(label, {})) for label in comparison.runs]
+    wanted = list(range(first, last + 1))
+    result = {"name": comparison.name, "kind": comparison.kind, "runs": list(comparison.runs),
+              "iterations": [first, last]}
+    missing = [label for label, curve in zip(comparison.runs, curves)
+               if not all(i in curve for i in wanted)]
+    if missing:
+        errors = {label: (points.get(label) or {}).get("error", "no run")[-400:]
+                  for label in missing}
+        return {**result, "ok": False, "verdict": f"incomplete: {', '.join(missing)}",
+                "errors": errors}
+    if comparison.kind == "complete":
+        finite = all(math.isfinite(curves[0][i]) for i in wanted)
+        return {**result, "ok": finite, "final_loss": curves[0][last],
+                "verdict": "completed" if finite else "non-finite loss"}
+    a, b = curves
+    rel = [abs(a[i] - b[i]) / abs(a[i]) for i in wanted]
+    worst = max(rel)
+    out = {**result, "max_rel_diff": worst, "mean_rel_diff": sum(rel) / len(rel),
+           "worst_iteration": wanted[rel.index(worst)],
+           "final_losses": [a[last], b[last]], "bitwise": all(a[i] == b[i] for i in wanted)}
+    if comparison.kind == "report":
+        return {**out, "ok": True, "verdict": "reported"}
+    tol = LAYOUT_TOL if comparison.kind == "agree" else RESUME_TOL
+    return {**out, "ok": worst <= tol, "tolerance": tol,
+            "verdict": "agree" if worst <= tol else "differ"}
+
+
+Runner = Callable[[str, dict[str, str], Path, Path], dict]
+
+
+def run_part(part: Part, work: Path, runner: Runner | None = None) -> dict:
+    if runner is None:
+        from training.bench.ours import run_point as runner
+    points = {}
+    for spec in part.runs:
+        print(f"[numerics] {part.name}: {spec.label} ...", flush=True)
+        points[spec.label] = runner(spec.label, spec.toggles, work / "experiment", work / "logs")
+        print(f"[numerics] {spec.label}: rc={points[spec.label].get('returncode')}", flush=True)
+    return {"part": part.name,
+            "rules": {"layout_tolerance": LAYOUT_TOL, "resume_tolerance": RESUME_TOL,
+                      "complete": "every iteration logged a finite loss"},
+            "runs": {label: {"toggles": next(s.toggles for s in part.runs if s.label == label),
+                             "returncode": p.get("returncode"), "error": p.get("error"),
+                             "losses": losses_of(p), "run_dir": p.get("run_dir"),
+                             "tokens_per_s_per_gpu": p.get("tokens_per_s_per_gpu"),
+                             "peak_memory_gib": p.get("peak_memory_gib")}
+                     for label, p in points.items()},
+            "comparisons": [judge(c, points) for c in part.comparisons]}
+
+
+def table(results: list[dict]) -> str:
+    lines = ["| part | comparison | verdict | max rel. loss diff | tolerance | final losses | source |",
+             "|---|---|---|---|---|---|---|"]
+    for data in results:
+        for c in data["comparisons"]:
+            diff = f"{c['max_rel_diff']:.2e}" if "max_rel_diff" in c else ""
+            tol = f"{c['tolerance']:.0%}" if "tolerance" in c else ""
+            finals = ", ".join(f"{x:.4f}" for x in c.get("final_losses", [])) or \
+                (f"{c['final_loss']:.4f}" if "final_loss" in c else "")
+            lines.append(f"| {data['part']} | {c['name']} | {c['verdict']} | {diff} | {tol} | "
+                         f"{finals} | `{data.get('source', '')}` |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.numerics")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run")
+    run.add_argument("part", choices=("layouts", "toggles"))
+    run.add_argument("--out", type=Path, required=True)
+    run.add_argument("--data", type=Path, default=Path("data/shakespeare/train"))
+    run.add_argument("--work-dir", type=Path, default=None)
+    tab = sub.add_parser("table")
+    tab.add_argument("json", nargs="+", type=Path)
+    args = parser.parse_args(argv)
+
+    if args.command == "table":
+        results = []
+        for path in args.json:
+            data = json.loads(path.read_text())
+            data["source"] = path.name
+            results.append(data)
+        print(table(results))
+        return 0
+    from training.bench import record
+
+    work = args.work_dir or Path(tempfile.mkdtemp(prefix="numerics-"))
+    data = args.data if args.data.with_suffix(".bin").exists() else None
+    part = parts(data, work / "ckpt")[args.part]
+    result = {**record.header(f"numerics_{args.part}"), **run_part(part, work),
+              "data": str(data) if data else "mock"}
+    out = record.write(result, args.out / f"numerics_{args.part}.json")
+    result["source"] = out.name
+    print(table([result]))
+    return 0 if all(c["ok"] for c in result["comparisons"]) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
