@@ -160,7 +160,7 @@ def test_fused_qkv_rope_off_on_the_local_backend(base_env):
 
 
 def test_context_parallel_needs_te(base_env):
-    refused(base_env, "context_parallel_backend", CP=2, GPUS_PER_NODE=2)
+    assert "CP=1" in refused(base_env, "context_parallel_backend", CP=2, GPUS_PER_NODE=2)
 
 
 @pytest.mark.parametrize("toggles,expect", [

@@ -8,7 +8,7 @@ import pytest
 from .helpers import DRY_ALL_ON, FIXTURE, NATIVE, copy_run, fixture_levers, run_cli, write_levers
 
 
-def _one_line_error(code, out, err, *needles):
+def assert_one_line_error(code, out, err, *needles):
     assert code == 2
     assert out == ""
     lines = err.strip().splitlines()
@@ -19,21 +19,21 @@ def _one_line_error(code, out, err, *needles):
 
 
 def test_unknown_path(tmp_path, capsys):
-    _one_line_error(*run_cli(capsys, tmp_path / "nowhere", "--levers", FIXTURE),
+    assert_one_line_error(*run_cli(capsys, tmp_path / "nowhere", "--levers", FIXTURE),
                     "no such file or folder")
 
 
 def test_run_folder_without_manifest(tmp_path, capsys):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "metrics.jsonl").write_text("{}\n")
-    _one_line_error(*run_cli(capsys, tmp_path / "run", "--levers", FIXTURE),
+    assert_one_line_error(*run_cli(capsys, tmp_path / "run", "--levers", FIXTURE),
                     "no manifest.json", "not a run folder")
 
 
 def test_several_runs_below_a_folder(tmp_path, capsys):
     copy_run(NATIVE, tmp_path / "exp" / "a")
     copy_run(NATIVE, tmp_path / "exp" / "b")
-    _one_line_error(*run_cli(capsys, tmp_path / "exp", "--levers", FIXTURE), "2 run folders",
+    assert_one_line_error(*run_cli(capsys, tmp_path / "exp", "--levers", FIXTURE), "2 run folders",
                     "name one")
 
 
@@ -48,25 +48,25 @@ def test_manifest_that_is_not_json(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
     (run / "manifest.json").write_text("{not json")
-    _one_line_error(*run_cli(capsys, run, "--levers", FIXTURE), "not valid JSON")
+    assert_one_line_error(*run_cli(capsys, run, "--levers", FIXTURE), "not valid JSON")
 
 
 def test_manifest_of_something_else(tmp_path, capsys):
     run = tmp_path / "run"
     run.mkdir()
     (run / "manifest.json").write_text(json.dumps({"schema": 1, "model": {}}))
-    _one_line_error(*run_cli(capsys, run, "--levers", FIXTURE), "not a launcher manifest")
+    assert_one_line_error(*run_cli(capsys, run, "--levers", FIXTURE), "not a launcher manifest")
 
 
 def test_broken_metrics_line(tmp_path, capsys):
     run = copy_run(NATIVE, tmp_path / "run")
     with (run / "metrics.jsonl").open("a") as f:
         f.write("{truncated\n")
-    _one_line_error(*run_cli(capsys, run, "--levers", FIXTURE), "metrics.jsonl", "not a JSON line")
+    assert_one_line_error(*run_cli(capsys, run, "--levers", FIXTURE), "metrics.jsonl", "not a JSON line")
 
 
 def test_missing_levers_file(tmp_path, capsys):
-    _one_line_error(*run_cli(capsys, NATIVE, "--levers", tmp_path / "none.json", "--no-json"),
+    assert_one_line_error(*run_cli(capsys, NATIVE, "--levers", tmp_path / "none.json", "--no-json"),
                     "no such levers file")
 
 
@@ -81,21 +81,21 @@ def test_levers_file_that_breaks_the_schema(tmp_path, capsys, mutate, needle):
     data = fixture_levers()
     mutate(data)
     levers = write_levers(tmp_path / "levers.json", data)
-    _one_line_error(*run_cli(capsys, NATIVE, "--levers", levers, "--no-json"), needle)
+    assert_one_line_error(*run_cli(capsys, NATIVE, "--levers", levers, "--no-json"), needle)
 
 
 def test_asked_shape_that_cannot_run(capsys):
-    _one_line_error(*run_cli(capsys, NATIVE, "--levers", FIXTURE, "--want-mbs", "3",
+    assert_one_line_error(*run_cli(capsys, NATIVE, "--levers", FIXTURE, "--want-mbs", "3",
                              "--no-json"), "not a multiple of MBS*DP")
 
 
 def test_unknown_platform(capsys):
-    _one_line_error(*run_cli(capsys, DRY_ALL_ON, "--levers", FIXTURE, "--platform", "tpu9",
+    assert_one_line_error(*run_cli(capsys, DRY_ALL_ON, "--levers", FIXTURE, "--platform", "tpu9",
                              "--no-json"), "--platform 'tpu9'")
 
 
 def test_unwritable_json_path(tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    _one_line_error(*run_cli(capsys, NATIVE, "--levers", FIXTURE, "--json",
+    assert_one_line_error(*run_cli(capsys, NATIVE, "--levers", FIXTURE, "--json",
                              blocker / "sub" / "opt.json"), "cannot write the JSON report")
