@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -117,13 +116,7 @@ class MetricsWriter:
         if self.path is None:
             return
         with self.path.open("a") as f:
-            f.write(json.dumps(record, default=_json_default) + "\n")
-
-
-def _json_default(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    return str(value)
+            f.write(json.dumps(record, default=str) + "\n")
 
 
 def read_metrics(path: Path) -> list[dict]:

@@ -73,6 +73,11 @@ def _default_name(kind: str, shape: BenchShape) -> str:
     return f"{kind}_{hardware_tag(record.gpu_info().get('name'), shape.gpus)}_{shape.tag()}"
 
 
+def _name_and_out(args, kind: str, shape: BenchShape) -> tuple[str, Path]:
+    name = args.name or _default_name(kind, shape)
+    return name, Path(args.out) if args.out else record.BENCH_DIR / f"{name}.json"
+
+
 def cmd_toggles(args) -> int:
     shape = _shape(args)
     try:
@@ -86,8 +91,7 @@ def cmd_toggles(args) -> int:
     except suites.SuiteError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    name = args.name or _default_name("toggles", shape)
-    out = Path(args.out) if args.out else record.BENCH_DIR / f"{name}.json"
+    name, out = _name_and_out(args, "toggles", shape)
     return _run_or_plan(args, "toggles", name, shape, configs, runner, cal, out,
                         args.budget_s or float("inf"), {"default_resolved": default_values})
 
@@ -100,8 +104,7 @@ def cmd_peers(args) -> int:
     except suites.SuiteError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    name = args.name or _default_name("peers", shape)
-    out = Path(args.out) if args.out else record.BENCH_DIR / f"{name}.json"
+    name, out = _name_and_out(args, "peers", shape)
     return _run_or_plan(args, "peers", name, shape, configs, runner, cal, out,
                         args.budget_s or float("inf"))
 

