@@ -21,6 +21,12 @@ def add_training_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
     model.add_argument("--native-kernels", choices=("liger", "torch"), default="liger",
                        help="Kernels of the native backend: Liger-Kernel (Triton) or plain torch.")
 
+    train = parser.add_argument_group(title="launcher: training")
+    train.add_argument("--nan-check", choices=("step", "bucket"), default="bucket",
+                       help="step: stop at the first iteration whose loss or global gradient "
+                            "norm is NaN/Inf (with --no-check-for-nan-in-loss-and-grad); bucket: "
+                            "Megatron's per-bucket check only.")
+
     run = parser.add_argument_group(title="launcher: run")
     run.add_argument("--run-dir", type=str, default=None,
                      help="Run folder: metrics.jsonl and the manifest's run section go here.")

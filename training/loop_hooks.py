@@ -19,6 +19,7 @@ iteration (`stop_after_this_evaluation`).
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,7 @@ class RunState:
     last_step_time: float | None = None
     eval_iteration: int | None = None
     profile_window: tuple[int, int] = (0, -1)
+    nan_check_step: bool = False
 
 
 _state: RunState | None = None
@@ -68,7 +70,8 @@ def install(args, precision: str, listeners=()) -> RunState:
         writer=MetricsWriter(run_dir / "metrics.jsonl" if (run_dir and logging_rank) else None),
         is_logging_rank=logging_rank,
         profile_window=((args.profile_step_start, args.profile_step_end + 1)
-                        if args.profile else (0, -1)))
+                        if args.profile else (0, -1)),
+        nan_check_step=getattr(args, "nan_check", "bucket") == "step")
 
     original_step, original_log = training.train_step, training.training_log
 
@@ -85,6 +88,8 @@ def install(args, precision: str, listeners=()) -> RunState:
         result = original_log(loss_dict, total_loss_dict, learning_rate, iteration, loss_scale,
                               report_memory_flag, skipped_iter, grad_norm, *a, **kw)
         _on_iteration(iteration, loss_dict, learning_rate, grad_norm, skipped_iter)
+        if _state.nan_check_step:
+            check_finite(iteration, loss_dict.get("lm loss"), grad_norm)
         return result
 
     original_eval_print, original_eval = training.evaluate_and_print_results, training.evaluate
@@ -178,6 +183,24 @@ def _loss_on_every_rank(loss: float | None) -> float | None:
                          device="cuda")
     torch.distributed.broadcast(value, src=world - 1)
     return value.item()
+
+
+class NonFiniteError(RuntimeError):
+    """NAN_CHECK=step: this iteration's loss or global gradient norm is NaN or Inf."""
+
+
+def check_finite(iteration: int, loss, grad_norm) -> None:
+    """NAN_CHECK=step: stop at the first iteration whose loss or global gradient norm is not
+    finite. Runs inside training_log, before Megatron's evaluation and checkpoint of the same
+    iteration, so the weights it updated are never saved. The gradient norm is global (reduced
+    over every rank), so every rank stops at the same iteration."""
+    bad = [f"{name} is {value}" for name, value in (("loss", loss), ("gradient norm", grad_norm))
+           if value is not None and not math.isfinite(float(value))]
+    if bad:
+        raise NonFiniteError(
+            f"iteration {iteration}: {' and '.join(bad)}. The run stops here (NAN_CHECK=step); "
+            "the last checkpoint holds finite weights. To find the first gradient bucket "
+            "that went non-finite, rerun with NAN_CHECK=bucket.")
 
 
 def _on_iteration(iteration: int, loss_dict: dict, lr, grad_norm, skipped: int) -> None:

@@ -23,6 +23,7 @@ import json
 import math
 import sys
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -136,11 +137,18 @@ def judge(comparison: Comparison, points: dict[str, dict]) -> dict:
 Runner = Callable[[str, dict[str, str], Path, Path], dict]
 
 
-def run_part(part: Part, work: Path, runner: Runner | None = None) -> dict:
+def run_part(part: Part, work: Path, runner: Runner | None = None,
+             budget_s: float | None = None, clock: Callable[[], float] = time.monotonic) -> dict:
+    """Run the part's runs in order and judge its comparisons. With budget_s, no run starts
+    after that many seconds: the runs left are listed as not run and the comparisons that need
+    them say incomplete (rerun the part in a later call for them)."""
     if runner is None:
         from training.bench.ours import run_point as runner
-    points = {}
+    points, start, not_run = {}, clock(), []
     for spec in part.runs:
+        if budget_s is not None and clock() - start > budget_s:
+            not_run.append(spec.label)
+            continue
         print(f"[numerics] {part.name}: {spec.label} ...", flush=True)
         points[spec.label] = runner(spec.label, spec.toggles, work / "experiment", work / "logs")
         print(f"[numerics] {spec.label}: rc={points[spec.label].get('returncode')}", flush=True)
@@ -153,6 +161,7 @@ def run_part(part: Part, work: Path, runner: Runner | None = None) -> dict:
                              "tokens_per_s_per_gpu": p.get("tokens_per_s_per_gpu"),
                              "peak_memory_gib": p.get("peak_memory_gib")}
                      for label, p in points.items()},
+            "not_run": not_run,
             "comparisons": [judge(c, points) for c in part.comparisons]}
 
 
@@ -178,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", type=Path, required=True)
     run.add_argument("--data", type=Path, default=Path("data/shakespeare/train"))
     run.add_argument("--work-dir", type=Path, default=None)
+    run.add_argument("--budget-s", type=float, default=None,
+                     help="start no run after this many seconds (the rest are listed as not run)")
     tab = sub.add_parser("table")
     tab.add_argument("json", nargs="+", type=Path)
     args = parser.parse_args(argv)
@@ -195,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="numerics-"))
     data = args.data if args.data.with_suffix(".bin").exists() else None
     part = parts(data, work / "ckpt")[args.part]
-    result = {**record.header(f"numerics_{args.part}"), **run_part(part, work),
+    result = {**record.header(f"numerics_{args.part}"), **run_part(part, work, budget_s=args.budget_s),
               "data": str(data) if data else "mock"}
     out = record.write(result, args.out / f"numerics_{args.part}.json")
     result["source"] = out.name

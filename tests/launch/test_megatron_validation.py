@@ -76,3 +76,13 @@ def test_llama2_presets_validate(base_env):
         args = megatron_args(launch(base_env, family="llama2", MODEL_SIZE=size, PLATFORM="h200",
                                     TRANSFORMER_IMPL="native", GPUS_PER_NODE=8, TP=8))
         assert args.seq_length == 4096 and args.rotary_base == 10000
+
+
+@pytest.mark.parametrize("value,megatron_check", [("step", False), ("bucket", True)])
+def test_nan_check_reaches_megatron(base_env, value, megatron_check):
+    """NAN_CHECK=step (default) turns Megatron's per-bucket check off and ours on; bucket keeps
+    Megatron's."""
+    result = launch(base_env, **({} if value == "step" else {"NAN_CHECK": value}))
+    args = megatron_args(result)
+    assert args.nan_check == value
+    assert args.check_for_nan_in_loss_and_grad is megatron_check

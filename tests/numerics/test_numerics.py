@@ -66,3 +66,16 @@ def test_table_is_generated_from_results(tmp_path):
     text = numerics.table([result])
     assert "| layouts | DP=2 vs DP=1 | agree | 0.00e+00 | 1% |" in text
     assert "`numerics_layouts.json`" in text
+
+
+def test_budget_stops_starting_runs_and_says_which_were_not_run(tmp_path):
+    part = numerics.parts(None, tmp_path / "c")["layouts"]
+    ticks = iter(range(0, 1000, 100))  # each clock read advances 100 s
+    result = numerics.run_part(part, tmp_path, fake_runner({s.label: curve() for s in part.runs}),
+                               budget_s=350, clock=lambda: next(ticks))
+    assert list(result["runs"]) == ["dp1", "dp2", "tp2"]
+    assert result["not_run"] == ["dp2_fp32_reduce", "dp2_resumed_from_tp2"]
+    by_name = {c["name"]: c for c in result["comparisons"]}
+    assert by_name["DP=2 vs DP=1"]["ok"]
+    assert by_name["resume at DP=2 from a TP=2 checkpoint"]["verdict"] == \
+        "incomplete: dp2_resumed_from_tp2"

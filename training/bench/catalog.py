@@ -82,6 +82,10 @@ def other_levers(shape: BenchShape) -> list[Lever]:
               {"NATIVE_KERNELS": "torch"}, "NATIVE_KERNELS={default}", "NATIVE_KERNELS=torch",
               True, needs_backend="native",
               note="Liger/Triton kernels vs plain torch ops in the native backend"),
+        Lever("NAN_CHECK=bucket", "NAN_CHECK", "toggle", "nan_check",
+              {"NAN_CHECK": "bucket"}, "NAN_CHECK=step", "NAN_CHECK=bucket", True,
+              note="one NaN/Inf check of the loss and global gradient norm per iteration vs "
+                   "Megatron's per-bucket check (a host-GPU sync per gradient bucket)"),
         Lever("RECOMPUTE=selective", "RECOMPUTE", "recompute", "recompute",
               {"RECOMPUTE": "selective"}, "RECOMPUTE=selective", "RECOMPUTE=none", False,
               note="recompute the attention core in the backward pass (memory for time)"),
@@ -116,7 +120,7 @@ def all_levers(shape: BenchShape) -> list[Lever]:
     return toggle_levers() + precision_levers() + other_levers(shape)
 
 
-GROUPS = ("toggles", "flce", "precision", "backend", "kernels", "recompute", "mbs", "seq",
+GROUPS = ("toggles", "flce", "nan_check", "precision", "backend", "kernels", "recompute", "mbs", "seq",
           "dist_opt", "overlap")
 
 # Peers: sides of `bench peers` (levers.json kind "peer"; native vs local is also the
@@ -174,13 +178,14 @@ def select(shape: BenchShape, only: list[str] | None, groups: list[str] | None,
 # two measured variants, three repeats: 9 launcher runs), in the order they are worth most.
 # Refused variants (precision recipes a node cannot run) cost no GPU time and ride along.
 PARTS_DP1 = (
-    ("toggles-a", ("GRADIENT_ACCUMULATION_FUSION", "CROSS_ENTROPY_LOSS_FUSION",
+    ("toggles-a", ("GRADIENT_ACCUMULATION_FUSION", "NAN_CHECK=bucket",
                    *[f"PRECISION={n}" for n in RECIPES if n != "bf16"],
                    "TRANSFORMER_IMPL=transformer_engine")),
     ("toggles-b", ("FUSED_SINGLE_QKV_ROPE", "GRAD_REDUCE_IN_BF16")),
+    ("toggles-c", ("CROSS_ENTROPY_LOSS_FUSION", "SEQ_LENGTH")),
     ("levers-kernels-mbs", ("NATIVE_KERNELS=torch", "MBS")),
     ("levers-recompute", ("RECOMPUTE=selective", "RECOMPUTE=full")),
-    ("levers-seq-ddp", ("SEQ_LENGTH", "DDP_AVERAGE_IN_COLLECTIVE")),
+    ("levers-ddp", ("DDP_AVERAGE_IN_COLLECTIVE",)),
 )
 PARTS_DP2 = (
     ("dp2-comm", ("DDP_AVERAGE_IN_COLLECTIVE", "GRAD_REDUCE_IN_BF16")),

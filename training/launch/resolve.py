@@ -209,6 +209,11 @@ def build_buckets(ctx: LaunchContext, log_dir: Path) -> tuple[dict[str, list[str
         add("TRANSFORMER_IMPL", TRAIN_ARGS, ["--no-rope-fusion", "--no-persist-layer-norm"])
     if backend == "native":
         add("NATIVE_KERNELS", GPT_ARGS, ["--native-kernels", s["NATIVE_KERNELS"]])
+    # NAN_CHECK=step replaces Megatron's per-bucket NaN/Inf check (a host-GPU sync for every
+    # gradient bucket in each backward) with one check of the loss and global gradient norm per
+    # iteration (training.loop_hooks); NAN_CHECK=bucket keeps Megatron's.
+    add("NAN_CHECK", TRAIN_ARGS, ["--nan-check", s["NAN_CHECK"]]
+        + (["--no-check-for-nan-in-loss-and-grad"] if s["NAN_CHECK"] == "step" else []))
     recompute = s["RECOMPUTE"]
     if recompute == "selective":
         add("RECOMPUTE", GPT_ARGS, ["--recompute-granularity", "selective"])

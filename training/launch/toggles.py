@@ -30,6 +30,7 @@ GROUP_TO_BUCKET = {
     "Transformer-Engine": GPT_ARGS,
     "launcher: model": GPT_ARGS,
     "training": TRAIN_ARGS,
+    "launcher: training": TRAIN_ARGS,
     "learning rate and weight decay": TRAIN_ARGS,
     "regularization": TRAIN_ARGS,
     "RNG and initialization": TRAIN_ARGS,
@@ -160,6 +161,12 @@ REGISTRY: tuple[Toggle, ...] = (
     Toggle("RECOMPUTE", "choice", "none", GPT_ARGS,
            "Activation recompute: none, selective (attention core), full (every layer).",
            choices=("none", "selective", "full"), group="model", emitted_by="recompute"),
+    Toggle("NAN_CHECK", "choice", "step", TRAIN_ARGS,
+           "Where a NaN/Inf gradient stops the run: step (the global gradient norm and loss, "
+           "once per iteration, before a checkpoint can save them) or bucket (Megatron's check "
+           "of each gradient bucket before its reduce: names the bucket, costs a host-GPU "
+           "sync per bucket in every backward).",
+           choices=("step", "bucket"), group="training", emitted_by="nan_check"),
     _bool("DETERMINISTIC", False, GPT_ARGS, "Megatron's deterministic mode (slower).",
           on=("--deterministic-mode",), group="model"),
 
