@@ -8,8 +8,10 @@ resolved: a backend or kernel that cannot be built here is an error, not a fallb
 """
 from __future__ import annotations
 
+import faulthandler
 import json
 import os
+import signal
 import sys
 from functools import partial
 from pathlib import Path
@@ -153,6 +155,9 @@ from training.versions import collect_versions as run_versions  # noqa: E402
 
 
 def main() -> None:
+    # A run that hangs tells where: `kill -USR1 <pid>` (or `pkill -USR1 -f pretrain_gpt.py`)
+    # prints every thread's Python stack to the log and the run goes on.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     skip_dataset_helper_compile()
     from megatron.core.enums import ModelType
     from megatron.training import pretrain

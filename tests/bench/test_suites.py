@@ -93,6 +93,17 @@ def test_peers_that_cannot_run_here_are_recorded():
         peer_configs(BenchShape(gpus=2), ["native", "hf"], fake_precheck(), lambda s: None)
 
 
+def test_ours_is_not_run_when_no_peer_can_run():
+    """No GPU time for a comparison with nobody: ours says why instead of 'failed'."""
+    configs = peer_configs(SHAPE, ["native", "torchtitan"], fake_precheck(),
+                           lambda side: "ImportError: no torchtitan")
+    c = _by_id(configs)
+    assert c["native"].status == "not run" and not c["native"].runnable
+    assert c["native"].message == "no runnable peer to compare with: torchtitan: not runnable"
+    both = _by_id(peer_configs(SHAPE, ["native", "local"], fake_precheck(), lambda s: None))
+    assert both["native"].runnable  # ours vs ours (local) still runs
+
+
 def test_parts_name_known_levers_and_dp_levers_sit_in_the_two_gpu_parts():
     keys = {lv.key for lv in all_levers(SHAPE)}
     for _name, part in PARTS_DP1 + PARTS_DP2:

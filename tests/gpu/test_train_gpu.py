@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ pytestmark = pytest.mark.gpu
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data" / "shakespeare"
+TIMEOUT_S = 240  # a tiny run takes under a minute on an H200
 BACKENDS = ["native", "local"] + (["transformer_engine"]
                                   if importlib.util.find_spec("transformer_engine") else [])
 
@@ -33,10 +35,24 @@ def _train(tmp_path: Path, name: str, *words: str, **toggles) -> Path:
                EVAL_ITERS="0", LR="1e-3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), MIN_LR="1e-4", CUDA_VISIBLE_DEVICES=os.environ.get(
                    "CUDA_VISIBLE_DEVICES", "0"))
     env.update({k: str(v) for k, v in toggles.items()})
-    proc = subprocess.run(["bash", str(REPO / "examples/llama/train_llama3.sh"), *words],
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.Popen(["bash", str(REPO / "examples/llama/train_llama3.sh"), *words],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        # The local backend's tiny run hung here on 2 H200s (2026-11-30): print where.
+        launchers = subprocess.run(["pgrep", "-f", f"torchrun.*run-dir {tmp_path}"],
+                                   capture_output=True, text=True).stdout.split()
+        for pid in launchers:  # the workers (children of torchrun) print their stacks
+            subprocess.run(["pkill", "-USR1", "-P", pid], check=False)
+        time.sleep(5)
+        subprocess.run(["pkill", "-KILL", "-f", f"run-dir {tmp_path}"], check=False)
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"{name}: no end after {TIMEOUT_S} s; the stacks at that moment "
+                    f"(SIGUSR1):\n{out[-3000:]}\n{err[-12000:]}")
     run = tmp_path / "experiment" / name / "bf16" / "run"
-    log = proc.stdout[-4000:] + proc.stderr[-4000:]
+    log = out[-4000:] + err[-4000:]
     assert (run / "metrics.jsonl").exists(), log
     return run
 

@@ -96,6 +96,11 @@ def peer_configs(shape: BenchShape, sides: list[str], precheck: Precheck,
         configs.append(config)
     if configs[0].status != "planned":
         raise SuiteError(f"ours ({sides[0]}) is refused here: {configs[0].message}")
+    others = [c for c in configs[1:] if c.side != "ours"]
+    if others and not any(c.status == "planned" for c in others):
+        configs[0].status = "not run"
+        configs[0].message = ("no runnable peer to compare with: "
+                              + "; ".join(f"{c.id}: {c.status}" for c in others))
     return configs
 
 

@@ -28,7 +28,7 @@ class Config:
     side: str                        # ours | hf | hf_liger | torchtitan
     env: dict[str, str] = field(default_factory=dict)   # launcher toggles on top of the shape
     lever: dict | None = None        # the catalogue entry (toggles), as a dict
-    status: str = "planned"          # planned | refused | not applicable | not runnable
+    status: str = "planned"          # planned | refused | not applicable | not runnable | not run
     message: str = ""
     corrections: list = field(default_factory=list)
 

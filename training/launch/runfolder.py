@@ -49,10 +49,13 @@ def package_versions() -> dict[str, str | None]:
 
 
 def git_sha(repo: Path) -> str | None:
-    """HEAD of the checkout (+"-dirty" with uncommitted tracked changes). Where the code runs
-    without its .git (a copied tree on a GPU machine), the GIT_SHA variable says it."""
+    """HEAD of the checkout (+"-dirty" with uncommitted tracked changes). The GIT_SHA
+    variable, when set, says it instead: a tree copied to a GPU machine may carry no .git, or a
+    stale one (it named an older commit, "-dirty", on the lent H200s)."""
+    if os.environ.get("GIT_SHA"):
+        return os.environ["GIT_SHA"]
     if shutil.which("git") is None or not (repo / ".git").exists():
-        return os.environ.get("GIT_SHA")
+        return None
     try:
         out = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True,
                              text=True, timeout=10, check=True)

@@ -20,6 +20,29 @@ class FusedTorchAdamW(torch.optim.AdamW):
         kwargs.setdefault("fused", torch.cuda.is_available())
         super().__init__(params, **kwargs)
 
+    def state_dict(self):
+        """Megatron 0.19.2's distributed optimizer, without apex/TE, reads the 'step' of every
+        parameter's state in its own state_dict(), and a resume calls that before any step has
+        run: on an empty state its `assert len(steps) == 1` stops the load (seen on 2 H200s,
+        resuming at DP=2 from a TP=2 checkpoint). So an empty state is first filled the way
+        torch's AdamW fills it at its first step (step 0, zero moments): the same memory, the
+        same update, and the load then overwrites it."""
+        if not self.state:
+            self._fill_initial_state()
+        return super().state_dict()
+
+    @torch.no_grad()
+    def _fill_initial_state(self) -> None:
+        for group in self.param_groups:
+            on_device = group.get("fused") or group.get("capturable")
+            for p in group["params"]:
+                self.state[p] = {
+                    "step": torch.zeros((), dtype=torch.float32,
+                                        device=p.device if on_device else "cpu"),
+                    "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                    "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+                }
+
 
 def install() -> str:
     from megatron.core import optimizer as megatron_optimizer
