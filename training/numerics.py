@@ -174,7 +174,15 @@ def table(results: list[dict]) -> str:
             tol = f"{c['tolerance']:.0%}" if "tolerance" in c else ""
             finals = ", ".join(f"{x:.4f}" for x in c.get("final_losses", [])) or \
                 (f"{c['final_loss']:.4f}" if "final_loss" in c else "")
-            lines.append(f"| {data['part']} | {c['name']} | {c['verdict']} | {diff} | {tol} | "
+            verdict = c["verdict"]
+            unrun = set(c["runs"]) - set(data.get("runs", {}))
+            if verdict.startswith("incomplete") and unrun and unrun <= set(data.get("not_run", [])):
+                verdict = "not run yet (time budget of the call)"
+            elif verdict.startswith("incomplete"):
+                failed = [r for r in c["runs"] if data.get("runs", {}).get(r, {}).get("returncode")]
+                verdict += f" (exit code {', '.join(str(data['runs'][r]['returncode']) for r in failed)})" \
+                    if failed else ""
+            lines.append(f"| {data['part']} | {c['name']} | {verdict} | {diff} | {tol} | "
                          f"{finals} | `{data.get('source', '')}` |")
     return "\n".join(lines)
 
@@ -206,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="numerics-"))
     data = args.data if args.data.with_suffix(".bin").exists() else None
     part = parts(data, work / "ckpt")[args.part]
-    result = {**record.header(f"numerics_{args.part}"), **run_part(part, work, budget_s=args.budget_s),
+    result = {**record.header(f"numerics_{args.part}", module="training.numerics"), **run_part(part, work, budget_s=args.budget_s),
               "data": str(data) if data else "mock"}
     out = record.write(result, args.out / f"numerics_{args.part}.json")
     result["source"] = out.name

@@ -15,10 +15,11 @@ from .fakes import NO_TE_REFUSALS, FakeRunner, fake_precheck
 
 BENCH = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
 TAG = "llama3-8B-8L_seq8192"
+FIRST_PEERS = BENCH / "earlier" / f"peers_h200_{TAG}_1repeat.json"  # fixed figures
 
 
 @pytest.fixture
-def fake_tools(monkeypatch):
+def fake_tools(monkeypatch, tmp_path):
     runner = FakeRunner(speed={"default": 35000.0, "native": 35000.0, "hf": 32000.0,
                                "hf_liger": 35200.0, "GRAD_REDUCE_IN_BF16": 34000.0})
 
@@ -27,6 +28,7 @@ def fake_tools(monkeypatch):
                 plan.calibrate(BENCH))
 
     monkeypatch.setattr(cli, "_tools", tools)
+    monkeypatch.setattr(cli.record, "BENCH_DIR", tmp_path / "committed")  # none done yet
     monkeypatch.setattr(cli.record, "gpu_info", lambda: {"name": "NVIDIA H200", "count": 1,
                                                          "driver": "580.0"})
     return runner
@@ -113,6 +115,6 @@ def test_nothing_runs_when_no_side_can_be_compared(tmp_path):
 
 
 def test_table_of_the_real_peers_json(capsys):
-    assert cli.main(["table", str(BENCH / f"peers_h200_{TAG}.json")]) == 0
+    assert cli.main(["table", str(FIRST_PEERS)]) == 0
     text = capsys.readouterr().out
     assert "0.995x" in text and "within noise" in text and "30.9" in text

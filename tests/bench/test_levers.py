@@ -15,8 +15,10 @@ from training.bench.suites import run_suite, toggle_configs
 
 from .fakes import HEADER, FakeRunner, fake_precheck
 
-REAL_PEERS = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
-              / "peers_h200_llama3-8B-8L_seq8192.json")
+# The first H200 peers run (1 repeat), kept under docs/benchmarks/earlier/: fixed figures.
+REAL_PEERS = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "earlier"
+              / "peers_h200_llama3-8B-8L_seq8192_1repeat.json")
+PEERS_NAME = "peers_h200_llama3-8B-8L_seq8192.json"
 AGREED = {"id", "kind", "set", "baseline", "effect", "shape", "hardware", "source", "repeats",
           "notes"}
 EFFECT = {"tokens_per_s_ratio", "ratio_spread", "verdict", "peak_memory_gib"}
@@ -40,7 +42,7 @@ def make_toggles_json(bench: Path, name: str, created: str, shape: BenchShape,
 def bench(tmp_path) -> Path:
     bench = tmp_path / "benchmarks"
     bench.mkdir()
-    shutil.copy(REAL_PEERS, bench / REAL_PEERS.name)
+    shutil.copy(REAL_PEERS, bench / PEERS_NAME)
     (bench / "data_prepare_cpu.json").write_text('{"benchmark": "other kind"}')
     make_toggles_json(bench, "toggles_old", "2026-11-01T00:00:00", BenchShape(),
                       {"default": 35000, "GRAD_REDUCE_IN_BF16": 30000}, ["GRAD_REDUCE_IN_BF16"])

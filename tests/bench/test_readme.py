@@ -10,15 +10,17 @@ from training.bench.__main__ import main
 from training.bench.levers import build
 from training.bench.readme import BEGIN, END, NoMarkers, replace_block, update_readme
 
-REAL_PEERS = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
-              / "peers_h200_llama3-8B-8L_seq8192.json")
+# The first H200 peers run (1 repeat), kept under docs/benchmarks/earlier/: fixed figures.
+REAL_PEERS = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "earlier"
+              / "peers_h200_llama3-8B-8L_seq8192_1repeat.json")
+PEERS_NAME = "peers_h200_llama3-8B-8L_seq8192.json"
 
 
 @pytest.fixture
 def bench(tmp_path) -> Path:
     bench = tmp_path / "benchmarks"
     bench.mkdir()
-    shutil.copy(REAL_PEERS, bench / REAL_PEERS.name)
+    shutil.copy(REAL_PEERS, bench / PEERS_NAME)
     return bench
 
 
@@ -31,7 +33,8 @@ def test_only_the_block_changes_and_a_rerun_is_a_no_op(tmp_path, bench):
     assert text.endswith(END + "\n\n## After\nkeep\n")
     assert "old typed table" not in text
     block = text[text.index(BEGIN):text.index(END)]
-    assert "| native | 34,967 | 532.6 | 54.1 | 1 | NVIDIA H200 |" in block
+    assert ("| native | llama3-8B 8L seq8192 mbs1 gb8, 1 GPU (TP1 PP1 DP1), bf16 | 34,967 | "
+            "532.6 | 54.1 | 1 | NVIDIA H200 |") in block
     assert "| TRANSFORMER_IMPL=local |" in block and "2.407x" in block
     assert "Not measured yet:" in block and "RECOMPUTE=full" in block
     assert update_readme(readme, build(bench), bench) is False

@@ -79,3 +79,29 @@ def test_budget_stops_starting_runs_and_says_which_were_not_run(tmp_path):
     assert by_name["DP=2 vs DP=1"]["ok"]
     assert by_name["resume at DP=2 from a TP=2 checkpoint"]["verdict"] == \
         "incomplete: dp2_resumed_from_tp2"
+
+
+def test_table_tells_not_run_from_failed(tmp_path):
+    part = numerics.parts(None, tmp_path / "c")["layouts"]
+    curves = {s.label: curve() for s in part.runs if s.label != "dp2"}
+    ticks = iter(range(0, 1000, 100))
+    result = numerics.run_part(part, tmp_path, fake_runner(curves), budget_s=350,
+                               clock=lambda: next(ticks))
+    result["source"] = "x.json"
+    text = numerics.table([result])
+    assert "| DP=2 vs DP=1 | incomplete: dp2 (exit code 1) |" in text
+    assert "| resume at DP=2 from a TP=2 checkpoint | not run yet (time budget of the call) |" \
+        in text
+
+
+def test_docs_table_is_generated_from_the_committed_jsons():
+    repo = Path(__file__).resolve().parents[2]
+    jsons = sorted((repo / "docs" / "benchmarks").glob("numerics_*.json"))
+    assert jsons, "no numerics JSON committed"
+    results = []
+    for path in jsons:
+        data = __import__("json").loads(path.read_text())
+        data["source"] = path.name
+        results.append(data)
+    assert numerics.table(results) in (repo / "docs" / "numerics.md").read_text(), \
+        "docs/numerics.md is stale: paste `python -m training.numerics table docs/benchmarks/numerics_*.json`"

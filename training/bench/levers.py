@@ -128,13 +128,15 @@ def build(bench_dir: Path = BENCH_DIR) -> dict:
             "sources": sources, "verdict_rule": VERDICT_RULE, "levers": levers}
 
 
-def shape_text(shape: dict | None) -> str:
+def shape_text(shape: dict | None, backend: bool = True) -> str:
+    """One line for a levers.json shape; backend=False leaves out the baseline's backend (a
+    peer row is not on it)."""
     if not shape:
         return "-"
     return (f"{shape['model']} {shape['num_layers']}L seq{shape['seq_length']} "
             f"mbs{shape['mbs']} gb{shape['global_batch']}, {shape['gpus']} GPU "
-            f"(TP{shape['tp']} PP{shape['pp']} DP{shape['dp']}), {shape['precision']}, "
-            f"{shape['backend']}")
+            f"(TP{shape['tp']} PP{shape['pp']} DP{shape['dp']}), {shape['precision']}"
+            + (f", {shape['backend']}" if backend else ""))
 
 
 def markdown(doc: dict) -> str:

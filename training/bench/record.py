@@ -38,7 +38,7 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def header(name: str, argv: list[str] | None = None) -> dict:
+def header(name: str, argv: list[str] | None = None, module: str = "training.bench") -> dict:
     import torch
 
     gpu = gpu_info()
@@ -46,7 +46,7 @@ def header(name: str, argv: list[str] | None = None) -> dict:
     return {
         "name": name,
         "created": _dt.datetime.now().isoformat(timespec="seconds"),
-        "command": shlex.join(["python", "-m", "training.bench", *(argv or sys.argv[1:])]),
+        "command": shlex.join(["python", "-m", module, *(argv or sys.argv[1:])]),
         "git_sha": git_sha(REPO),
         "host": socket.gethostname(),
         "gpu": gpu,
