@@ -80,6 +80,7 @@ def test_shell_metacharacters_are_quoted_not_executed(tmp_path):
     ({"TP": "two"}, "TP='two' is not an integer"),
     ({"LR": "fast"}, "LR='fast' is not a number"),
     ({"EXP_NAME": "a/b"}, "EXP_NAME='a/b' must be a single folder name"),
+    ({"MANUAL_GC_INTERVAL": "-5"}, "MANUAL_GC_INTERVAL=-5 is negative: use 0"),
 ])
 def test_bad_input_exits_2_with_one_message_and_no_traceback(tmp_path, env, needle):
     proc = run(tmp_path, **env)

@@ -86,3 +86,10 @@ def test_nan_check_reaches_megatron(base_env, value, megatron_check):
     args = megatron_args(result)
     assert args.nan_check == value
     assert args.check_for_nan_in_loss_and_grad is megatron_check
+
+
+def test_manual_gc_interval_reaches_megatron(base_env):
+    args = megatron_args(launch(base_env, MANUAL_GC_INTERVAL=100))
+    assert args.manual_gc and args.manual_gc_interval == 100
+    default = megatron_args(launch(base_env))
+    assert not default.manual_gc

@@ -86,6 +86,10 @@ def other_levers(shape: BenchShape) -> list[Lever]:
               {"NAN_CHECK": "bucket"}, "NAN_CHECK=step", "NAN_CHECK=bucket", True,
               note="one NaN/Inf check of the loss and global gradient norm per iteration vs "
                    "Megatron's per-bucket check (a host-GPU sync per gradient bucket)"),
+        Lever("MANUAL_GC_INTERVAL=100", "MANUAL_GC_INTERVAL", "toggle", "gc",
+              {"MANUAL_GC_INTERVAL": "100"}, "MANUAL_GC_INTERVAL=100", "MANUAL_GC_INTERVAL=0",
+              False, note="Megatron's manual garbage collection every 100 iterations vs "
+                          "Python's automatic collector"),
         Lever("RECOMPUTE=selective", "RECOMPUTE", "recompute", "recompute",
               {"RECOMPUTE": "selective"}, "RECOMPUTE=selective", "RECOMPUTE=none", False,
               note="recompute the attention core in the backward pass (memory for time)"),
@@ -120,7 +124,7 @@ def all_levers(shape: BenchShape) -> list[Lever]:
     return toggle_levers() + precision_levers() + other_levers(shape)
 
 
-GROUPS = ("toggles", "flce", "nan_check", "precision", "backend", "kernels", "recompute", "mbs", "seq",
+GROUPS = ("toggles", "flce", "nan_check", "gc", "precision", "backend", "kernels", "recompute", "mbs", "seq",
           "dist_opt", "overlap")
 
 # Peers: sides of `bench peers` (levers.json kind "peer"; native vs local is also the
@@ -185,7 +189,7 @@ PARTS_DP1 = (
     ("toggles-c", ("CROSS_ENTROPY_LOSS_FUSION", "SEQ_LENGTH")),
     ("levers-kernels-mbs", ("NATIVE_KERNELS=torch", "MBS")),
     ("levers-recompute", ("RECOMPUTE=selective", "RECOMPUTE=full")),
-    ("levers-ddp", ("DDP_AVERAGE_IN_COLLECTIVE",)),
+    ("levers-ddp-gc", ("DDP_AVERAGE_IN_COLLECTIVE", "MANUAL_GC_INTERVAL=100")),
 )
 PARTS_DP2 = (
     ("dp2-comm", ("DDP_AVERAGE_IN_COLLECTIVE", "GRAD_REDUCE_IN_BF16")),

@@ -209,6 +209,12 @@ def build_buckets(ctx: LaunchContext, log_dir: Path) -> tuple[dict[str, list[str
         add("TRANSFORMER_IMPL", TRAIN_ARGS, ["--no-rope-fusion", "--no-persist-layer-norm"])
     if backend == "native":
         add("NATIVE_KERNELS", GPT_ARGS, ["--native-kernels", s["NATIVE_KERNELS"]])
+    if s["MANUAL_GC_INTERVAL"] < 0:
+        raise BadInput(f"MANUAL_GC_INTERVAL={s['MANUAL_GC_INTERVAL']} is negative: use 0 "
+                       "(Python's automatic GC) or N > 0 (collect every N iterations).")
+    if s["MANUAL_GC_INTERVAL"] > 0:
+        add("MANUAL_GC_INTERVAL", TRAIN_ARGS,
+            ["--manual-gc", "--manual-gc-interval", str(s["MANUAL_GC_INTERVAL"])])
     # NAN_CHECK=step replaces Megatron's per-bucket NaN/Inf check (a host-GPU sync for every
     # gradient bucket in each backward) with one check of the loss and global gradient norm per
     # iteration (training.loop_hooks); NAN_CHECK=bucket keeps Megatron's.

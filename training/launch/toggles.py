@@ -161,6 +161,11 @@ REGISTRY: tuple[Toggle, ...] = (
     Toggle("RECOMPUTE", "choice", "none", GPT_ARGS,
            "Activation recompute: none, selective (attention core), full (every layer).",
            choices=("none", "selective", "full"), group="model", emitted_by="recompute"),
+    Toggle("MANUAL_GC_INTERVAL", "int", 0, TRAIN_ARGS,
+           "0: Python's automatic garbage collector. N > 0: Megatron's manual GC (automatic "
+           "collection off, one gc.collect() every N iterations, between steps): no collection "
+           "pause inside a step, the same moment on every rank.",
+           group="training", emitted_by="manual_gc"),
     Toggle("NAN_CHECK", "choice", "step", TRAIN_ARGS,
            "Where a NaN/Inf gradient stops the run: step (the global gradient norm and loss, "
            "once per iteration, before a checkpoint can save them) or bucket (Megatron's check "
