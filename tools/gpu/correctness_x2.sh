@@ -3,22 +3,36 @@
 # harness (issue 10's scale point: no recompute vs full recompute at micro-batch 1), then the
 # correctness harnesses side by side on both GPUs (timing plays no part in them): numerics
 # layouts, numerics toggles, the ADAM_EPS x GRAD_REDUCE_IN_BF16 convergence grid.
-# Carry: .whl data
+#   SCALE_S=0   skips the scale point.
+#   CONV_DIR    the grid's run folders; finished cells are read back, not rerun. To finish a
+#               grid started in an earlier call: unpack its convergence_runs.tgz into .carry/conv
+#               here, carry .carry, and set CONV_DIR=.carry/conv.
+# $OUT keeps few files (the device returns at most 8): the JSONs, and two archives.
+# Carry: .whl data [.carry]
 source "$(dirname "$0")/env.sh"
 SCALE_S=${SCALE_S:-240}
-timeout "$SCALE_S" python3 -m training.bench toggles --num-layers 32 --gpus 2 --global-batch 16 \
-    --keys RECOMPUTE=full --repeats 1 --steps 4 --warmup 2 --out "$OUT/scale.json" \
-    --name scale_h200x2_llama3-8B_seq8192 --work-dir /tmp/scale > "$OUT/scale.log" 2>&1
-echo "scale rc=$?"; tail -12 "$OUT/scale.log"
+CONV_DIR=${CONV_DIR:-/tmp/conv}
+mkdir -p /tmp/logs
+if [ "$SCALE_S" -gt 0 ]; then
+    timeout "$SCALE_S" python3 -m training.bench toggles --num-layers 32 --gpus 2 \
+        --global-batch 16 --keys RECOMPUTE=full --repeats 1 --steps 4 --warmup 2 \
+        --out "$OUT/scale.json" --name scale_h200x2_llama3-8B_seq8192 --work-dir /tmp/scale \
+        > /tmp/logs/scale.log 2>&1
+    echo "scale rc=$?"; tail -12 /tmp/logs/scale.log
+fi
 left=$((540 - SECONDS))
 MASTER_PORT=29610 timeout "$left" python3 -m training.numerics run layouts --out "$OUT" \
-    --work-dir /tmp/num_layouts --budget-s $((left - 90)) > "$OUT/numerics_layouts.log" 2>&1 &
+    --work-dir /tmp/num_layouts --budget-s $((left - 90)) > /tmp/logs/numerics_layouts.log 2>&1 &
 MASTER_PORT=29620 timeout "$left" python3 -m training.numerics run toggles --out "$OUT" \
-    --work-dir /tmp/num_toggles --budget-s $((left - 90)) > "$OUT/numerics_toggles.log" 2>&1 &
+    --work-dir /tmp/num_toggles --budget-s $((left - 90)) > /tmp/logs/numerics_toggles.log 2>&1 &
 MASTER_PORT=29630 timeout "$left" python3 -m training.convergence \
-    docs/convergence/grid_adam_eps_x_bf16_reduce.yaml --out "$OUT/convergence" \
-    --experiment-dir /tmp/conv --budget-s $((left - 150)) > "$OUT/convergence.log" 2>&1 &
+    docs/convergence/grid_adam_eps_x_bf16_reduce.yaml --out /tmp/conv_report \
+    --experiment-dir "$CONV_DIR" --budget-s $((left - 150)) > /tmp/logs/convergence.log 2>&1 &
 wait
-for f in numerics_layouts numerics_toggles convergence; do echo "== $f"; tail -20 "$OUT/$f.log"; done
-tar czf "$OUT/correctness_runs.tgz" --exclude=tensorboard --exclude='*.distcp' \
-    -C /tmp scale num_layouts num_toggles conv 2>/dev/null
+for f in numerics_layouts numerics_toggles convergence; do
+    echo "== $f"; tail -20 "/tmp/logs/$f.log"
+done
+tar czf "$OUT/logs_and_reports.tgz" -C /tmp logs conv_report 2>/dev/null
+tar czf "$OUT/runs.tgz" --exclude=tensorboard --exclude='*.distcp' -C /tmp \
+    scale num_layouts num_toggles 2>/dev/null
+tar czf "$OUT/convergence_runs.tgz" --exclude=tensorboard --exclude='*.distcp' -C "$CONV_DIR" .
