@@ -46,6 +46,7 @@ class RunState:
     eval_iteration: int | None = None
     profile_window: tuple[int, int] = (0, -1)
     nan_check_step: bool = False
+    first_step_start: float | None = None  # epoch seconds: where start-up ends
 
 
 _state: RunState | None = None
@@ -77,6 +78,8 @@ def install(args, precision: str, listeners=()) -> RunState:
 
     def timed_train_step(*a, **kw):
         torch.cuda.synchronize()
+        if _state.first_step_start is None:
+            _state.first_step_start = time.time()
         start = time.perf_counter()
         out = original_step(*a, **kw)
         torch.cuda.synchronize()
@@ -253,6 +256,11 @@ def _tensorboard(record: dict, iteration: int) -> None:
                 "mem_peak_allocated_gib"):
         if record.get(key) is not None:
             writer.add_scalar(f"throughput/{key}", record[key], iteration)
+
+
+def first_step_start() -> float | None:
+    """Epoch seconds at which the first training step began (None before any step)."""
+    return _state.first_step_start if _state is not None else None
 
 
 def finish() -> dict | None:

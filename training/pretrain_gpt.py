@@ -8,13 +8,17 @@ resolved: a backend or kernel that cannot be built here is an error, not a fallb
 """
 from __future__ import annotations
 
-import faulthandler
-import json
-import os
-import signal
-import sys
-from functools import partial
-from pathlib import Path
+import time
+
+_WORKER_START = time.time()  # first thing the worker does: the startup timeline's origin
+
+import faulthandler  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+from functools import partial  # noqa: E402
+from pathlib import Path  # noqa: E402
 
 if __package__ in (None, ""):  # run as a script by torchrun: make `training` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -168,6 +172,7 @@ def main() -> None:
     from training.arguments import add_training_args
     from training.profiling import ranges
 
+    imports_done = time.time()
     args = parse_and_validate_args(extra_args_provider=add_training_args)
     rank = int(os.environ.get("RANK", "0"))
     global _MLPERF
@@ -201,9 +206,13 @@ def main() -> None:
     pretrain(cfg, datasets_provider, ModelType.encoder_or_decoder, forward_step,
              model_provider=model_provider)
 
+    training_done = time.time()
     summary = loop_hooks.finish()
     if summary is not None:
-        _report(args, summary, setup)
+        timeline = {"worker_start": _WORKER_START, "imports_done": imports_done,
+                    "first_step_start": loop_hooks.first_step_start(),
+                    "training_done": training_done}
+        _report(args, summary, setup, timeline)
     if _MLPERF is not None:
         _MLPERF.log.close()
 
@@ -240,7 +249,7 @@ def _precision_of(args) -> str:
     return "bf16"
 
 
-def _report(args, summary: dict, setup) -> None:
+def _report(args, summary: dict, setup, timeline: dict) -> None:
     from training.launch.runfolder import update_manifest
 
     if summary.get("measured"):
@@ -256,7 +265,8 @@ def _report(args, summary: dict, setup) -> None:
     if args.run_dir:
         run = Path(args.run_dir)
         update_manifest(run, "run", {"versions": run_versions(), "summary": summary,
-                                     "native": setup.parts if setup else None})
+                                     "native": setup.parts if setup else None,
+                                     "timeline": timeline})
         _collect_profile(run)
 
 

@@ -53,3 +53,16 @@ def _alive(pid: int) -> bool:
     except (OSError, IndexError):
         return False
     return state != "Z"
+
+
+def test_startup_breakdown_splits_the_wall_time():
+    from training.bench.ours import startup_breakdown
+
+    point = {"started": 100.0, "ended": 146.0}
+    timeline = {"worker_start": 104.0, "imports_done": 112.5, "first_step_start": 126.0,
+                "training_done": 140.0}
+    parts = startup_breakdown(point, timeline)
+    assert parts == {"launcher_and_torchrun_s": 4.0, "imports_s": 8.5,
+                     "init_to_first_step_s": 13.5, "training_s": 14.0, "finish_and_exit_s": 6.0}
+    assert sum(parts.values()) == point["ended"] - point["started"]
+    assert startup_breakdown(point, {**timeline, "first_step_start": None}) is None

@@ -70,8 +70,11 @@ def test_tiny_trains_30_iterations_with_falling_loss(tmp_path, backend):
     first, last = sum(losses[i] for i in range(1, 6)) / 5, sum(losses[i] for i in range(26, 31)) / 5
     print(f"\n{backend}: loss {first:.3f} (iters 1-5) -> {last:.3f} (iters 26-30)")
     assert last < first - 1.0
-    summary = json.loads((run / "manifest.json").read_text())["run"]["summary"]
+    section = json.loads((run / "manifest.json").read_text())["run"]
+    summary, timeline = section["summary"], section["timeline"]
     assert summary["measured"] and summary["tokens_per_s_per_gpu"] > 0
+    order = ["worker_start", "imports_done", "first_step_start", "training_done"]
+    assert [timeline[k] for k in order] == sorted(timeline[k] for k in order)
 
 
 def test_checkpoint_resume_continues_the_loss_curve(tmp_path):

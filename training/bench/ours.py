@@ -94,8 +94,9 @@ def run_point(label: str, toggles: dict[str, str], experiment_dir: Path, log_dir
     script = REPO / "examples" / "llama" / f"train_{family}.sh"
     started = time.time()
     returncode, timed_out = run_logged(["bash", str(script)], env, log, timeout_s)
+    ended = time.time()
     point = {"label": label, "side": "ours", "toggles": toggles, "returncode": returncode,
-             "wall_s": time.time() - started, "log": str(log)}
+             "wall_s": ended - started, "started": started, "ended": ended, "log": str(log)}
     runs = sorted((experiment_dir / label).glob(f"*/{run_id}/manifest.json"))
     if returncode == 2 and not timed_out:
         # The launcher refused (a guard or a bad value) before any GPU work.
@@ -107,7 +108,21 @@ def run_point(label: str, toggles: dict[str, str], experiment_dir: Path, log_dir
         point["error"] = (f"timed out after {timeout_s:.0f} s\n" if timed_out else "") + _tail(log)
         return point
     point.update(read_run(runs[-1].parent))
+    point["startup"] = startup_breakdown(point, (point.pop("timeline", None) or {}))
     return point
+
+
+def startup_breakdown(point: dict, timeline: dict) -> dict | None:
+    """Where a launch's wall time went besides the steps, in seconds: launcher and torchrun
+    until the worker's first line, Python imports, Megatron's initialise + model, dataset and
+    optimizer build until the first step, the steps, and the end (summary, teardown)."""
+    keys = ("worker_start", "imports_done", "first_step_start", "training_done")
+    if not all(timeline.get(k) for k in keys) or not point.get("started"):
+        return None
+    t = [point["started"], *(timeline[k] for k in keys), point["ended"]]
+    names = ("launcher_and_torchrun_s", "imports_s", "init_to_first_step_s", "training_s",
+             "finish_and_exit_s")
+    return {name: round(b - a, 3) for name, a, b in zip(names, t, t[1:])}
 
 
 def read_run(run: Path) -> dict:
@@ -126,6 +141,7 @@ def read_run(run: Path) -> dict:
                          "reason": row.get("reason", "")}
                         for row in manifest["toggles"] if row.get("source") == "guard"],
         "native": (manifest.get("run") or {}).get("native"),
+        "timeline": (manifest.get("run") or {}).get("timeline"),
         "summary": summary,
         "samples": {"iteration": [m["iteration"] for m in steps],
                     "step_time_s": [m["step_time_s"] for m in steps],
