@@ -21,7 +21,8 @@ from .inputs import BadInput, load_run
 from .memory import OVERHEAD_GIB, error_pct, estimate
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_RUNS = ("tests/data/runs/h200_l8_native", "tests/data/runs/h200_l8_local")
+DEFAULT_RUNS = ("tests/data/runs/h200_l8_native", "tests/data/runs/h200_l8_local",
+                "tests/data/runs/h200x2_l32_native", "tests/data/runs/h200x2_l32_native_full_recompute")
 # The issue's goal for the estimator's error on measured runs.
 GOAL_PCT = 15.0
 
@@ -36,6 +37,7 @@ def calibrate(run: str | Path) -> dict:
                        "metrics): nothing to calibrate against")
     row = {"run": str(run), "model": config.model, "layers": config.num_layers,
            "seq": config.seq, "mbs": config.mbs, "backend": config.backend,
+           "gpus": config.nnodes * config.gpus_per_node, "dist_opt": config.dist_opt,
            "recompute": config.recompute, "estimated_peak_gib": est.peak_gib,
            "peak_phase": est.peak_phase, "measured_peak_gib": measured, "measured_from": where,
            "error_pct": error_pct(est.peak_gib, measured),
@@ -53,11 +55,31 @@ def calibrate(run: str | Path) -> dict:
     return row
 
 
+def markdown(rows: list[dict]) -> str:
+    """The estimator-vs-measured table of docs/optimize.md (generated, never typed)."""
+    lines = ["| run | shape | estimated peak | measured peak | error | after a step: estimated / "
+             "measured |", "|---|---|---|---|---|---|"]
+    for row in rows:
+        a = row.get("after_step")
+        after = (f"{a['estimated_gib']:.2f} / {a['measured_gib']:.2f} GiB "
+                 f"({a['error_pct']:+.1f}%)" if a else "-")
+        lines.append(f"| {Path(row['run']).name} | {row['model']}, {row['layers']} layers, seq "
+                     f"{row['seq']}, mbs {row['mbs']}, {row['gpus']} GPU"
+                     f"{'s' if row['gpus'] > 1 else ''}"
+                     f"{', distributed optimizer' if row['dist_opt'] else ''}, {row['backend']}, RECOMPUTE="
+                     f"{row['recompute']} | {row['estimated_peak_gib']:.2f} GiB "
+                     f"({row['peak_phase']}) | {row['measured_peak_gib']:.2f} GiB | "
+                     f"{row['error_pct']:+.1f}% | {after} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.optimize.calibration",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="*", help="run folders (default: the recorded H200 runs)")
     parser.add_argument("--json", action="store_true", help="print JSON rows")
+    parser.add_argument("--markdown", action="store_true",
+                        help="print the table docs/optimize.md carries")
     args = parser.parse_args(argv)
     runs = args.runs or [str(REPO_ROOT / r) for r in DEFAULT_RUNS]
     try:
@@ -67,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     if args.json:
         print(json.dumps(rows, indent=2))
+        return 0
+    if args.markdown:
+        print(markdown(rows))
         return 0
     print(f"estimator vs measured peak allocated memory (overhead constant {OVERHEAD_GIB} GiB; "
           f"goal: within {GOAL_PCT:.0f}%)")
