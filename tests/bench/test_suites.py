@@ -119,3 +119,19 @@ def test_select_rejects_unknown_names():
         select(SHAPE, None, ["warp_speed"])
     assert [lv.key for lv in select(SHAPE, [], ["mbs"])] == ["MBS"]
     assert select(SHAPE, [], ["mbs"])[0].env == {"MBS": "2"}
+
+
+def test_default_alone_is_a_headline_run_and_full_node_parts_take_one_toggle_each():
+    from training.bench import sweep
+    from training.bench.__main__ import parts_for
+
+    assert select(SHAPE, None, None, ["default"]) == []
+    configs, _ = toggle_configs(SHAPE, [], fake_precheck())
+    specs = sweep.order(configs, BenchShape(repeats=2))
+    assert [s.label for s in specs] == ["default-r0", "default-r1"]
+    node = parts_for(8)
+    assert [keys for _kind, _name, keys in node] == [
+        ("GRADIENT_ACCUMULATION_FUSION",), ("GRAD_REDUCE_IN_BF16",),
+        ("DDP_AVERAGE_IN_COLLECTIVE",), ("CROSS_ENTROPY_LOSS_FUSION",),
+        ("FUSED_SINGLE_QKV_ROPE",)]
+    assert parts_for(2)[0][1] == "dp2-comm"

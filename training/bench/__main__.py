@@ -115,7 +115,8 @@ def parts_for(gpus: int) -> list[tuple[str, str, tuple[str, ...]]]:
         return ([("peers", *catalog.PEER_PARTS[0])]
                 + [("toggles", name, keys) for name, keys in catalog.PARTS_DP1]
                 + [("peers", *part) for part in catalog.PEER_PARTS[1:]])
-    return [("toggles", name, keys) for name, keys in catalog.PARTS_DP2]
+    parts = catalog.PARTS_DP2 if gpus == 2 else catalog.PARTS_NODE
+    return [("toggles", name, keys) for name, keys in parts]
 
 
 def cmd_all(args) -> int:
@@ -252,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--levers", default=None,
                    help=f"lever groups: {','.join(catalog.GROUPS)}, all or none "
                         "(default: precision)")
-    t.add_argument("--keys", default=None, help="explicit lever keys (replaces --only/--levers)")
+    t.add_argument("--keys", default=None, help="explicit lever keys (replaces --only/--levers); "
+                   "'default': the launcher default alone")
     t.add_argument("--name", default=None)
     t.add_argument("--out", default=None)
     t.set_defaults(fn=cmd_toggles)

@@ -150,6 +150,8 @@ def select(shape: BenchShape, only: list[str] | None, groups: list[str] | None,
     """
     levers = all_levers(shape)
     by_key = {lv.key: lv for lv in levers}
+    if keys == ["default"]:  # the launcher default alone (a headline number, no lever)
+        return []
     if keys:
         unknown = [k for k in keys if k not in by_key]
         if unknown:
@@ -196,6 +198,11 @@ PARTS_DP2 = (
     ("dp2-optimizer", ("DISTRIBUTED_OPTIMIZER", "OVERLAP_GRAD_REDUCE")),
     ("dp2-overlap", ("OVERLAP_PARAM_GATHER", "GRADIENT_ACCUMULATION_FUSION")),
 )
+# Four GPUs and more (a full node): one default-on toggle per part, so that a part (a default
+# and one variant, three repeats: 6 launches of the full model) fits one ~9-minute command at
+# the MLPerf global batch of 32 on 8 H200s.
+PARTS_NODE = tuple((f"node-{t.name.lower().replace('_', '-')}", (t.name,))
+                   for t in PERF_TOGGLES)
 PEER_PARTS = (
     ("peers", ("native", "hf", "hf_liger")),
     ("peers-local", ("native", "local")),

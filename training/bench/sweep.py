@@ -60,8 +60,9 @@ Estimate = Callable[[PointSpec], float]
 def order(configs: list[Config], shape: BenchShape) -> list[PointSpec]:
     """The interleaved run order: repeat r runs the runnable configs rotated by r."""
     runnable = [c for c in configs if c.runnable]
-    if len(runnable) < 2:
+    if len(runnable) < 2 and len(configs) > 1:
         return []  # nothing to compare with: every other side was decided without a run
+    # (a single config is a headline run of the default alone: `toggles --keys default`)
     specs = []
     for repeat in range(shape.repeats):
         k = repeat % len(runnable) if runnable else 0
