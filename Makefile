@@ -8,11 +8,18 @@ STAMP  := $(VENV)/.installed
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+# torchtitan 0.2.2 (the benchmark's torchtitan peer, tested on the CPU) is installed without its
+# dependency resolver: its `datasets` dependency (pyarrow, ~190 MB) is never used by the peer
+# (stubbed), and 0.3.0, the newest, does not import with torch 2.11.
+TORCHTITAN := torchtitan==0.2.2 torchdata==0.11.0 tyro==1.0.17 docstring-parser==0.18.0 \
+              typeguard==4.6.1 einops==0.8.2 shtab==1.13.0
+
+$(STAMP): pyproject.toml Makefile
 	@command -v $(PYTHON) >/dev/null || { echo "make setup: $(PYTHON) not found; megatron-core 0.19.2 needs Python >= 3.12 (set PYTHON=/path/to/python3.12)"; exit 2; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[gpu,profile,mlperf,dev]'
+	$(PY) -m pip install -q --no-deps $(TORCHTITAN)
 	@touch $@
 
 # Runs the default Llama 3 recipe on the GPUs of this node (DRY_RUN=1 to only print the launch).

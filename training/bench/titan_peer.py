@@ -1,14 +1,32 @@
 """The torchtitan peer: torchtitan's own Trainer and llama3 model at our shape, one process.
 
-Written against torchtitan 0.2.x (its Trainer, TrainSpec registry and ConfigManager). What
+Written against torchtitan 0.2.2 (its Trainer, TrainSpec registry and ConfigManager). What
 was checked on 2026-11-30 (CPU only, torch 2.11.0):
   - torchtitan 0.3.0 (the newest on PyPI) does not import with torch 2.11: its trainer needs
     `torch.distributed.fsdp.DataParallelMeshDims` (a newer torch) and the undeclared package
     spmd-types. probe() reports that as the side's 'not runnable' reason.
-  - torchtitan 0.2.2 imports with torch 2.11 (with torchdata, tyro, einops installed).
+  - torchtitan 0.2.2 imports with torch 2.11, installed with --no-deps next to the repo's
+    torch: torchtitan==0.2.2 torchdata==0.11.0 tyro==1.0.17 einops==0.8.2
+    docstring-parser==0.18.0 shtab==1.13.0 typeguard==4.6.1 (it also imports tensorboard and
+    tokenizers, which the repo's venv has; `datasets` is stubbed, see below).
+  - tests/bench/test_titan_peer.py (run when torchtitan 0.2.x imports) against 0.2.2's
+    source: get_train_spec("llama3") and its "8B" flavor with the fields replaced below; the
+    spec built on the meta device at the 8-layer llama3-8B shape (MLP 14336, KV 8 x 128,
+    parameter count); every llama3 preset's MLP width; every flag of job_args() parsed by its
+    ConfigManager to the values meant (an unknown flag is refused, so a renamed one fails);
+    Trainer(config), train(), close() and train_step(self, data_iterator); the loader called
+    with dp_world_size=, dp_rank=, tokenizer=, job_config= and read as ({'input': tokens},
+    labels); build_tokenizer_fn=None and build_validator_fn=None accepted (the attention is
+    SDPA, validation is off). Its Trainer trained the tiny preset through this spec and these
+    flags on the CPU (its devices patched to the CPU, gloo): 3 steps of 2 micro-batches, fused
+    AdamW, fp32 parameters under bf16 autocast, loss ~ln(vocab); with --compile.enable too
+    (each block under torch.compile(fullgraph=True) and the loss, inductor on the CPU).
+  - Fixed then: the tiny preset's MLP (704 at dim 256) could not be built from the 8B
+    flavor's multiplier and rounding; torchtitan's RoPE applied the Llama 3.1 scaling to every
+    preset. Not checked without a GPU: NCCL, CUDA SDPA (torchtitan asks cuDNN first, then
+    flash, with enable_gqa), inductor's CUDA code, memory at seq 8192, the timings.
 This side has never run on a GPU here: the GPU image carries no torchtitan (add its wheels
-with shared/offline-wheels.sh: torchtitan==0.2.2 torchdata tyro einops docstring-parser
-shtab typeguard), so its first run is its test.
+with shared/offline-wheels.sh and the pins above), so its first run there is its test.
 
 Its best setup at one GPU, as torchtitan configures it: fp32 parameters under bf16 autocast
 (torchtitan applies mixed precision through FSDP or AMP; at world size 1 it is AMP), fused
@@ -100,16 +118,28 @@ class _RandomTokens:
 
 
 def register_spec(num_layers: int, hidden: int, ffn: int, heads: int, kv_heads: int,
-                  vocab: int, seq: int, rope_theta: float, norm_eps: float, mbs: int) -> None:
+                  vocab: int, seq: int, rope_theta: float, norm_eps: float, mbs: int,
+                  rope_scaling: bool = False) -> None:
     """A TrainSpec like torchtitan's llama3 one, with our shape as flavor 'bench' and the
     random-token loader."""
     from torchtitan.protocols.train_spec import get_train_spec, register_train_spec
 
     base = get_train_spec("llama3")
-    args = dataclasses.replace(base.model_args["8B"], dim=hidden, n_layers=num_layers,
+    flavor = base.model_args["8B"]
+    # torchtitan sizes the MLP as int(8 * dim / 3), times ffn_dim_multiplier, rounded up to
+    # multiple_of. The 8B flavor's 1.3 and 1024 land on 14336 only for dim 4096 (and on 28672
+    # for 8192); no multiplier and multiple_of = our width land on any width >= 8 * dim / 3,
+    # which every preset has (the tiny one's 704 at dim 256 included).
+    # Its llama3 RoPE always applies the Llama 3.1 frequency scaling (factor 8); factor 1 is
+    # the plain RoPE of the presets without rope_scaling. Throughput does not depend on it.
+    args = dataclasses.replace(flavor, dim=hidden, n_layers=num_layers,
                                n_heads=heads, n_kv_heads=kv_heads, vocab_size=vocab,
-                               max_seq_len=seq, rope_theta=rope_theta, norm_eps=norm_eps)
-    # torchtitan sizes the MLP from dim, multiplier and rounding; check it lands on ours.
+                               multiple_of=ffn, ffn_dim_multiplier=None,
+                               max_seq_len=seq, rope_theta=rope_theta, norm_eps=norm_eps,
+                               rope_scaling_args=dataclasses.replace(
+                                   flavor.rope_scaling_args,
+                                   scaling_factor=8.0 if rope_scaling else 1.0))
+    # Its formula (FeedForward in torchtitan/models/llama3/model/model.py), to check the width.
     hidden_dim = int(2 * (4 * hidden) / 3)
     if args.ffn_dim_multiplier is not None:
         hidden_dim = int(args.ffn_dim_multiplier * hidden_dim)
@@ -117,10 +147,14 @@ def register_spec(num_layers: int, hidden: int, ffn: int, heads: int, kv_heads: 
     if hidden_dim != ffn:
         raise RuntimeError(f"torchtitan's MLP would be {hidden_dim} wide, ours is {ffn}")
 
+    # The Trainer calls it as build_dataloader_fn(dp_world_size=, dp_rank=, tokenizer=,
+    # job_config=) and iterates what it returns: ({'input': tokens}, labels) on the CPU.
     def loader(dp_world_size, dp_rank, tokenizer, job_config, **_kw):
         return _RandomTokens(job_config.training.local_batch_size,
                              job_config.training.seq_len, vocab, seed=1234 + dp_rank)
 
+    # No tokenizer: only the flex and varlen attentions need one (the 8B flavor is SDPA).
+    # No validator: the Trainer only builds one with --validation.enable (off by default).
     spec = dataclasses.replace(base, model_args={"bench": args}, build_dataloader_fn=loader,
                                build_tokenizer_fn=None, build_validator_fn=None)
     register_train_spec(SPEC_NAME, spec)
@@ -160,14 +194,17 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
     from torchtitan.config import ConfigManager
+    from torchtitan.tools.logging import init_logger
     from torchtitan.train import Trainer
 
     from training.launch.presets import PRESETS
 
+    init_logger()   # as torchtitan's own entry point does: its config, memory and loss lines
     preset = PRESETS[a.model]
     register_spec(a.num_layers, preset.hidden_size, preset.ffn_hidden_size,
                   preset.num_attention_heads, preset.num_query_groups, preset.vocab_size,
-                  a.seq_length, float(preset.rotary_base), preset.norm_epsilon, a.mbs)
+                  a.seq_length, float(preset.rotary_base), preset.norm_epsilon, a.mbs,
+                  rope_scaling=preset.rope_scaling)
     dump = os.path.join(os.path.dirname(os.path.abspath(a.json_out)), "torchtitan")
     config = ConfigManager().parse_args(job_args(a, dump))
 
