@@ -1,7 +1,7 @@
 # shellcheck shell=bash
 # Sourced first by every tools/gpu/*.sh on the lent GPU machine: install the carried wheels
-# (.whl, made here by: bash ../shared/offline-wheels.sh holistictraceanalysis==0.5.0 plotly
-# pydot mlperf-logging==4.1.68) and export what the runs need. GIT_SHA comes from the caller.
+# (.whl, made here by the offline-wheels.sh line of docs/gpu_runbook.md) and export what the
+# runs need. GIT_SHA comes from the caller.
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target .site .whl/*.whl || exit 1
