@@ -165,6 +165,31 @@ def run_part(part: Part, work: Path, runner: Runner | None = None,
             "comparisons": [judge(c, points) for c in part.comparisons]}
 
 
+def _verdict(comparison: dict, data: dict) -> str:
+    """The comparison's verdict, telling an incomplete one's runs left by the time budget from
+    runs that failed (with their exit codes)."""
+    verdict = comparison["verdict"]
+    if not verdict.startswith("incomplete"):
+        return verdict
+    runs = data.get("runs", {})
+    unrun = set(comparison["runs"]) - set(runs)
+    if unrun and unrun <= set(data.get("not_run", [])):
+        return "not run yet (time budget of the call)"
+    codes = [str(runs[r]["returncode"]) for r in comparison["runs"]
+             if runs.get(r, {}).get("returncode")]
+    return verdict + (f" (exit code {', '.join(codes)})" if codes else "")
+
+
+def load_results(paths: list[Path]) -> list[dict]:
+    """Part JSONs, each with its file name as `source` (what the table cites)."""
+    results = []
+    for path in paths:
+        data = json.loads(path.read_text())
+        data["source"] = path.name
+        results.append(data)
+    return results
+
+
 def table(results: list[dict]) -> str:
     lines = ["| part | comparison | verdict | max rel. loss diff | tolerance | final losses | source |",
              "|---|---|---|---|---|---|---|"]
@@ -174,15 +199,7 @@ def table(results: list[dict]) -> str:
             tol = f"{c['tolerance']:.0%}" if "tolerance" in c else ""
             finals = ", ".join(f"{x:.4f}" for x in c.get("final_losses", [])) or \
                 (f"{c['final_loss']:.4f}" if "final_loss" in c else "")
-            verdict = c["verdict"]
-            unrun = set(c["runs"]) - set(data.get("runs", {}))
-            if verdict.startswith("incomplete") and unrun and unrun <= set(data.get("not_run", [])):
-                verdict = "not run yet (time budget of the call)"
-            elif verdict.startswith("incomplete"):
-                failed = [r for r in c["runs"] if data.get("runs", {}).get(r, {}).get("returncode")]
-                verdict += f" (exit code {', '.join(str(data['runs'][r]['returncode']) for r in failed)})" \
-                    if failed else ""
-            lines.append(f"| {data['part']} | {c['name']} | {verdict} | {diff} | {tol} | "
+            lines.append(f"| {data['part']} | {c['name']} | {_verdict(c, data)} | {diff} | {tol} | "
                          f"{finals} | `{data.get('source', '')}` |")
     return "\n".join(lines)
 
@@ -202,19 +219,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "table":
-        results = []
-        for path in args.json:
-            data = json.loads(path.read_text())
-            data["source"] = path.name
-            results.append(data)
-        print(table(results))
+        print(table(load_results(args.json)))
         return 0
     from training.bench import record
 
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="numerics-"))
     data = args.data if args.data.with_suffix(".bin").exists() else None
     part = parts(data, work / "ckpt")[args.part]
-    result = {**record.header(f"numerics_{args.part}", module="training.numerics"), **run_part(part, work, budget_s=args.budget_s),
+    result = {**record.header(f"numerics_{args.part}", module="training.numerics"),
+              **run_part(part, work, budget_s=args.budget_s),
               "data": str(data) if data else "mock"}
     out = record.write(result, args.out / f"numerics_{args.part}.json")
     result["source"] = out.name

@@ -8,17 +8,16 @@ resolved: a backend or kernel that cannot be built here is an error, not a fallb
 """
 from __future__ import annotations
 
+import faulthandler
+import json
+import os
+import signal
+import sys
 import time
+from functools import partial
+from pathlib import Path
 
-_WORKER_START = time.time()  # first thing the worker does: the startup timeline's origin
-
-import faulthandler  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-import signal  # noqa: E402
-import sys  # noqa: E402
-from functools import partial  # noqa: E402
-from pathlib import Path  # noqa: E402
+_WORKER_START = time.time()  # before torch and Megatron import: the start-up timeline's origin
 
 if __package__ in (None, ""):  # run as a script by torchrun: make `training` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))

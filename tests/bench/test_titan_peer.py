@@ -3,10 +3,8 @@ shape, our CLI overrides through its ConfigManager, and its Trainer training the
 patched to the CPU, gloo, in a child process). Skipped with the reason when torchtitan is not
 installed or is not a 0.2.x; a 0.2.x that does not import fails.
 
-Install it next to the repo's torch (never a torch wheel):
-  .venv/bin/python -m pip install --target /tmp/titan-site --no-deps torchtitan==0.2.2 \\
-      torchdata tyro einops docstring-parser shtab typeguard
-  PYTHONPATH=/tmp/titan-site .venv/bin/python -m pytest -q tests/bench/test_titan_peer.py
+`make setup` installs it next to the repo's torch, without its resolver (the Makefile's
+TORCHTITAN line: the pinned packages, never a torch wheel).
 """
 from __future__ import annotations
 
@@ -28,8 +26,7 @@ from training.bench import titan_peer
 from training.launch.presets import FAMILIES, PRESETS
 
 REPO = Path(__file__).resolve().parents[2]
-INSTALL = ("pip install --no-deps torchtitan==0.2.2 torchdata tyro einops docstring-parser "
-           "shtab typeguard")
+INSTALL = "make setup installs it (the Makefile's TORCHTITAN line, pip --no-deps)"
 
 
 def _installed_version() -> str | None:

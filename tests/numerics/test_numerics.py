@@ -98,10 +98,6 @@ def test_docs_table_is_generated_from_the_committed_jsons():
     repo = Path(__file__).resolve().parents[2]
     jsons = sorted((repo / "docs" / "benchmarks").glob("numerics_*.json"))
     assert jsons, "no numerics JSON committed"
-    results = []
-    for path in jsons:
-        data = __import__("json").loads(path.read_text())
-        data["source"] = path.name
-        results.append(data)
-    assert numerics.table(results) in (repo / "docs" / "numerics.md").read_text(), \
+    assert numerics.table(numerics.load_results(jsons)) in \
+        (repo / "docs" / "numerics.md").read_text(), \
         "docs/numerics.md is stale: paste `python -m training.numerics table docs/benchmarks/numerics_*.json`"
