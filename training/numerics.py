@@ -137,15 +137,45 @@ def judge(comparison: Comparison, points: dict[str, dict]) -> dict:
 Runner = Callable[[str, dict[str, str], Path, Path], dict]
 
 
+def reusable_runs(part: Part, previous: dict) -> dict[str, dict]:
+    """Runs of an earlier JSON of this part that need not run again: same label and toggles,
+    exit code 0, a finite loss at every iteration. A run that saves a checkpoint is never
+    reused (its checkpoint stayed on the machine that ran it; the run that loads it needs it
+    here), and neither is one that loads a checkpoint."""
+    reused = {}
+    for spec in part.runs:
+        old = (previous.get("runs") or {}).get(spec.label)
+        if (old is None or old.get("returncode") != 0 or old.get("toggles") != spec.toggles
+                or "SAVE" in spec.toggles or "LOAD" in spec.toggles):
+            continue
+        losses = {int(i): l for i, l in (old.get("losses") or {}).items()}
+        if sorted(losses) != list(range(1, ITERS + 1)) or not all(
+                math.isfinite(l) for l in losses.values()):
+            continue
+        reused[spec.label] = {
+            "returncode": 0, "run_dir": old.get("run_dir"),
+            "tokens_per_s_per_gpu": old.get("tokens_per_s_per_gpu"),
+            "peak_memory_gib": old.get("peak_memory_gib"),
+            "samples": {"iteration": sorted(losses), "loss": [losses[i] for i in sorted(losses)]},
+            "reused_from": {"git_sha": previous.get("git_sha"),
+                            "created": previous.get("created")}}
+    return reused
+
+
 def run_part(part: Part, work: Path, runner: Runner | None = None,
-             budget_s: float | None = None, clock: Callable[[], float] = time.monotonic) -> dict:
+             budget_s: float | None = None, clock: Callable[[], float] = time.monotonic,
+             reuse: dict[str, dict] | None = None) -> dict:
     """Run the part's runs in order and judge its comparisons. With budget_s, no run starts
     after that many seconds: the runs left are listed as not run and the comparisons that need
-    them say incomplete (rerun the part in a later call for them)."""
+    them say incomplete (rerun the part in a later call for them, with --reuse). Runs in
+    `reuse` (from reusable_runs) are taken as they are, and say so."""
     if runner is None:
         from training.bench.ours import run_point as runner
-    points, start, not_run = {}, clock(), []
+    points, start, not_run = dict(reuse or {}), clock(), []
     for spec in part.runs:
+        if spec.label in points:
+            print(f"[numerics] {part.name}: {spec.label} reused from the earlier JSON", flush=True)
+            continue
         if budget_s is not None and clock() - start > budget_s:
             not_run.append(spec.label)
             continue
@@ -159,7 +189,8 @@ def run_part(part: Part, work: Path, runner: Runner | None = None,
                              "returncode": p.get("returncode"), "error": p.get("error"),
                              "losses": losses_of(p), "run_dir": p.get("run_dir"),
                              "tokens_per_s_per_gpu": p.get("tokens_per_s_per_gpu"),
-                             "peak_memory_gib": p.get("peak_memory_gib")}
+                             "peak_memory_gib": p.get("peak_memory_gib"),
+                             **({"reused_from": p["reused_from"]} if "reused_from" in p else {})}
                      for label, p in points.items()},
             "not_run": not_run,
             "comparisons": [judge(c, points) for c in part.comparisons]}
@@ -214,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--work-dir", type=Path, default=None)
     run.add_argument("--budget-s", type=float, default=None,
                      help="start no run after this many seconds (the rest are listed as not run)")
+    run.add_argument("--reuse", type=Path, default=None,
+                     help="an earlier JSON of this part: its completed runs with the same toggles "
+                          "are kept (marked reused_from), the others run")
     tab = sub.add_parser("table")
     tab.add_argument("json", nargs="+", type=Path)
     args = parser.parse_args(argv)
@@ -226,8 +260,11 @@ def main(argv: list[str] | None = None) -> int:
     work = args.work_dir or Path(tempfile.mkdtemp(prefix="numerics-"))
     data = args.data if args.data.with_suffix(".bin").exists() else None
     part = parts(data, work / "ckpt")[args.part]
+    reuse = None
+    if args.reuse is not None and args.reuse.exists():
+        reuse = reusable_runs(part, json.loads(args.reuse.read_text()))
     result = {**record.header(f"numerics_{args.part}", module="training.numerics"),
-              **run_part(part, work, budget_s=args.budget_s),
+              **run_part(part, work, budget_s=args.budget_s, reuse=reuse),
               "data": str(data) if data else "mock"}
     out = record.write(result, args.out / f"numerics_{args.part}.json")
     result["source"] = out.name

@@ -169,9 +169,11 @@ def main() -> None:
 
     from training import loop_hooks, specs
     from training.arguments import add_training_args
+    from training.native.optimizer import allow_torch_adam_step_in_reshardable_load
     from training.profiling import ranges
 
     imports_done = time.time()
+    allow_torch_adam_step_in_reshardable_load()  # every backend: a resume without it fails
     args = parse_and_validate_args(extra_args_provider=add_training_args)
     rank = int(os.environ.get("RANK", "0"))
     global _MLPERF
@@ -281,5 +283,24 @@ def _collect_profile(run: Path) -> None:
         source.rmdir()
 
 
+def exit_on_error(run) -> None:
+    """Run `run`; on an exception, print it and end the process at once. Left to the
+    interpreter's shutdown, a worker whose forward raised stayed alive (seen on an H200 with
+    the local backend: the traceback printed, then no exit for minutes), so torchrun never
+    saw the failure and the job hung instead of failing. SystemExit (Megatron's exit on a
+    signal or at --exit-interval) keeps the normal shutdown."""
+    import traceback
+
+    try:
+        run()
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException:  # noqa: BLE001 - any failure must end the worker
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+
 if __name__ == "__main__":
-    main()
+    exit_on_error(main)

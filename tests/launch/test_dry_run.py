@@ -54,6 +54,26 @@ def test_key_value_words_act_like_env_and_flags_pass_through(tmp_path):
     assert "--hidden-size 256" in line
 
 
+def test_megatron_flags_may_come_first(tmp_path):
+    # `train_llama3.sh --ckpt-step 10`: no KEY=VALUE word before the first --flag
+    proc = run(tmp_path, "--ckpt-step", "10", MODEL_SIZE="tiny")
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("torchrun "))
+    assert shlex.split(line)[-2:] == ["--ckpt-step", "10"]
+
+
+def test_local_backend_without_the_softmax_kernel_turns_megatron_fusion_off(tmp_path):
+    # the local spec's fused masked softmax imports scaled_masked_softmax_cuda (apex), absent
+    # from a pip install: Megatron's fusion is switched off, shown under TRANSFORMER_IMPL
+    proc = run(tmp_path, "MODEL_SIZE=tiny", TRANSFORMER_IMPL="local")
+    assert proc.returncode == 0, proc.stderr
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("torchrun "))
+    assert "--no-masked-softmax-fusion" in shlex.split(line)
+    proc = run(tmp_path, "MODEL_SIZE=tiny", TRANSFORMER_IMPL="native")
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("torchrun "))
+    assert "--no-masked-softmax-fusion" not in shlex.split(line)
+
+
 def test_precision_tags_the_run_folder(tmp_path):
     proc = run(tmp_path, PRECISION="mxfp8", PLATFORM="b300")
     assert proc.returncode == 0, proc.stderr

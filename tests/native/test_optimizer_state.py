@@ -53,3 +53,42 @@ def test_state_round_trips_through_load_state_dict():
     for a, b in zip(fresh.state_dict()["state"].values(), saved["state"].values()):
         torch.testing.assert_close(a["exp_avg_sq"], b["exp_avg_sq"])
         assert float(a["step"]) == 1.0
+
+
+def _reshardable_copy(opt, param, tensors):
+    """Megatron's per-parameter copy of a fully-reshardable load, on a stand-in for the
+    DistributedOptimizer (only the attributes that method reads)."""
+    from types import SimpleNamespace
+
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    me = SimpleNamespace(model_param_group_index_map={param: (0, 0)}, optimizer=opt,
+                         config=SimpleNamespace(
+                             use_precision_aware_optimizer_no_fp8_or_ds_fp8=False))
+    with torch.no_grad():  # as in Megatron's loader
+        DistributedOptimizer._set_main_param_and_optimizer_states(me, param, tensors)
+
+
+def test_reshardable_load_copies_moments_and_keeps_the_restored_step(monkeypatch):
+    import pytest
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    from training.native.optimizer import allow_torch_adam_step_in_reshardable_load
+
+    params = _params()
+    opt = FusedTorchAdamW(params, lr=1e-2, fused=False)
+    _step(opt, params, 0)
+    # what Megatron's loader passes: the checkpoint's tensors with 'step' left out
+    saved = {"param": torch.full((4, 3), 7.0), "exp_avg": torch.full((4, 3), 0.5),
+             "exp_avg_sq": torch.full((4, 3), 0.25)}
+    with pytest.raises(KeyError, match="step"):  # Megatron 0.19.2 as shipped
+        _reshardable_copy(opt, params[0], dict(saved))
+    monkeypatch.setattr(DistributedOptimizer, "_set_main_param_and_optimizer_states",
+                        DistributedOptimizer._set_main_param_and_optimizer_states)
+    allow_torch_adam_step_in_reshardable_load()
+    _reshardable_copy(opt, params[0], dict(saved))
+    state = opt.state[params[0]]
+    assert torch.equal(params[0].detach(), saved["param"])
+    assert torch.equal(state["exp_avg"], saved["exp_avg"])
+    assert torch.equal(state["exp_avg_sq"], saved["exp_avg_sq"])
+    assert float(state["step"]) == 1.0

@@ -101,3 +101,29 @@ def test_docs_table_is_generated_from_the_committed_jsons():
     assert numerics.table(numerics.load_results(jsons)) in \
         (repo / "docs" / "numerics.md").read_text(), \
         "docs/numerics.md is stale: paste `python -m training.numerics table docs/benchmarks/numerics_*.json`"
+
+
+def test_reuse_keeps_completed_runs_and_reruns_checkpoint_runs_and_failures(tmp_path):
+    import json
+
+    part = numerics.parts(None, tmp_path / "c")["layouts"]
+    first = numerics.run_part(part, tmp_path, fake_runner(
+        {s.label: curve() for s in part.runs if s.label != "dp2_resumed_from_tp2"}))
+    first.update(git_sha="abc", created="earlier")
+    previous = json.loads(json.dumps(first))  # as read back from disk: string iteration keys
+    reuse = numerics.reusable_runs(part, previous)
+    assert sorted(reuse) == ["dp1", "dp2", "dp2_fp32_reduce"]  # tp2 saves: rerun
+    ran = []
+
+    def runner(label, toggles, experiment_dir, log_dir):
+        ran.append(label)
+        return fake_runner({label: curve()})(label, toggles, experiment_dir, log_dir)
+
+    second = numerics.run_part(part, tmp_path, runner, reuse=reuse)
+    assert ran == ["tp2", "dp2_resumed_from_tp2"]
+    assert second["runs"]["dp1"]["reused_from"] == {"git_sha": "abc", "created": "earlier"}
+    assert "reused_from" not in second["runs"]["tp2"]
+    assert all(c["ok"] for c in second["comparisons"])
+    changed = json.loads(json.dumps(first))
+    changed["runs"]["dp1"]["toggles"]["LR"] = "1e-3"  # other toggles: not the same run
+    assert "dp1" not in numerics.reusable_runs(part, changed)

@@ -7,11 +7,15 @@
 #   CONV_DIR    the grid's run folders; finished cells are read back, not rerun. To finish a
 #               grid started in an earlier call: unpack its convergence_runs.tgz into .carry/conv
 #               here, carry .carry, and set CONV_DIR=.carry/conv.
+#   CONV=0      skips the convergence grid.
+# The numerics parts reuse the completed runs of docs/benchmarks/numerics_<part>.json (same
+# toggles, exit 0; never a run that saves or loads a checkpoint) and run the rest.
 # $OUT keeps few files (the device returns at most 8): the JSONs, and two archives.
 # Carry: .whl data [.carry]
 source "$(dirname "$0")/env.sh"
 SCALE_S=${SCALE_S:-240}
 CONV_DIR=${CONV_DIR:-/tmp/conv}
+CONV=${CONV:-1}
 mkdir -p /tmp/logs
 if [ "$SCALE_S" -gt 0 ]; then
     timeout "$SCALE_S" python3 -m training.bench toggles --num-layers 32 --gpus 2 \
@@ -21,13 +25,17 @@ if [ "$SCALE_S" -gt 0 ]; then
     echo "scale rc=$?"; tail -12 /tmp/logs/scale.log
 fi
 left=$((540 - SECONDS))
-MASTER_PORT=29610 timeout "$left" python3 -m training.numerics run layouts --out "$OUT" \
-    --work-dir /tmp/num_layouts --budget-s $((left - 90)) > /tmp/logs/numerics_layouts.log 2>&1 &
-MASTER_PORT=29620 timeout "$left" python3 -m training.numerics run toggles --out "$OUT" \
-    --work-dir /tmp/num_toggles --budget-s $((left - 90)) > /tmp/logs/numerics_toggles.log 2>&1 &
-MASTER_PORT=29630 timeout "$left" python3 -m training.convergence \
-    docs/convergence/grid_adam_eps_x_bf16_reduce.yaml --out /tmp/conv_report \
-    --experiment-dir "$CONV_DIR" --budget-s $((left - 150)) > /tmp/logs/convergence.log 2>&1 &
+for part in layouts toggles; do
+    port=$([ "$part" = layouts ] && echo 29610 || echo 29620)
+    MASTER_PORT=$port timeout "$left" python3 -m training.numerics run "$part" --out "$OUT" \
+        --work-dir "/tmp/num_$part" --budget-s $((left - 90)) \
+        --reuse "docs/benchmarks/numerics_$part.json" > "/tmp/logs/numerics_$part.log" 2>&1 &
+done
+if [ "$CONV" != 0 ]; then
+    MASTER_PORT=29630 timeout "$left" python3 -m training.convergence \
+        docs/convergence/grid_adam_eps_x_bf16_reduce.yaml --out /tmp/conv_report \
+        --experiment-dir "$CONV_DIR" --budget-s $((left - 150)) > /tmp/logs/convergence.log 2>&1 &
+fi
 wait
 for f in numerics_layouts numerics_toggles convergence; do
     echo "== $f"; tail -20 "/tmp/logs/$f.log"

@@ -3,8 +3,14 @@
 # (.whl, made here by the offline-wheels.sh line of docs/gpu_runbook.md) and export what the
 # runs need. GIT_SHA comes from the caller.
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target .site .whl/*.whl || exit 1
+# Installed once per set of wheels: a script that sources this from another (resume_x2.sh runs
+# correctness_x2.sh beside its tests) must not reinstall under a running process.
+wheels=$(ls -l .whl | md5sum | cut -c1-32)
+if [ "$(cat .site/.wheels 2>/dev/null)" != "$wheels" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target .site .whl/*.whl || exit 1
+    echo "$wheels" > .site/.wheels
+fi
 export PYTHONPATH="$PWD/.site:$PWD" PYTHONUNBUFFERED=1 PYTHON=python3
 : "${GIT_SHA:?GIT_SHA must be set: pass GIT_SHA=\$(git rev-parse HEAD) (the copied .git is stale)}"
 export GIT_SHA

@@ -38,22 +38,40 @@ def shell_assignments(launch) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """The launcher's own options lead (examples/lib/launch.sh puts them first); every word
+    after them is the user's: KEY=VALUE words and Megatron --flags. Split by hand because
+    argparse's REMAINDER refuses a user word list that starts with a --flag
+    (`train_llama3.sh --ckpt-step 10`)."""
+    own, i = [], 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--family":
+            own += argv[i:i + 2]
+            i += 2
+        elif word.startswith("--family=") or word in ("--no-manifest", "-h", "--help"):
+            own.append(word)
+            i += 1
+        else:
+            break
+    return own, argv[i:]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.launch",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", required=True, help="model family: llama3 | llama2")
     parser.add_argument("--no-manifest", action="store_true",
                         help="do not write the run folder's manifest.json")
-    parser.add_argument("words", nargs=argparse.REMAINDER,
-                        help="KEY=VALUE words, then Megatron --flags")
-    args = parser.parse_args(argv)
+    own, words = _split_argv(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(own)
 
     from .manifest import write_launch_manifest
     from .report import print_report
     from .resolve import resolve
 
     try:
-        launch = resolve(args.family, dict(os.environ), args.words)
+        launch = resolve(args.family, dict(os.environ), words)
     except LaunchError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code

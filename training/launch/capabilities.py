@@ -27,6 +27,10 @@ class Capabilities:
     apex_fused_wgrad: bool        # apex's fused_weight_gradient_mlp_cuda
     liger: bool
     flash_attn: bool
+    # Megatron's fused masked softmax (the local spec's unfused attention) imports
+    # scaled_masked_softmax_cuda, an apex extension; without it the local backend crashes at
+    # the first short-sequence forward, so the launcher turns Megatron's fusion off.
+    masked_softmax_kernel: bool = False
 
     @property
     def info(self) -> Platform | None:
@@ -54,7 +58,7 @@ def for_platform(name: str) -> Capabilities:
     return Capabilities(
         platform=name, source=f"PLATFORM={name}", device_name=None, gpu_count=8,
         transformer_engine=True, apex_fused_wgrad=platform.vendor == "nvidia",
-        liger=True, flash_attn=True)
+        liger=True, flash_attn=True, masked_softmax_kernel=platform.vendor == "nvidia")
 
 
 @functools.cache
@@ -67,7 +71,8 @@ def detect() -> Capabilities:
         device_name=names[0] if names else None, gpu_count=len(names),
         transformer_engine=_imports("transformer_engine"),
         apex_fused_wgrad=_imports("fused_weight_gradient_mlp_cuda"),
-        liger=_installed("liger_kernel"), flash_attn=_installed("flash_attn"))
+        liger=_installed("liger_kernel"), flash_attn=_installed("flash_attn"),
+        masked_softmax_kernel=_imports("scaled_masked_softmax_cuda"))
 
 
 def resolve(platform: str) -> Capabilities:

@@ -207,6 +207,11 @@ def build_buckets(ctx: LaunchContext, log_dir: Path) -> tuple[dict[str, list[str
         # provides its own fused QKV RoPE through FUSED_SINGLE_QKV_ROPE).
         # Megatron's persistent LayerNorm is apex/TE's; the torch and native norms have none.
         add("TRANSFORMER_IMPL", TRAIN_ARGS, ["--no-rope-fusion", "--no-persist-layer-norm"])
+    if backend == "local" and not ctx.caps.masked_softmax_kernel:
+        # The local spec's attention softmax: Megatron's fused kernel is apex's
+        # scaled_masked_softmax_cuda; absent, the first forward at seq <= 4096 dies with
+        # ModuleNotFoundError. Torch's softmax instead (numerically the same).
+        add("TRANSFORMER_IMPL", TRAIN_ARGS, ["--no-masked-softmax-fusion"])
     if backend == "native":
         add("NATIVE_KERNELS", GPT_ARGS, ["--native-kernels", s["NATIVE_KERNELS"]])
     if s["MANUAL_GC_INTERVAL"] < 0:

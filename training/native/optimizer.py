@@ -52,3 +52,27 @@ def install() -> str:
     megatron_optimizer.Adam = FusedTorchAdamW
     megatron_optimizer.USING_PYTORCH_OPTIMIZER = False
     return "torch AdamW(fused=True) over the fp32 main params"
+
+
+def allow_torch_adam_step_in_reshardable_load() -> None:
+    """Megatron 0.19.2's fully-reshardable optimizer load (its default checkpoint format) copies
+    every tensor of a parameter's optimizer state from the checkpoint, but leaves 'step' out
+    of what it read (torch Adam's step travels in the param groups and is restored by
+    load_state_dict). torch's AdamW keeps 'step' as a per-parameter tensor, so the copy looks
+    it up and stops the resume with KeyError: 'step' (seen on 2 H200s, DP=2 from a TP=2
+    checkpoint). Any torch AdamW run hits it: Megatron's own fallback (no TE, no apex) and
+    ours. Marking 'step' as absent (not a tensor) makes the copy skip it, as Megatron's loop
+    already does for non-tensor entries; step keeps the value load_state_dict restored."""
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    original = DistributedOptimizer._set_main_param_and_optimizer_states
+    if getattr(original, "_skips_missing_step", False):
+        return
+
+    def set_states(self, model_param, tensors):
+        if "step" not in tensors:
+            tensors = {**tensors, "step": None}
+        return original(self, model_param, tensors)
+
+    set_states._skips_missing_step = True
+    DistributedOptimizer._set_main_param_and_optimizer_states = set_states
