@@ -73,22 +73,28 @@ def test_reshardable_load_copies_moments_and_keeps_the_restored_step(monkeypatch
     import pytest
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
-    from training.native.optimizer import allow_torch_adam_step_in_reshardable_load
+    from training.native.optimizer import restore_torch_adam_step_from_param_groups
 
     params = _params()
     opt = FusedTorchAdamW(params, lr=1e-2, fused=False)
-    _step(opt, params, 0)
-    # what Megatron's loader passes: the checkpoint's tensors with 'step' left out
+    _step(opt, params, 0)  # step 1: what load_state_dict restored from the param groups
     saved = {"param": torch.full((4, 3), 7.0), "exp_avg": torch.full((4, 3), 0.5),
              "exp_avg_sq": torch.full((4, 3), 0.25)}
-    with pytest.raises(KeyError, match="step"):  # Megatron 0.19.2 as shipped
+    stale_step = {**saved, "step": torch.zeros(())}  # dp_reshardable: captured before the load
+    # Megatron 0.19.2 as shipped: fully_reshardable stops, dp_reshardable resets the step
+    with pytest.raises(KeyError, match="step"):
         _reshardable_copy(opt, params[0], dict(saved))
+    _reshardable_copy(opt, params[0], dict(stale_step))
+    assert float(opt.state[params[0]]["step"]) == 0.0
+    opt.state[params[0]]["step"].fill_(1.0)
+
     monkeypatch.setattr(DistributedOptimizer, "_set_main_param_and_optimizer_states",
                         DistributedOptimizer._set_main_param_and_optimizer_states)
-    allow_torch_adam_step_in_reshardable_load()
-    _reshardable_copy(opt, params[0], dict(saved))
-    state = opt.state[params[0]]
-    assert torch.equal(params[0].detach(), saved["param"])
-    assert torch.equal(state["exp_avg"], saved["exp_avg"])
-    assert torch.equal(state["exp_avg_sq"], saved["exp_avg_sq"])
-    assert float(state["step"]) == 1.0
+    restore_torch_adam_step_from_param_groups()
+    for tensors in (saved, stale_step):
+        _reshardable_copy(opt, params[0], dict(tensors))
+        state = opt.state[params[0]]
+        assert torch.equal(params[0].detach(), saved["param"])
+        assert torch.equal(state["exp_avg"], saved["exp_avg"])
+        assert torch.equal(state["exp_avg_sq"], saved["exp_avg_sq"])
+        assert float(state["step"]) == 1.0
