@@ -20,6 +20,9 @@ def add_training_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
                             "Liger/torch kernels, this project's), local (Megatron's local spec).")
     model.add_argument("--native-kernels", choices=("liger", "torch"), default="liger",
                        help="Kernels of the native backend: Liger-Kernel (Triton) or plain torch.")
+    model.add_argument("--ce-chunk-mem", type=int, default=1,
+                       help="Liger fused linear cross-entropy's chunk_mem_const: each chunk's "
+                            "logits stay under N x tokens x hidden (native backend, TP=1).")
 
     train = parser.add_argument_group(title="launcher: training")
     train.add_argument("--nan-check", choices=("step", "bucket"), default="bucket",

@@ -190,10 +190,10 @@ def main() -> None:
             from training.native.cross_entropy import make_output_processor
 
             global _OUTPUT_PROCESSOR
-            _OUTPUT_PROCESSOR = make_output_processor(args.native_kernels)
+            _OUTPUT_PROCESSOR = make_output_processor(args.native_kernels, args.ce_chunk_mem)
             setup.parts["cross_entropy"] = (
-                "Liger fused linear cross-entropy" if args.native_kernels == "liger"
-                else "chunked torch fused linear cross-entropy")
+                f"Liger fused linear cross-entropy (chunk_mem_const {args.ce_chunk_mem})"
+                if args.native_kernels == "liger" else "chunked torch fused linear cross-entropy")
         elif args.cross_entropy_loss_fusion:
             setup.parts["cross_entropy"] = "Megatron's vocab-parallel fused cross-entropy (TP>1)"
         else:

@@ -159,6 +159,21 @@ def test_fused_qkv_rope_off_on_the_local_backend(base_env):
     refused(base_env, "fused_qkv_rope_kernel", TRANSFORMER_IMPL="local", FUSED_SINGLE_QKV_ROPE=1)
 
 
+def test_ce_chunk_mem_reaches_megatron_args_only_where_it_acts(base_env):
+    words = launch(base_env, CE_CHUNK_MEM=8, TRANSFORMER_IMPL="native",
+                   NATIVE_KERNELS="liger").buckets["GPT_ARGS"]
+    assert words[words.index("--ce-chunk-mem") + 1] == "8"
+    assert "integer >= 1" in refused(base_env, "ce_chunk_mem", CE_CHUNK_MEM=0)
+    for toggles, why in (({"TRANSFORMER_IMPL": "local"}, "the backend is not native"),
+                         ({"CROSS_ENTROPY_LOSS_FUSION": 0}, "CROSS_ENTROPY_LOSS_FUSION=0"),
+                         ({"TP": 2, "GPUS_PER_NODE": 2}, "vocab-parallel"),
+                         ({"NATIVE_KERNELS": "torch"}, "its own chunking")):
+        msg = refused(base_env, "ce_chunk_mem", **{"CE_CHUNK_MEM": 8, "TRANSFORMER_IMPL": "native",
+                                                    "NATIVE_KERNELS": "liger", **toggles})
+        assert why in msg and "Unset CE_CHUNK_MEM" in msg
+    launch(base_env, TRANSFORMER_IMPL="local")  # the default (1) is never refused
+
+
 def test_context_parallel_needs_te(base_env):
     assert "CP=1" in refused(base_env, "context_parallel_backend", CP=2, GPUS_PER_NODE=2)
 

@@ -272,3 +272,19 @@ def test_recompute_off_is_quoted_from_the_reverse_measurement(tmp_path):
     assert rec["measured"]["entry"]["set"] == "RECOMPUTE=full"
     assert rec["measured"]["verdict_for_this_lever"] == "faster"     # the entry says slower
     assert "x0.748" in rec["measured_text"] and "other way round" in rec["measured_text"]
+
+
+def test_a_default_on_toggle_measured_slower_is_flagged_not_waved_through(tmp_path):
+    data = fixture_levers()
+    for entry in data["levers"]:
+        if entry["set"] == "CROSS_ENTROPY_LOSS_FUSION=1":
+            entry["effect"].update(tokens_per_s_ratio=0.985, verdict="slower")
+    report = advise(NATIVE, levers=write_levers(tmp_path / "levers.json", data))
+    on = {i["toggle"]: i for i in report["already_on"]}
+    status = on["CROSS_ENTROPY_LOSS_FUSION"]["status"]
+    assert status.startswith("on, but measured slower than CROSS_ENTROPY_LOSS_FUSION=0")
+    assert "x0.985 tokens/s" in status and "Try CROSS_ENTROPY_LOSS_FUSION=0" in status
+    # measured faster (the fixture as it is): no action
+    report = advise(NATIVE)
+    on = {i["toggle"]: i for i in report["already_on"]}
+    assert on["CROSS_ENTROPY_LOSS_FUSION"]["status"] == "on by default: no action"

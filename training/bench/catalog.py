@@ -82,6 +82,12 @@ def other_levers(shape: BenchShape) -> list[Lever]:
               {"NATIVE_KERNELS": "torch"}, "NATIVE_KERNELS={default}", "NATIVE_KERNELS=torch",
               True, needs_backend="native",
               note="Liger/Triton kernels vs plain torch ops in the native backend"),
+        *[Lever(f"CE_CHUNK_MEM={n}", "CE_CHUNK_MEM", "flce", "flce_chunk",
+                {"CE_CHUNK_MEM": str(n)}, f"CE_CHUNK_MEM={n}", "CE_CHUNK_MEM=1", False,
+                needs_backend="native",
+                note=f"the fused linear cross-entropy in chunks {n}x larger than Liger's default "
+                     "(fewer passes over the output-weight gradient, more transient memory)")
+          for n in (8, 32)],
         Lever("NAN_CHECK=bucket", "NAN_CHECK", "toggle", "nan_check",
               {"NAN_CHECK": "bucket"}, "NAN_CHECK=step", "NAN_CHECK=bucket", True,
               note="one NaN/Inf check of the loss and global gradient norm per iteration vs "
@@ -124,8 +130,8 @@ def all_levers(shape: BenchShape) -> list[Lever]:
     return toggle_levers() + precision_levers() + other_levers(shape)
 
 
-GROUPS = ("toggles", "flce", "nan_check", "gc", "precision", "backend", "kernels", "recompute", "mbs", "seq",
-          "dist_opt", "overlap")
+GROUPS = ("toggles", "flce", "flce_chunk", "nan_check", "gc", "precision", "backend", "kernels",
+          "recompute", "mbs", "seq", "dist_opt", "overlap")
 
 # Peers: sides of `bench peers` (levers.json kind "peer"; native vs local is also the
 # TRANSFORMER_IMPL=local backend lever).
@@ -189,6 +195,7 @@ PARTS_DP1 = (
                    "TRANSFORMER_IMPL=transformer_engine")),
     ("toggles-b", ("FUSED_SINGLE_QKV_ROPE", "GRAD_REDUCE_IN_BF16")),
     ("toggles-c", ("CROSS_ENTROPY_LOSS_FUSION", "SEQ_LENGTH")),
+    ("levers-ce-chunk", ("CE_CHUNK_MEM=8", "CE_CHUNK_MEM=32")),
     ("levers-kernels-mbs", ("NATIVE_KERNELS=torch", "MBS")),
     ("levers-recompute", ("RECOMPUTE=selective", "RECOMPUTE=full")),
     ("levers-ddp-gc", ("DDP_AVERAGE_IN_COLLECTIVE", "MANUAL_GC_INTERVAL=100")),

@@ -238,6 +238,27 @@ def fused_qkv_rope_kernel(ctx: LaunchContext) -> None:
 
 
 @guard
+def ce_chunk_mem(ctx: LaunchContext) -> None:
+    """CE_CHUNK_MEM sizes the Liger fused linear cross-entropy; anywhere else it does nothing."""
+    s = ctx.settings
+    value = s["CE_CHUNK_MEM"]
+    if value < 1:
+        raise Refusal("ce_chunk_mem", f"CE_CHUNK_MEM={value}: use an integer >= 1 (1 is "
+                                      "Liger's default chunking).")
+    if value == 1:
+        return
+    why = ("the backend is not native" if ctx.backend != "native"
+           else "CROSS_ENTROPY_LOSS_FUSION=0" if not s["CROSS_ENTROPY_LOSS_FUSION"]
+           else f"TP={s['TP']} uses Megatron's vocab-parallel cross-entropy" if s["TP"] > 1
+           else "NATIVE_KERNELS=torch has its own chunking" if s["NATIVE_KERNELS"] == "torch"
+           else None)
+    if why:
+        raise Refusal("ce_chunk_mem", f"CE_CHUNK_MEM={value} sizes the Liger fused linear "
+                                      f"cross-entropy of the native backend at TP=1; here {why}, "
+                                      "so it would change nothing. Unset CE_CHUNK_MEM.")
+
+
+@guard
 def context_parallel_backend(ctx: LaunchContext) -> None:
     """Context parallelism needs Transformer Engine's attention."""
     if ctx.settings["CP"] > 1 and ctx.backend != "transformer_engine":

@@ -47,18 +47,26 @@ class ChunkedLinearCrossEntropy(torch.autograd.Function):
         return grad_hidden * grad_output, grad_weight * grad_output, None, None
 
 
+def liger_linear_cross_entropy_sum(hidden: torch.Tensor, weight: torch.Tensor,
+                                   target: torch.Tensor, chunk_mem: int = 1) -> torch.Tensor:
+    """Liger's Triton fused linear cross-entropy, summed. `chunk_mem` is its chunk_mem_const:
+    chunks of next_pow2(N / ceil(V / (chunk_mem * H))) tokens (CE_CHUNK_MEM)."""
+    from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
+
+    return liger_fused_linear_cross_entropy(hidden, weight, target, ignore_index=IGNORE_INDEX,
+                                            reduction="sum", chunk_mem_const=chunk_mem)
+
+
 def linear_cross_entropy_sum(hidden: torch.Tensor, weight: torch.Tensor, target: torch.Tensor,
-                             kernels: str, chunk_size: int = 4096) -> torch.Tensor:
+                             kernels: str, chunk_size: int = 4096,
+                             chunk_mem: int = 1) -> torch.Tensor:
     """hidden [N, H], weight [V, H], target [N] (IGNORE_INDEX to skip) -> summed loss."""
     if kernels == "liger" and hidden.is_cuda:  # Triton runs on GPUs only (CPU: tests)
-        from liger_kernel.transformers.functional import liger_fused_linear_cross_entropy
-
-        return liger_fused_linear_cross_entropy(hidden, weight, target, ignore_index=IGNORE_INDEX,
-                                                reduction="sum")
+        return liger_linear_cross_entropy_sum(hidden, weight, target, chunk_mem)
     return ChunkedLinearCrossEntropy.apply(hidden, weight, target, chunk_size)
 
 
-def make_output_processor(kernels: str):
+def make_output_processor(kernels: str, chunk_mem: int = 1):
     """GPTModel output_processor computing the summed fused linear cross-entropy."""
 
     def output_processor(*, hidden_states, output_layer, output_weight, labels, loss_mask,
@@ -77,6 +85,7 @@ def make_output_processor(kernels: str):
         target = labels.t().reshape(-1)
         if loss_mask is not None:
             target = target.masked_fill(loss_mask.t().reshape(-1) == 0, IGNORE_INDEX)
-        return linear_cross_entropy_sum(hidden_states.reshape(s * b, h), weight, target, kernels)
+        return linear_cross_entropy_sum(hidden_states.reshape(s * b, h), weight, target, kernels,
+                                        chunk_mem=chunk_mem)
 
     return output_processor
