@@ -35,7 +35,8 @@ def test_fused_qkv_rope_triton_matches_torch(groups, per_group, head_dim, seq, b
     assert rel(g_fused, g_ref) < 1e-2
 
 
-def test_liger_fused_linear_ce_matches_chunked_torch():
+@pytest.mark.parametrize("chunk_mem", [1, 8])  # CE_CHUNK_MEM: Liger's default, 8x larger chunks
+def test_liger_fused_linear_ce_matches_chunked_torch(chunk_mem):
     from training.native.cross_entropy import IGNORE_INDEX, linear_cross_entropy_sum
 
     torch.manual_seed(2)
@@ -45,7 +46,7 @@ def test_liger_fused_linear_ce_matches_chunked_torch():
     target[::7] = IGNORE_INDEX
     out = {}
     for kernels in ("liger", "torch"):
-        loss = linear_cross_entropy_sum(hidden, weight, target, kernels)
+        loss = linear_cross_entropy_sum(hidden, weight, target, kernels, chunk_mem=chunk_mem)
         gh, gw = torch.autograd.grad(loss * 0.5, (hidden, weight))
         out[kernels] = (loss.detach(), gh, gw)
     assert abs(out["liger"][0].item() - out["torch"][0].item()) / out["torch"][0].item() < 1e-3
