@@ -141,7 +141,7 @@ PEER_SIDES = {
     "local": "Megatron-core local spec (stock Megatron without TE), through our launcher",
     "hf": "HF transformers LlamaForCausalLM (SDPA), bf16 params, fused AdamW",
     "hf_liger": "HF transformers LlamaForCausalLM (SDPA) + Liger-Kernel, bf16, fused AdamW",
-    "torchtitan": "torchtitan (llama3 trainer), bf16 autocast, fused AdamW",
+    "torchtitan": "torchtitan (llama3 trainer), bf16 autocast, fused AdamW, torch.compile",
 }
 PEER_KEYS = ("peer:hf", "peer:hf_liger", "peer:torchtitan")
 
