@@ -169,11 +169,11 @@ def main() -> None:
 
     from training import loop_hooks, specs
     from training.arguments import add_training_args
-    from training.native.optimizer import restore_torch_adam_step_from_param_groups
+    from training.native.optimizer import make_torch_adam_checkpoints_load
     from training.profiling import ranges
 
     imports_done = time.time()
-    restore_torch_adam_step_from_param_groups()  # every backend: a resume without it fails
+    make_torch_adam_checkpoints_load()  # every backend: a resume without it fails
     args = parse_and_validate_args(extra_args_provider=add_training_args)
     rank = int(os.environ.get("RANK", "0"))
     global _MLPERF

@@ -1,10 +1,15 @@
-"""FusedTorchAdamW's state_dict on a fresh optimizer (what a resume asks for first) and that the
-filled state changes nothing about the update (CPU, unfused path)."""
+"""Megatron's distributed-optimizer checkpoints with torch's AdamW (training/native/optimizer.py):
+the state filled before a resume reads it, the per-parameter copy of a load, and that neither
+changes the update (CPU, unfused path)."""
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
 import torch
 
-from training.native.optimizer import FusedTorchAdamW
+from training.native.optimizer import (FusedTorchAdamW, fill_initial_adam_state,
+                                       make_torch_adam_checkpoints_load)
 
 
 def _params(seed: int = 0) -> list[torch.nn.Parameter]:
@@ -20,18 +25,11 @@ def _step(opt, params, seed: int) -> None:
     opt.step()
 
 
-def test_a_fresh_optimizer_reports_one_step_for_every_parameter():
-    params = _params()
-    state = FusedTorchAdamW(params, lr=1e-2, fused=False).state_dict()["state"]
-    assert len(state) == len(params)
-    assert {float(s["step"]) for s in state.values()} == {0.0}  # what Megatron asserts on
-    assert all(torch.count_nonzero(s["exp_avg"]) == 0 for s in state.values())
-
-
 def test_filled_state_updates_like_a_lazily_initialised_adamw():
     ours, ref = _params(), _params()
     opt = FusedTorchAdamW(ours, lr=1e-2, weight_decay=0.1, fused=False)
-    opt.state_dict()  # fills the state before any step, as a resume does
+    fill_initial_adam_state(opt)  # before any step, as a resume does
+    assert {float(s["step"]) for s in opt.state_dict()["state"].values()} == {0.0}
     ref_opt = torch.optim.AdamW(ref, lr=1e-2, weight_decay=0.1)
     for seed in range(3):
         _step(opt, ours, seed)
@@ -41,39 +39,35 @@ def test_filled_state_updates_like_a_lazily_initialised_adamw():
     assert {float(s["step"]) for s in opt.state_dict()["state"].values()} == {3.0}
 
 
-def test_state_round_trips_through_load_state_dict():
-    params = _params()
-    opt = FusedTorchAdamW(params, lr=1e-2, fused=False)
-    _step(opt, params, 0)
-    saved = opt.state_dict()
-    fresh_params = [torch.nn.Parameter(p.detach().clone()) for p in params]
-    fresh = FusedTorchAdamW(fresh_params, lr=1e-2, fused=False)
-    fresh.state_dict()
-    fresh.load_state_dict(saved)
-    for a, b in zip(fresh.state_dict()["state"].values(), saved["state"].values()):
-        torch.testing.assert_close(a["exp_avg_sq"], b["exp_avg_sq"])
-        assert float(a["step"]) == 1.0
-
-
-def _reshardable_copy(opt, param, tensors):
-    """Megatron's per-parameter copy of a fully-reshardable load, on a stand-in for the
-    DistributedOptimizer (only the attributes that method reads)."""
-    from types import SimpleNamespace
-
+@pytest.mark.parametrize("adam", [FusedTorchAdamW, torch.optim.AdamW])  # ours; Megatron's own
+def test_a_fresh_torch_adam_is_filled_before_megatron_reads_its_steps(monkeypatch, adam):
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
+    seen = []
+
+    def megatron_state_dict(self):  # stands in for Megatron's, which asserts one step
+        seen.append({float(s["step"]) for s in self.optimizer.state.values()})
+        return {}
+
+    monkeypatch.setattr(DistributedOptimizer, "state_dict", megatron_state_dict)
+    monkeypatch.setattr(DistributedOptimizer, "_set_main_param_and_optimizer_states",
+                        DistributedOptimizer._set_main_param_and_optimizer_states)
+    make_torch_adam_checkpoints_load()
+    me = SimpleNamespace(optimizer=adam(_params(), lr=1e-2))
+    DistributedOptimizer.state_dict(me)
+    assert seen == [{0.0}] and len(me.optimizer.state) == 2
+
+
+def _reshardable_copy(method, opt, param, tensors):
     me = SimpleNamespace(model_param_group_index_map={param: (0, 0)}, optimizer=opt,
                          config=SimpleNamespace(
                              use_precision_aware_optimizer_no_fp8_or_ds_fp8=False))
     with torch.no_grad():  # as in Megatron's loader
-        DistributedOptimizer._set_main_param_and_optimizer_states(me, param, tensors)
+        method(me, param, tensors)
 
 
 def test_reshardable_load_copies_moments_and_keeps_the_restored_step(monkeypatch):
-    import pytest
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
-
-    from training.native.optimizer import restore_torch_adam_step_from_param_groups
 
     params = _params()
     opt = FusedTorchAdamW(params, lr=1e-2, fused=False)
@@ -81,18 +75,20 @@ def test_reshardable_load_copies_moments_and_keeps_the_restored_step(monkeypatch
     saved = {"param": torch.full((4, 3), 7.0), "exp_avg": torch.full((4, 3), 0.5),
              "exp_avg_sq": torch.full((4, 3), 0.25)}
     stale_step = {**saved, "step": torch.zeros(())}  # dp_reshardable: captured before the load
+    shipped = DistributedOptimizer._set_main_param_and_optimizer_states
     # Megatron 0.19.2 as shipped: fully_reshardable stops, dp_reshardable resets the step
     with pytest.raises(KeyError, match="step"):
-        _reshardable_copy(opt, params[0], dict(saved))
-    _reshardable_copy(opt, params[0], dict(stale_step))
+        _reshardable_copy(shipped, opt, params[0], dict(saved))
+    _reshardable_copy(shipped, opt, params[0], dict(stale_step))
     assert float(opt.state[params[0]]["step"]) == 0.0
     opt.state[params[0]]["step"].fill_(1.0)
 
-    monkeypatch.setattr(DistributedOptimizer, "_set_main_param_and_optimizer_states",
-                        DistributedOptimizer._set_main_param_and_optimizer_states)
-    restore_torch_adam_step_from_param_groups()
+    for name in ("state_dict", "_set_main_param_and_optimizer_states"):
+        monkeypatch.setattr(DistributedOptimizer, name, getattr(DistributedOptimizer, name))
+    make_torch_adam_checkpoints_load()
     for tensors in (saved, stale_step):
-        _reshardable_copy(opt, params[0], dict(tensors))
+        _reshardable_copy(DistributedOptimizer._set_main_param_and_optimizer_states, opt,
+                          params[0], dict(tensors))
         state = opt.state[params[0]]
         assert torch.equal(params[0].detach(), saved["param"])
         assert torch.equal(state["exp_avg"], saved["exp_avg"])

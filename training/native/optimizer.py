@@ -20,28 +20,20 @@ class FusedTorchAdamW(torch.optim.AdamW):
         kwargs.setdefault("fused", torch.cuda.is_available())
         super().__init__(params, **kwargs)
 
-    def state_dict(self):
-        """Megatron 0.19.2's distributed optimizer, without apex/TE, reads the 'step' of every
-        parameter's state in its own state_dict(), and a resume calls that before any step has
-        run: on an empty state its `assert len(steps) == 1` stops the load (seen on 2 H200s,
-        resuming at DP=2 from a TP=2 checkpoint). So an empty state is first filled the way
-        torch's AdamW fills it at its first step (step 0, zero moments): the same memory, the
-        same update, and the load then overwrites it."""
-        if not self.state:
-            self._fill_initial_state()
-        return super().state_dict()
 
-    @torch.no_grad()
-    def _fill_initial_state(self) -> None:
-        for group in self.param_groups:
-            on_device = group.get("fused") or group.get("capturable")
-            for p in group["params"]:
-                self.state[p] = {
-                    "step": torch.zeros((), dtype=torch.float32,
-                                        device=p.device if on_device else "cpu"),
-                    "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
-                    "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
-                }
+@torch.no_grad()
+def fill_initial_adam_state(optimizer: torch.optim.Optimizer) -> None:
+    """Give every parameter the state torch's Adam/AdamW creates at its first step (step 0,
+    zero moments): the same memory and the same next update as the lazy initialisation."""
+    for group in optimizer.param_groups:
+        on_device = group.get("fused") or group.get("capturable")
+        for p in group["params"]:
+            optimizer.state[p] = {
+                "step": torch.zeros((), dtype=torch.float32,
+                                    device=p.device if on_device else "cpu"),
+                "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
+            }
 
 
 def install() -> str:
@@ -54,30 +46,40 @@ def install() -> str:
     return "torch AdamW(fused=True) over the fp32 main params"
 
 
-def restore_torch_adam_step_from_param_groups() -> None:
-    """torch's AdamW keeps 'step' as a per-parameter tensor; Megatron 0.19.2's distributed
-    optimizer, without TE or apex, saves it in the param groups and restores it there
-    (load_state_dict), then copies each parameter's tensors from the checkpoint with
-    `_set_main_param_and_optimizer_states`. That copy mishandles 'step' in both optimizer
-    checkpoint formats:
-      - fully_reshardable leaves 'step' out of the checkpoint's tensors, and the copy then
-        stops the resume with KeyError: 'step' (seen on 2 H200s, DP=2 from a TP=2 checkpoint);
-      - dp_reshardable (Megatron's default) hands it the step tensor captured before the load
-        (a LocalNonpersistentObject, not the checkpoint's value), which overwrites the
-        restored step: Adam's bias correction starts again and the loss after a resume drifts
-        (2.8% over 10 iterations of the tiny preset on an H200, against 1e-3 wanted).
-    Any torch AdamW run hits these: Megatron's own fallback and ours. The copy here always
-    leaves 'step' alone (a non-tensor entry, which Megatron's loop skips), so the step is the
-    one load_state_dict restored from the param groups. With TE or apex, whose optimizers keep
-    no per-parameter step, nothing changes."""
+def make_torch_adam_checkpoints_load() -> None:
+    """Megatron 0.19.2's distributed optimizer saves and loads with torch's Adam/AdamW (its own
+    fallback without TE or apex, and FusedTorchAdamW) only after two fixes, installed here for
+    every backend:
+
+    1. Its state_dict() reads every parameter's Adam 'step' (`assert len(steps) == 1`), and a
+       resume calls it before any step has run, when a torch optimizer has no state yet (seen
+       on 2 H200s, resuming at DP=2 from a TP=2 checkpoint). The state is filled first, as
+       torch fills it at its first step; the load then overwrites it.
+    2. Its per-parameter copy of the checkpoint's tensors mishandles 'step', which torch keeps
+       per parameter and Megatron restores from the param groups (load_state_dict): the
+       fully_reshardable format leaves 'step' out and the copy raises KeyError: 'step'; the
+       default dp_reshardable format hands it the step captured before the load (a
+       LocalNonpersistentObject), which overwrites the restored one, so Adam's bias
+       correction restarts after every resume (2.8% loss drift over 10 iterations of the
+       tiny preset on an H200, against 1e-3 wanted). The copy now leaves 'step' alone (a
+       non-tensor entry, which Megatron's loop skips).
+    With TE or apex, whose optimizers keep no per-parameter step, neither changes anything."""
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
 
-    original = DistributedOptimizer._set_main_param_and_optimizer_states
-    if getattr(original, "_keeps_restored_step", False):
+    if getattr(DistributedOptimizer.state_dict, "_fills_torch_adam", False):
         return
+    original_state_dict = DistributedOptimizer.state_dict
+    original_copy = DistributedOptimizer._set_main_param_and_optimizer_states
+
+    def state_dict(self):
+        inner = self.optimizer
+        if isinstance(inner, (torch.optim.Adam, torch.optim.AdamW)) and not inner.state:
+            fill_initial_adam_state(inner)
+        return original_state_dict(self)
 
     def set_states(self, model_param, tensors):
-        return original(self, model_param, {**tensors, "step": None})
+        return original_copy(self, model_param, {**tensors, "step": None})
 
-    set_states._keeps_restored_step = True
+    state_dict._fills_torch_adam = True
+    DistributedOptimizer.state_dict = state_dict
     DistributedOptimizer._set_main_param_and_optimizer_states = set_states
