@@ -114,6 +114,15 @@ def other_levers(shape: BenchShape) -> list[Lever]:
               "DISTRIBUTED_OPTIMIZER=0", True, needs_dp=True,
               note="optimizer state sharded over DP ranks; with it off, OVERLAP_PARAM_GATHER "
                    "is turned off by the optimizer_overlap guard"),
+        Lever("DP1_PLAIN_DDP", "DISTRIBUTED_OPTIMIZER", "dist_opt", "dp1_ddp",
+              {"DISTRIBUTED_OPTIMIZER": "0", "OVERLAP_GRAD_REDUCE": "0",
+               "OVERLAP_PARAM_GATHER": "0"},
+              "DISTRIBUTED_OPTIMIZER=0 OVERLAP_GRAD_REDUCE=0 OVERLAP_PARAM_GATHER=0",
+              "DISTRIBUTED_OPTIMIZER=1 OVERLAP_GRAD_REDUCE=1 OVERLAP_PARAM_GATHER=1", False,
+              note="at one GPU the distributed optimizer shards nothing and the overlapped "
+                   "reduce and gather have nothing to overlap, but their per-bucket hooks "
+                   "still run on the host (the H200 profile: 52 grad-reduce and 434 "
+                   "param-gather ranges per step); the plain optimizer without them"),
         Lever("OVERLAP_GRAD_REDUCE", "OVERLAP_GRAD_REDUCE", "overlap", "overlap",
               {"OVERLAP_GRAD_REDUCE": "0"}, "OVERLAP_GRAD_REDUCE=1", "OVERLAP_GRAD_REDUCE=0",
               True, needs_dp=True,
@@ -131,7 +140,7 @@ def all_levers(shape: BenchShape) -> list[Lever]:
 
 
 GROUPS = ("toggles", "flce", "flce_chunk", "nan_check", "gc", "precision", "backend", "kernels",
-          "recompute", "mbs", "seq", "dist_opt", "overlap")
+          "recompute", "mbs", "seq", "dist_opt", "dp1_ddp", "overlap")
 
 # Peers: sides of `bench peers` (levers.json kind "peer"; native vs local is also the
 # TRANSFORMER_IMPL=local backend lever).
@@ -198,7 +207,8 @@ PARTS_DP1 = (
     ("levers-ce-chunk", ("CE_CHUNK_MEM=8", "CE_CHUNK_MEM=32")),
     ("levers-kernels-mbs", ("NATIVE_KERNELS=torch", "MBS")),
     ("levers-recompute", ("RECOMPUTE=selective", "RECOMPUTE=full")),
-    ("levers-ddp-gc", ("DDP_AVERAGE_IN_COLLECTIVE", "MANUAL_GC_INTERVAL=100")),
+    # DDP_AVERAGE_IN_COLLECTIVE acts at DP>1 only: measured in dp2-comm, not here
+    ("levers-ddp-gc", ("DP1_PLAIN_DDP", "MANUAL_GC_INTERVAL=100")),
 )
 PARTS_DP2 = (
     ("dp2-comm", ("DDP_AVERAGE_IN_COLLECTIVE", "GRAD_REDUCE_IN_BF16")),
