@@ -149,14 +149,15 @@ def reusable_runs(part: Part, previous: dict) -> dict[str, dict]:
                 or "SAVE" in spec.toggles or "LOAD" in spec.toggles):
             continue
         losses = {int(i): l for i, l in (old.get("losses") or {}).items()}
-        if sorted(losses) != list(range(1, ITERS + 1)) or not all(
+        iterations = sorted(losses)
+        if iterations != list(range(1, ITERS + 1)) or not all(
                 math.isfinite(l) for l in losses.values()):
             continue
         reused[spec.label] = {
             "returncode": 0, "run_dir": old.get("run_dir"),
             "tokens_per_s_per_gpu": old.get("tokens_per_s_per_gpu"),
             "peak_memory_gib": old.get("peak_memory_gib"),
-            "samples": {"iteration": sorted(losses), "loss": [losses[i] for i in sorted(losses)]},
+            "samples": {"iteration": iterations, "loss": [losses[i] for i in iterations]},
             "reused_from": {"git_sha": previous.get("git_sha"),
                             "created": previous.get("created")}}
     return reused

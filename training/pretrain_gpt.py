@@ -298,9 +298,7 @@ def exit_on_error(run) -> None:
 
     try:
         run()
-    except (SystemExit, KeyboardInterrupt):
-        raise
-    except BaseException:  # noqa: BLE001 - any failure must end the worker
+    except Exception:  # SystemExit and KeyboardInterrupt are not Exceptions: they pass
         traceback.print_exc()
         sys.stdout.flush()
         sys.stderr.flush()

@@ -247,11 +247,11 @@ def ce_chunk_mem(ctx: LaunchContext) -> None:
                                       "Liger's default chunking).")
     if value == 1:
         return
-    why = ("the backend is not native" if ctx.backend != "native"
-           else "CROSS_ENTROPY_LOSS_FUSION=0" if not s["CROSS_ENTROPY_LOSS_FUSION"]
-           else f"TP={s['TP']} uses Megatron's vocab-parallel cross-entropy" if s["TP"] > 1
-           else "NATIVE_KERNELS=torch has its own chunking" if s["NATIVE_KERNELS"] == "torch"
-           else None)
+    inert = [(ctx.backend != "native", "the backend is not native"),
+             (not s["CROSS_ENTROPY_LOSS_FUSION"], "CROSS_ENTROPY_LOSS_FUSION=0"),
+             (s["TP"] > 1, f"TP={s['TP']} uses Megatron's vocab-parallel cross-entropy"),
+             (s["NATIVE_KERNELS"] == "torch", "NATIVE_KERNELS=torch has its own chunking")]
+    why = next((reason for applies, reason in inert if applies), None)
     if why:
         raise Refusal("ce_chunk_mem", f"CE_CHUNK_MEM={value} sizes the Liger fused linear "
                                       f"cross-entropy of the native backend at TP=1; here {why}, "
