@@ -118,3 +118,15 @@ def test_table_of_the_real_peers_json(capsys):
     assert cli.main(["table", str(FIRST_PEERS)]) == 0
     text = capsys.readouterr().out
     assert "0.995x" in text and "within noise" in text and "30.9" in text
+
+
+def test_all_parts_selects_named_parts_and_refuses_unknown_ones(fake_tools, tmp_path, capsys):
+    out_dir = tmp_path / "out"
+    assert cli.main(["all", "--plan", "--parts", "levers-ddp-gc,toggles-b",
+                     "--out-dir", str(out_dir)]) == 0
+    text = capsys.readouterr().out
+    assert f"toggles-b_h200_{TAG}: 9 runs" in text and f"levers-ddp-gc_h200_{TAG}" in text
+    listed = text.split("parts in order:")[1].split("[bench all]")[0]
+    assert "toggles-a" not in listed and "peers_h200" not in listed
+    assert cli.main(["all", "--plan", "--parts", "levers-nope", "--out-dir", str(out_dir)]) == 2
+    assert "unknown part(s) levers-nope" in capsys.readouterr().err

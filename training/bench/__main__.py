@@ -127,8 +127,17 @@ def cmd_all(args) -> int:
     slot, slots = (int(x) for x in args.slot.split("/"))
     started = clock()
     budget = args.budget_s or float("inf")
+    parts = parts_for(shape.gpus)
+    if args.parts:
+        wanted = _list(args.parts)
+        unknown = [w for w in wanted if w not in {part for _, part, _ in parts}]
+        if unknown:
+            print(f"error: unknown part(s) {', '.join(unknown)} at {shape.gpus} GPU(s): use "
+                  f"{', '.join(part for _, part, _ in parts)}", file=sys.stderr)
+            return 2
+        parts = [p for p in parts if p[1] in wanted]
     todo, lines = [], []
-    for kind, part, keys in parts_for(shape.gpus):
+    for kind, part, keys in parts:
         name = f"{part}_{hw}_{shape.tag()}"
         out = out_dir / f"{name}.json"
         if not args.force and (suites.is_complete(out)
@@ -272,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     a.set_defaults(budget_s=510.0)
     a.add_argument("--out-dir", default=None, help="where the JSONs go (default docs/benchmarks)")
     a.add_argument("--force", action="store_true", help="re-measure parts already complete")
+    a.add_argument("--parts", default=None,
+                   help="comma-separated part names to consider (default: every part, in order)")
     a.add_argument("--slot", default="0/1",
                    help="K/N: take every Nth part not yet done, from the Kth (run N of these "
                         "side by side, each with its own CUDA_VISIBLE_DEVICES and --master-port)")
