@@ -171,7 +171,12 @@ def test_ce_chunk_mem_reaches_megatron_args_only_where_it_acts(base_env):
         msg = refused(base_env, "ce_chunk_mem", **{"CE_CHUNK_MEM": 8, "TRANSFORMER_IMPL": "native",
                                                     "NATIVE_KERNELS": "liger", **toggles})
         assert why in msg and "Unset CE_CHUNK_MEM" in msg
-    launch(base_env, TRANSFORMER_IMPL="local")  # the default (1) is never refused
+    # the default (8) is never refused, and reaches the native backend's arguments
+    launch(base_env, TRANSFORMER_IMPL="local")
+    launch(base_env, TRANSFORMER_IMPL="native", NATIVE_KERNELS="torch")
+    words = launch(base_env, TRANSFORMER_IMPL="native").buckets["GPT_ARGS"]
+    assert words[words.index("--ce-chunk-mem") + 1] == "8"
+    launch(base_env, CE_CHUNK_MEM=1, TRANSFORMER_IMPL="local")  # Liger's own chunking
 
 
 def test_context_parallel_needs_te(base_env):

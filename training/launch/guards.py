@@ -245,8 +245,8 @@ def ce_chunk_mem(ctx: LaunchContext) -> None:
     if value < 1:
         raise Refusal("ce_chunk_mem", f"CE_CHUNK_MEM={value}: use an integer >= 1 (1 is "
                                       "Liger's default chunking).")
-    if value == 1:
-        return
+    if value == 1 or not s.is_explicit("CE_CHUNK_MEM"):
+        return  # Liger's own chunking, or the launcher default (unused where it cannot act)
     inert = [(ctx.backend != "native", "the backend is not native"),
              (not s["CROSS_ENTROPY_LOSS_FUSION"], "CROSS_ENTROPY_LOSS_FUSION=0"),
              (s["TP"] > 1, f"TP={s['TP']} uses Megatron's vocab-parallel cross-entropy"),
