@@ -137,3 +137,23 @@ def test_the_committed_docs_match_the_committed_jsons():
     fresh = levers.build(root / "docs" / "benchmarks")
     assert committed["levers"] == fresh["levers"]
     assert committed["sources"] == fresh["sources"]
+
+
+def test_rows_measured_at_an_older_default_say_so():
+    def data(resolved, corrections=()):
+        return {"points": [{"side": "peer", "config": "hf"},
+                           {"side": "ours", "config": "default", "toggles_resolved": resolved,
+                            "corrections": [{"toggle": t} for t in corrections]}]}
+
+    today = {t.name: levers._shown(t.default) for t in levers.REGISTRY
+             if t.group == "performance"}
+    assert levers.older_defaults(data(today)) == []
+    assert levers.older_defaults(data({**today, "CE_CHUNK_MEM": "1"})) == [
+        f"measured at CE_CHUNK_MEM=1, the default then (now {today['CE_CHUNK_MEM']})"]
+    without = {k: v for k, v in today.items() if k != "CE_CHUNK_MEM"}
+    assert levers.older_defaults(data(without)) == [
+        f"measured before CE_CHUNK_MEM existed (default now {today['CE_CHUNK_MEM']})"]
+    # a toggle a guard corrected at that run is the guard's value, not an older default
+    assert levers.older_defaults(data({**today, "FUSED_SINGLE_QKV_ROPE": "0"},
+                                      ["FUSED_SINGLE_QKV_ROPE"])) == []
+    assert levers.older_defaults({"points": [{"side": "peer"}]}) == []

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from .helpers import (DRY_70B, DRY_ALL_ON, DRY_SEQ32K, FIXTURE, LOCAL, NATIVE, PROFILED, advise,
-                      copy_run, edit_manifest, fixture_levers, run_cli, write_levers)
+from .helpers import (DRY_70B, DRY_ALL_ON, DRY_SEQ32K, FIXTURE, LOCAL, NATIVE, PROFILED, REPO,
+                      advise, copy_run, edit_manifest, fixture_levers, run_cli, write_levers)
 
 PERF = ("GRADIENT_ACCUMULATION_FUSION", "GRAD_REDUCE_IN_BF16", "DDP_AVERAGE_IN_COLLECTIVE",
         "CROSS_ENTROPY_LOSS_FUSION", "FUSED_SINGLE_QKV_ROPE")
@@ -288,3 +288,27 @@ def test_a_default_on_toggle_measured_slower_is_flagged_not_waved_through(tmp_pa
     report = advise(NATIVE)
     on = {i["toggle"]: i for i in report["already_on"]}
     assert on["CROSS_ENTROPY_LOSS_FUSION"]["status"] == "on by default: no action"
+
+
+def test_liger_cross_entropy_chunking_is_recommended_from_its_measurement(tmp_path):
+    run = copy_run(NATIVE, tmp_path / "run")
+
+    def liger_chunks(m):
+        m["toggles"].append({"toggle": "CE_CHUNK_MEM", "value": "1", "source": "env",
+                             "reason": ""})
+        m["values"]["CE_CHUNK_MEM"] = 1
+    edit_manifest(run, liger_chunks)
+    data = fixture_levers()
+    committed = json.loads((REPO / "docs" / "levers.json").read_text())
+    measured = [e for e in committed["levers"] if e["set"] == "CE_CHUNK_MEM=8"
+                and e["baseline"] == "CE_CHUNK_MEM=1"]
+    assert measured, "docs/levers.json measures CE_CHUNK_MEM=8 against 1"
+    data["levers"] += measured
+    report = advise(run, levers=write_levers(tmp_path / "levers.json", data))
+    rec = next(r for r in report["recommendations"] if r["id"] == "ce_chunk")
+    assert rec["set"] == "CE_CHUNK_MEM=8" and rec["status"] == "measured"
+    ratio = measured[0]["effect"]["tokens_per_s_ratio"]
+    assert f"x{ratio:.3f} tokens/s" in rec["measured_text"]
+    assert "CE_CHUNK_MEM=1 runs the fused linear cross-entropy" in rec["why"]
+    # a manifest from before the toggle says nothing about its chunking: no recommendation
+    assert all(r["id"] != "ce_chunk" for r in advise(NATIVE)["recommendations"])

@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 from training.launch.presets import FAMILIES, PRESETS
+from training.launch.toggles import REGISTRY
 
 from . import analysis
 from .catalog import KINDS, PEER_KEYS, PEER_SIDES, all_levers
@@ -67,8 +68,36 @@ def lever_shape(data: dict) -> dict:
             "backend": resolved.get("TRANSFORMER_IMPL") or ours.get("backend")}
 
 
+def _shown(value) -> str:
+    """A registry default as the run manifest writes it."""
+    return ("1" if value else "0") if isinstance(value, bool) else str(value)
+
+
+def older_defaults(data: dict) -> list[str]:
+    """Where the baseline run of a benchmark JSON had a performance-group toggle at another
+    value than today's launcher default (a default changed since, or the toggle is newer than
+    the JSON), one line each: its figures describe that older default."""
+    ours = [p for p in data.get("points", []) if p.get("side") == "ours"]
+    base = next((p for p in ours if p.get("config") == "default"), ours[0] if ours else None)
+    if not base or not base.get("toggles_resolved"):
+        return []
+    resolved = base["toggles_resolved"]
+    corrected = {c.get("toggle") for c in base.get("corrections") or []}
+    lines = []
+    for toggle in REGISTRY:
+        if toggle.group != "performance" or toggle.name in corrected:
+            continue
+        now = _shown(toggle.default)
+        then = resolved.get(toggle.name)
+        if then is None:
+            lines.append(f"measured before {toggle.name} existed (default now {now})")
+        elif then != now:
+            lines.append(f"measured at {toggle.name}={then}, the default then (now {now})")
+    return lines
+
+
 def lever_entry(row: dict, data: dict, source: str) -> dict:
-    notes = [n for n in row.get("notes", []) if n]
+    notes = [n for n in row.get("notes", []) if n] + older_defaults(data)
     entry = {
         "id": row["id"], "kind": row["kind"], "set": row["set"], "baseline": row["baseline"],
         "effect": {"tokens_per_s_ratio": row.get("tokens_per_s_ratio"),

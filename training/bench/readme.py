@@ -78,6 +78,13 @@ def perf_table(doc: dict, bench_dir: Path = BENCH_DIR) -> str:
                      f"{fmt_ratio(eff)} | {eff['verdict']} | "
                      f"{fmt_mem(eff.get('peak_memory_gib'))} | {shape_text(e.get('shape'))} | "
                      f"`{Path(e['source']).name if e.get('source') else '-'}` |")
+    older = sorted({Path(e["source"]).name for e in doc["levers"] if e.get("source")
+                    and any(n.startswith(("measured at ", "measured before "))
+                            for n in e["notes"].split("; "))})
+    if older:
+        lines += ["", "Measured at an older launcher default (a performance toggle's default has "
+                      f"changed since; the notes in docs/levers.md say which): "
+                      f"{', '.join(f'`{name}`' for name in older)}."]
     not_measured = [e["key"] for e in doc["levers"] if e["effect"]["verdict"] == "not measured"]
     if not_measured:
         lines += ["", f"Not measured yet: {', '.join(not_measured)} (see docs/levers.md)."]

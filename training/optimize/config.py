@@ -50,6 +50,7 @@ class RunConfig:
     grad_bf16: bool
     grad_accum_fusion: bool
     ce_fusion: bool
+    ce_chunk_mem: int | None   # Liger fused CE chunk_mem_const; None: the manifest predates it
     recompute: str             # none | selective | full
     backend: str               # native | local | transformer_engine
     kernels: str               # liger | torch (native backend)
@@ -186,6 +187,8 @@ def from_manifest(manifest: dict, platform: str | None = None) -> RunConfig:
             grad_bf16=_bool(values.get("GRAD_REDUCE_IN_BF16")),
             grad_accum_fusion=_bool(values.get("GRADIENT_ACCUMULATION_FUSION")),
             ce_fusion=_bool(values.get("CROSS_ENTROPY_LOSS_FUSION")),
+            ce_chunk_mem=(int(values["CE_CHUNK_MEM"]) if values.get("CE_CHUNK_MEM") is not None
+                          else None),
             recompute=str(values.get("RECOMPUTE") or "none"),
             backend=str(manifest.get("backend") or values.get("TRANSFORMER_IMPL")),
             kernels=str(values.get("NATIVE_KERNELS") or "torch"),

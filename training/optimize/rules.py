@@ -165,6 +165,13 @@ def _liger_applies(c: RunConfig, ctx) -> str | None:
     return None
 
 
+def _ce_chunk_applies(c: RunConfig, ctx) -> str | None:
+    if c.flce and c.kernels == "liger" and c.ce_chunk_mem is not None and c.ce_chunk_mem < 8:
+        return (f"CE_CHUNK_MEM={c.ce_chunk_mem} runs the fused linear cross-entropy in many "
+                "small chunks, each a read and write of the whole output-weight gradient")
+    return None
+
+
 def _deterministic_applies(c: RunConfig, ctx) -> str | None:
     return "DETERMINISTIC=1 selects slower deterministic kernels" if c.deterministic else None
 
@@ -235,6 +242,11 @@ THROUGHPUT_LEVERS: tuple[Candidate, ...] = (
               _liger_applies, lambda c: (_set(NATIVE_KERNELS="liger"),
                                          c.with_changes(kernels="liger")),
               baseline=lambda c: _set(NATIVE_KERNELS="torch")),
+    Candidate("ce_chunk", "larger fused cross-entropy chunks", THROUGHPUT_FLOWS,
+              "fewer, larger chunks of Liger's fused linear cross-entropy: fewer passes over "
+              "the output-weight gradient for a little more transient memory",
+              _ce_chunk_applies, lambda c: (_set(CE_CHUNK_MEM=8), c.with_changes(ce_chunk_mem=8)),
+              baseline=lambda c: _set(CE_CHUNK_MEM=c.ce_chunk_mem)),
     Candidate("deterministic_off", "non-deterministic (default) kernels", THROUGHPUT_FLOWS,
               "deterministic mode forces slower kernels; keep it for debugging only",
               _deterministic_applies, lambda c: (_set(DETERMINISTIC=0),
