@@ -206,7 +206,9 @@ PARTS_DP1 = (
                    *[f"PRECISION={n}" for n in RECIPES if n != "bf16"],
                    "TRANSFORMER_IMPL=transformer_engine")),
     ("toggles-b", ("FUSED_SINGLE_QKV_ROPE", "GRAD_REDUCE_IN_BF16")),
-    ("toggles-c", ("CROSS_ENTROPY_LOSS_FUSION", "SEQ_LENGTH")),
+    # toggles-c (CROSS_ENTROPY_LOSS_FUSION, SEQ_LENGTH; session 3) measured the fused CE at
+    # Liger's chunking: toggles-ce re-measures it at CE_CHUNK_MEM=8, levers-seq the sequence
+    ("toggles-ce", ("CROSS_ENTROPY_LOSS_FUSION",)),
     # measured with CE_CHUNK_MEM=1 the default (keys CE_CHUNK_MEM=8, =32; session 4), whence
     # the default of 8; a re-measure (--force) compares Liger's own chunking and 32 with it
     ("levers-ce-chunk", ("CE_CHUNK_MEM=1", "CE_CHUNK_MEM=32")),
@@ -214,8 +216,7 @@ PARTS_DP1 = (
     ("levers-recompute", ("RECOMPUTE=selective", "RECOMPUTE=full")),
     # DDP_AVERAGE_IN_COLLECTIVE acts at DP>1 only: measured in dp2-comm, not here
     ("levers-ddp-gc", ("DP1_PLAIN_DDP", "MANUAL_GC_INTERVAL=100")),
-    # the fused cross-entropy again, with CE_CHUNK_MEM=8 the default (toggles-c measured it at 1)
-    ("toggles-ce", ("CROSS_ENTROPY_LOSS_FUSION",)),
+    ("levers-seq", ("SEQ_LENGTH",)),
 )
 PARTS_DP2 = (
     ("dp2-comm", ("DDP_AVERAGE_IN_COLLECTIVE", "GRAD_REDUCE_IN_BF16")),
