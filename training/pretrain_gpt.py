@@ -24,6 +24,8 @@ if __package__ in (None, ""):  # run as a script by torchrun: make `training` im
 
 import torch  # noqa: E402
 
+_TORCH_IMPORTED = time.time()  # torch alone vs Megatron and ours (the start-up timeline)
+
 _OUTPUT_PROCESSOR = None  # fused linear cross-entropy (native backend, TP=1), set in main()
 _MLPERF = None            # training.mlperf.events.MLPerfRun when MLPERF_RUN is set, set in main()
 
@@ -210,7 +212,8 @@ def main() -> None:
     training_done = time.time()
     summary = loop_hooks.finish()
     if summary is not None:
-        timeline = {"worker_start": _WORKER_START, "imports_done": imports_done,
+        timeline = {"worker_start": _WORKER_START, "torch_imported": _TORCH_IMPORTED,
+                    "imports_done": imports_done,
                     "first_step_start": loop_hooks.first_step_start(),
                     "training_done": training_done}
         _report(args, summary, setup, timeline)

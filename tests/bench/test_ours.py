@@ -66,3 +66,6 @@ def test_startup_breakdown_splits_the_wall_time():
                      "init_to_first_step_s": 13.5, "training_s": 14.0, "finish_and_exit_s": 6.0}
     assert sum(parts.values()) == point["ended"] - point["started"]
     assert startup_breakdown(point, {**timeline, "first_step_start": None}) is None
+    split = startup_breakdown(point, {**timeline, "torch_imported": 106.0})
+    assert split["torch_import_s"] == 2.0 and split["megatron_and_project_imports_s"] == 6.5
+    assert "imports_s" not in split and sum(split.values()) == point["ended"] - point["started"]

@@ -73,7 +73,8 @@ def test_tiny_trains_30_iterations_with_falling_loss(tmp_path, backend):
     section = json.loads((run / "manifest.json").read_text())["run"]
     summary, timeline = section["summary"], section["timeline"]
     assert summary["measured"] and summary["tokens_per_s_per_gpu"] > 0
-    order = ["worker_start", "imports_done", "first_step_start", "training_done"]
+    order = ["worker_start", "torch_imported", "imports_done", "first_step_start",
+             "training_done"]
     assert [timeline[k] for k in order] == sorted(timeline[k] for k in order)
 
 

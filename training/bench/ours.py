@@ -114,14 +114,18 @@ def run_point(label: str, toggles: dict[str, str], experiment_dir: Path, log_dir
 
 def startup_breakdown(point: dict, timeline: dict) -> dict | None:
     """Where a launch's wall time went besides the steps, in seconds: launcher and torchrun
-    until the worker's first line, Python imports, Megatron's initialise + model, dataset and
-    optimizer build until the first step, the steps, and the end (summary, teardown)."""
+    until the worker's first line, Python imports (split into torch's and the rest's where the
+    run recorded when torch was in), Megatron's initialise + model, dataset and optimizer build
+    until the first step, the steps, and the end (summary, teardown)."""
     keys = ("worker_start", "imports_done", "first_step_start", "training_done")
     if not all(timeline.get(k) for k in keys) or not point.get("started"):
         return None
+    names = ["launcher_and_torchrun_s", "imports_s", "init_to_first_step_s", "training_s",
+             "finish_and_exit_s"]
+    if timeline.get("torch_imported"):
+        keys = ("worker_start", "torch_imported", *keys[1:])
+        names[1:2] = ["torch_import_s", "megatron_and_project_imports_s"]
     t = [point["started"], *(timeline[k] for k in keys), point["ended"]]
-    names = ("launcher_and_torchrun_s", "imports_s", "init_to_first_step_s", "training_s",
-             "finish_and_exit_s")
     return {name: round(b - a, 3) for name, a, b in zip(names, t, t[1:])}
 
 
