@@ -118,8 +118,8 @@ REGISTRY: tuple[Toggle, ...] = (
            "chunk_mem_const). 1, Liger's default, makes 32 chunks of 256 tokens at Llama 3's "
            "128k vocabulary and seq 8192, each adding its product into the whole bf16 "
            "output-weight gradient; 8 makes 4 chunks of 2048 (about 0.5 GB more transient "
-           "memory, 8x fewer passes over that gradient), measured 1.069x tokens/s over 1 on "
-           "an H200 (docs/levers.md). Inert outside the native Liger path at TP=1.",
+           "memory, 8x fewer passes over that gradient; its measured effect: docs/levers.md, "
+           "CE_CHUNK_MEM rows). Inert outside the native Liger path at TP=1.",
            flag="--ce-chunk-mem", group="performance"),
 
     # -- model and precision -----------------------------------------------------------------
