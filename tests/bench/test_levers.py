@@ -15,8 +15,9 @@ from training.bench.suites import run_suite, toggle_configs
 
 from .fakes import HEADER, FakeRunner, fake_precheck
 
+REPO_BENCH = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
 # The first H200 peers run (1 repeat), kept under docs/benchmarks/earlier/: fixed figures.
-REAL_PEERS = (Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "earlier"
+REAL_PEERS = (REPO_BENCH / "earlier"
               / "peers_h200_llama3-8B-8L_seq8192_1repeat.json")
 PEERS_NAME = "peers_h200_llama3-8B-8L_seq8192.json"
 AGREED = {"id", "kind", "set", "baseline", "effect", "shape", "hardware", "source", "repeats",
@@ -157,3 +158,16 @@ def test_rows_measured_at_an_older_default_say_so():
     assert levers.older_defaults(data({**today, "FUSED_SINGLE_QKV_ROPE": "0"},
                                       ["FUSED_SINGLE_QKV_ROPE"])) == []
     assert levers.older_defaults({"points": [{"side": "peer"}]}) == []
+
+
+def test_a_comparison_measured_under_an_older_key_is_not_listed_as_unmeasured(tmp_path):
+    # session 4: CE_CHUNK_MEM=8 measured against 1 while 1 was the default; the catalogue's
+    # key for that comparison is now CE_CHUNK_MEM=1 (<default> over 1)
+    shutil.copy(REPO_BENCH / "levers-ce-chunk_h200_llama3-8B-8L_seq8192.json", tmp_path)
+    doc = levers.build(tmp_path)
+    assert not rows(doc, "CE_CHUNK_MEM=1")
+    keys = [e["key"] for e in doc["levers"]]
+    (eight,) = rows(doc, "CE_CHUNK_MEM=8")
+    assert eight["set"] == "CE_CHUNK_MEM=8" and eight["baseline"] == "CE_CHUNK_MEM=1"
+    assert eight["effect"]["verdict"] == "faster"
+    assert keys.index("CE_CHUNK_MEM=8") < keys.index("CE_CHUNK_MEM=32")   # in catalogue order

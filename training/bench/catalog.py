@@ -85,8 +85,7 @@ def other_levers(shape: BenchShape) -> list[Lever]:
         Lever("CE_CHUNK_MEM=1", "CE_CHUNK_MEM", "flce", "flce_chunk", {"CE_CHUNK_MEM": "1"},
               "CE_CHUNK_MEM={default}", "CE_CHUNK_MEM=1", True, needs_backend="native",
               note="the fused linear cross-entropy in the launcher's chunks vs Liger's default "
-                   "(32 chunks of 256 tokens at 128k vocabulary, seq 8192); the CE_CHUNK_MEM=8 "
-                   "row measured the reverse while 1 was the default"),
+                   "(32 chunks of 256 tokens at 128k vocabulary, seq 8192)"),
         Lever("CE_CHUNK_MEM=32", "CE_CHUNK_MEM", "flce", "flce_chunk", {"CE_CHUNK_MEM": "32"},
               "CE_CHUNK_MEM=32", "CE_CHUNK_MEM={default}", False, needs_backend="native",
               note="the fused linear cross-entropy in one chunk per micro-batch at seq 8192 "

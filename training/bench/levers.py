@@ -68,6 +68,18 @@ def lever_shape(data: dict) -> dict:
             "backend": resolved.get("TRANSFORMER_IMPL") or ours.get("backend")}
 
 
+def _today(text: str) -> str:
+    """A catalogue set/baseline with `<default>` as today's registry default, where that is a
+    fixed value (TRANSFORMER_IMPL=auto, say, resolves per node: left as it is)."""
+    if "<default>" not in text:
+        return text
+    name = text.split("=", 1)[0]
+    toggle = next((t for t in REGISTRY if t.name == name), None)
+    if toggle is None or toggle.default in (None, "auto"):
+        return text
+    return text.replace("<default>", _shown(toggle.default))
+
+
 def _shown(value) -> str:
     """A registry default as the run manifest writes it."""
     return ("1" if value else "0") if isinstance(value, bool) else str(value)
@@ -138,10 +150,20 @@ def build(bench_dir: Path = BENCH_DIR) -> dict:
             if old is None or (entry["created"] or "") >= (old["created"] or ""):
                 entries[sig] = entry
     order = {key: i for i, (key, *_rest) in enumerate(catalogue())}
-    levers = sorted(entries.values(), key=lambda e: (order.get(e["key"], len(order)),
-                                                      e["shape"]["gpus"] or 0, e["source"]))
+    # a row measured under an older key sits where today's key with the same comparison does
+    order_by_pair = {(_today(set_), _today(base)): i
+                     for i, (_key, _id, _kind, set_, base) in enumerate(catalogue())}
+
+    def position(e: dict) -> int:
+        return order.get(e["key"], order_by_pair.get((e["set"], e["baseline"]), len(order)))
+
+    levers = sorted(entries.values(), key=lambda e: (position(e), e["shape"]["gpus"] or 0,
+                                                      e["source"]))
     measured = {e["key"] for e in levers}
+    measured_as = {(e["set"], e["baseline"]) for e in levers}
     for key, lid, kind, set_, base in catalogue():
+        if (_today(set_), _today(base)) in measured_as:
+            continue  # the same comparison, measured under another key (a default changed)
         if key not in measured:
             levers.append({"id": lid, "kind": kind, "set": set_, "baseline": base,
                            "effect": {"tokens_per_s_ratio": None, "ratio_spread": None,
@@ -150,7 +172,7 @@ def build(bench_dir: Path = BENCH_DIR) -> dict:
                            "shape": None, "hardware": None, "source": None, "repeats": 0,
                            "notes": "no benchmark JSON measures it yet", "key": key,
                            "needs_dp_gt_1": False, "tflops_ratio": None, "created": None})
-    levers.sort(key=lambda e: order.get(e["key"], len(order)))
+    levers.sort(key=position)
     for e in levers:
         assert e["kind"] in KINDS, e
     return {"schema": 1, "generated": _dt.datetime.now().isoformat(timespec="seconds"),
