@@ -63,3 +63,18 @@ def test_peers_results_orient_ours_over_each_side(tmp_path):
     assert rows["peer:torchtitan"]["verdict"] == "not measured"
     assert "not runnable here: x" in rows["peer:torchtitan"]["notes"][0]
     assert len(result["points"]) == 9   # torchtitan costs no run
+
+
+def test_a_peer_out_of_memory_reads_as_such_in_the_peers_rows(tmp_path):
+    shape = BenchShape()
+    configs = peer_configs(shape, ["native", "local"], fake_precheck(), lambda s: None)
+    fake = FakeRunner(fail={"local": "torch.OutOfMemoryError: CUDA out of memory."})
+    result = run_suite("peers", HEADER, shape, configs, fake, lambda s: 1.0,
+                       tmp_path / "p.json", 1e9, log=lambda _m: None)
+    (row,) = peers_results(result)
+    assert row["key"] == "TRANSFORMER_IMPL=local" and row["verdict"] == "baseline out of memory"
+    assert [s.config for s in fake.calls].count("local") == 1
+    from training.bench.table import table
+
+    assert "| Megatron-core local spec (stock Megatron without TE), through our launcher | " \
+           "out of memory |" in table(result)

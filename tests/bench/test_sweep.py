@@ -150,3 +150,29 @@ def test_a_refusal_by_the_launcher_at_run_time_is_a_refused_row(tmp_path):
     assert rows["FUSED_SINGLE_QKV_ROPE"]["verdict"] == "refused"
     assert "[fused_qkv_rope_kernel]" in rows["FUSED_SINGLE_QKV_ROPE"]["notes"][-1]
     assert rows["GRAD_REDUCE_IN_BF16"]["verdict"] in ("faster", "slower", "within noise")
+
+
+OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. GPU 0 has a "
+       "total capacity of 139.81 GiB")
+
+
+def test_a_side_out_of_memory_is_not_repeated_and_is_the_verdict(tmp_path):
+    configs, values = _toggle_configs()
+    fake = FakeRunner(fail={"FUSED_SINGLE_QKV_ROPE": OOM,            # the variant side
+                            "GRAD_REDUCE_IN_BF16": "RuntimeError: NCCL error"})
+    result = run_suite("toggles", HEADER, SHAPE, configs, fake, lambda s: 1.0,
+                       tmp_path / "t.json", 1e9, {"default_resolved": values},
+                       log=lambda _m: None)
+    ran = [s.config for s in fake.calls]
+    assert ran.count("FUSED_SINGLE_QKV_ROPE") == 1          # repeats 1 and 2 not run
+    assert ran.count("GRAD_REDUCE_IN_BF16") == 3             # another failure may not repeat
+    skipped = [p for p in result["points"] if p.get("skipped")]
+    assert len(skipped) == 2 and all("ran out of GPU memory" in p["error"] for p in skipped)
+    assert result["complete"] and len(result["points"]) == 9
+    rows = {r["key"]: r for r in result["results"]}
+    # FUSED_SINGLE_QKV_ROPE's lever sets the default (=1) over the variant (=0): the variant
+    # is the baseline side here
+    assert rows["FUSED_SINGLE_QKV_ROPE"]["verdict"] == "baseline out of memory"
+    assert rows["FUSED_SINGLE_QKV_ROPE"]["tokens_per_s_ratio"] is None
+    assert "CUDA out of memory" in " ".join(rows["FUSED_SINGLE_QKV_ROPE"]["notes"])
+    assert rows["GRAD_REDUCE_IN_BF16"]["verdict"] == "not measured"

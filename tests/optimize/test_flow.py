@@ -312,3 +312,15 @@ def test_liger_cross_entropy_chunking_is_recommended_from_its_measurement(tmp_pa
     assert "CE_CHUNK_MEM=1 runs the fused linear cross-entropy" in rec["why"]
     # a manifest from before the toggle says nothing about its chunking: no recommendation
     assert all(r["id"] != "ce_chunk" for r in advise(NATIVE)["recommendations"])
+
+
+def test_a_lever_that_ran_out_of_memory_is_a_dead_end(tmp_path):
+    data = fixture_levers()
+    for entry in data["levers"]:
+        if entry["set"] == "MBS=2":
+            entry["effect"].update(tokens_per_s_ratio=None, ratio_spread=None,
+                                   verdict="set out of memory")
+    report = advise(PROFILED, levers=write_levers(tmp_path / "levers.json", data))
+    assert all(r["set"] != "MBS=2" for r in report["recommendations"])
+    dead = {d["id"]: d for d in report["dead_ends"]}
+    assert "ran out of GPU memory" in dead["mbs_up"]["why"]

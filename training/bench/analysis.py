@@ -43,6 +43,15 @@ def config_summary(points: list[dict]) -> dict:
             "failures": [failure_line(p) for p in points if not ok(p)]}
 
 
+def out_of_memory(point: dict) -> bool:
+    """The point failed because the GPU ran out of memory (a deterministic failure: the same
+    run would fail again)."""
+    if ok(point):
+        return False
+    text = str(point.get("error") or "").lower()
+    return "out of memory" in text or "outofmemoryerror" in text
+
+
 def failure_line(point: dict) -> str:
     """The most telling line of a failed point's error text."""
     text = (point.get("error") or point.get("refusal") or "failed").strip().splitlines()
@@ -67,6 +76,11 @@ def compare(set_points: list[dict], base_points: list[dict]) -> dict:
     row["notes"] = [row.pop("note")] if row.get("note") else []
     if failures:
         row["notes"].append("failed runs: " + " | ".join(sorted(set(failures))))
+    # a side that ran out of GPU memory in every run: that is the measurement
+    oom = {side: bool(points) and all(out_of_memory(p) for p in points)
+           for side, points in (("set", set_points), ("baseline", base_points))}
+    if oom["set"] != oom["baseline"]:
+        row["verdict"] = "set out of memory" if oom["set"] else "baseline out of memory"
     return row
 
 

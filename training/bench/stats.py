@@ -14,7 +14,8 @@ VERDICT_RULE = (
     "paired per-repeat ratios. 'faster'/'slower' only when |ratio-1| exceeds the noise and "
     "every paired repeat agrees in direction; otherwise 'within noise'. With a single "
     "repeat the noise is the within-run range of steady-state step times (process-to-process "
-    "noise unsampled), noted as such.")
+    "noise unsampled), noted as such. A side that ran out of GPU memory is not repeated, and "
+    "gives the verdict 'set out of memory' or 'baseline out of memory'.")
 
 
 def summarize(values: list[float]) -> dict:

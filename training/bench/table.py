@@ -64,7 +64,10 @@ def peers_table(data: dict) -> str:
         tps, tflops = summary["tokens_per_s"], summary["tflops"]
         if not tps.get("n"):
             reason = summary["failures"][0] if summary["failures"] else "no point"
-            lines.append(f"| {name} | failed | | | | | | {_short(reason)} |")
+            points = groups.get(side, [])
+            what = ("out of memory" if points and all(analysis.out_of_memory(p) for p in points)
+                    else "failed")
+            lines.append(f"| {name} | {what} | | | | | | {_short(reason)} |")
             continue
         key = f"TRANSFORMER_IMPL={side}" if side == "local" else f"peer:{side}"
         row = rows.get(key)

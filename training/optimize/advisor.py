@@ -452,6 +452,9 @@ def throughput_flow(config: RunConfig, ctx: Context, book: LeverBook,
         if match is not None and verdict in ("slower", "within noise", "refused"):
             rec["dead_end"] = f"measured {verdict} at the closest shape"
             unproductive.append(rec)
+        elif match is not None and verdict == "set out of memory":
+            rec["dead_end"] = "measured: it ran out of GPU memory at the closest shape"
+            unproductive.append(rec)
         elif match is not None and verdict == "faster" and _batch_one(match):
             rec["dead_end"] = ("measured only at batch 1, where a tokens/s ratio is noise and "
                                "fixed per-step costs: re-measure at global batch >= 4")

@@ -34,7 +34,8 @@ SCHEMA = 1
 DEFAULT_PATH = Path("docs/levers.json")
 KINDS = ("toggle", "backend", "kernels", "recompute", "mbs", "seq", "flce", "dist_opt",
          "overlap", "precision", "peer")
-VERDICTS = ("faster", "slower", "within noise", "not measured", "refused")
+VERDICTS = ("faster", "slower", "within noise", "not measured", "refused",
+            "set out of memory", "baseline out of memory")
 SHAPE_KEYS = ("model", "num_layers", "seq_length", "mbs", "global_batch", "gpus", "tp", "pp",
               "dp", "precision", "backend")
 
@@ -117,7 +118,9 @@ class LeverEntry:
                 "source": self.source, "repeats": self.repeats, "notes": self.notes}
 
 
-REVERSED_VERDICT = {"faster": "slower", "slower": "faster"}
+REVERSED_VERDICT = {"faster": "slower", "slower": "faster",
+                    "set out of memory": "baseline out of memory",
+                    "baseline out of memory": "set out of memory"}
 
 
 @dataclass
@@ -279,7 +282,8 @@ def load(path: str | Path) -> LeverBook:
         _require(ratio is None or isinstance(ratio, (int, float)), path,
                  f"{where}: tokens_per_s_ratio is not a number")
         # a measured figure must say where it comes from
-        measured = ratio is not None or effect["verdict"] in ("faster", "slower", "within noise")
+        measured = ratio is not None or effect["verdict"] in (
+            "faster", "slower", "within noise", "set out of memory", "baseline out of memory")
         _require(not measured or (isinstance(raw.get("source"), str) and raw["source"].strip()),
                  path, f"{where} has a measurement but no 'source'")
         shape = raw.get("shape") or {}
