@@ -9,8 +9,8 @@
 3. Levers. Memory: the free levers first, then those that cost speed only while the estimate
    still does not fit, each estimated cumulatively. Throughput: the levers of the split whose
    measurement (docs/levers.json, closest shape) says faster, or that are not measured yet
-   (then on mechanism only, flagged). Levers measured slower, within noise, refused or only at
-   batch 1 go to the dead ends with their quote.
+   (then on mechanism only, flagged). Levers measured slower, within noise, refused, out of
+   memory or only at batch 1 go to the dead ends with their quote.
 """
 from __future__ import annotations
 
