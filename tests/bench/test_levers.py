@@ -146,7 +146,7 @@ def test_rows_measured_at_an_older_default_say_so():
                            {"side": "ours", "config": "default", "toggles_resolved": resolved,
                             "corrections": [{"toggle": t} for t in corrections]}]}
 
-    today = {t.name: levers._shown(t.default) for t in levers.REGISTRY
+    today = {t.name: levers.fmt_value(t.default) for t in levers.REGISTRY
              if t.group == "performance"}
     assert levers.older_defaults(data(today)) == []
     assert levers.older_defaults(data({**today, "CE_CHUNK_MEM": "1"})) == [

@@ -17,7 +17,8 @@ import json
 from pathlib import Path
 
 from training.launch.presets import FAMILIES, PRESETS
-from training.launch.toggles import REGISTRY
+from training.launch.settings import fmt_value
+from training.launch.toggles import BY_NAME, REGISTRY
 
 from . import analysis
 from .catalog import KINDS, PEER_KEYS, PEER_SIDES, all_levers
@@ -73,16 +74,10 @@ def _today(text: str) -> str:
     fixed value (TRANSFORMER_IMPL=auto, say, resolves per node: left as it is)."""
     if "<default>" not in text:
         return text
-    name = text.split("=", 1)[0]
-    toggle = next((t for t in REGISTRY if t.name == name), None)
+    toggle = BY_NAME.get(text.split("=", 1)[0])
     if toggle is None or toggle.default in (None, "auto"):
         return text
-    return text.replace("<default>", _shown(toggle.default))
-
-
-def _shown(value) -> str:
-    """A registry default as the run manifest writes it."""
-    return ("1" if value else "0") if isinstance(value, bool) else str(value)
+    return text.replace("<default>", fmt_value(toggle.default))
 
 
 def older_defaults(data: dict) -> list[str]:
@@ -99,7 +94,7 @@ def older_defaults(data: dict) -> list[str]:
     for toggle in REGISTRY:
         if toggle.group != "performance" or toggle.name in corrected:
             continue
-        now = _shown(toggle.default)
+        now = fmt_value(toggle.default)
         then = resolved.get(toggle.name)
         if then is None:
             lines.append(f"measured before {toggle.name} existed (default now {now})")
