@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 
+from training.launch.toggles import BY_NAME
+
 BACKENDS = ("transformer_engine", "native", "local")
 
 
@@ -20,10 +22,10 @@ def add_training_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
                             "Liger/torch kernels, this project's), local (Megatron's local spec).")
     model.add_argument("--native-kernels", choices=("liger", "torch"), default="liger",
                        help="Kernels of the native backend: Liger-Kernel (Triton) or plain torch.")
-    model.add_argument("--ce-chunk-mem", type=int, default=8,
+    model.add_argument("--ce-chunk-mem", type=int, default=BY_NAME["CE_CHUNK_MEM"].default,
                        help="Liger fused linear cross-entropy's chunk_mem_const: each chunk's "
                             "logits stay under N x tokens x hidden (native backend, TP=1). The "
-                            "launcher always passes its CE_CHUNK_MEM toggle; 8 is its default.")
+                            "launcher always passes its CE_CHUNK_MEM toggle; its default here.")
 
     train = parser.add_argument_group(title="launcher: training")
     train.add_argument("--nan-check", choices=("step", "bucket"), default="bucket",

@@ -52,6 +52,11 @@ def out_of_memory(point: dict) -> bool:
     return "out of memory" in text or "outofmemoryerror" in text
 
 
+def all_out_of_memory(points: list[dict]) -> bool:
+    """Every run of a side ran out of GPU memory (and there was at least one)."""
+    return bool(points) and all(out_of_memory(p) for p in points)
+
+
 def failure_line(point: dict) -> str:
     """The most telling line of a failed point's error text."""
     text = (point.get("error") or point.get("refusal") or "failed").strip().splitlines()
@@ -77,10 +82,9 @@ def compare(set_points: list[dict], base_points: list[dict]) -> dict:
     if failures:
         row["notes"].append("failed runs: " + " | ".join(sorted(set(failures))))
     # a side that ran out of GPU memory in every run: that is the measurement
-    oom = {side: bool(points) and all(out_of_memory(p) for p in points)
-           for side, points in (("set", set_points), ("baseline", base_points))}
-    if oom["set"] != oom["baseline"]:
-        row["verdict"] = "set out of memory" if oom["set"] else "baseline out of memory"
+    oom_set, oom_base = all_out_of_memory(set_points), all_out_of_memory(base_points)
+    if oom_set != oom_base:
+        row["verdict"] = "set out of memory" if oom_set else "baseline out of memory"
     return row
 
 

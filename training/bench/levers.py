@@ -104,7 +104,8 @@ def older_defaults(data: dict) -> list[str]:
 
 
 def lever_entry(row: dict, data: dict, source: str) -> dict:
-    notes = [n for n in row.get("notes", []) if n] + older_defaults(data)
+    older = older_defaults(data)
+    notes = [n for n in row.get("notes", []) if n] + older
     entry = {
         "id": row["id"], "kind": row["kind"], "set": row["set"], "baseline": row["baseline"],
         "effect": {"tokens_per_s_ratio": row.get("tokens_per_s_ratio"),
@@ -115,6 +116,7 @@ def lever_entry(row: dict, data: dict, source: str) -> dict:
         "source": source, "repeats": row.get("repeats", 0), "notes": "; ".join(notes),
         "key": row["key"], "needs_dp_gt_1": row.get("needs_dp_gt_1", False),
         "tflops_ratio": row.get("tflops_ratio"), "created": data.get("created"),
+        "older_defaults": older,
     }
     if row.get("optimizer_state"):
         entry["optimizer_state"] = row["optimizer_state"]

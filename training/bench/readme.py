@@ -78,9 +78,7 @@ def perf_table(doc: dict, bench_dir: Path = BENCH_DIR) -> str:
                      f"{fmt_ratio(eff)} | {eff['verdict']} | "
                      f"{fmt_mem(eff.get('peak_memory_gib'))} | {shape_text(e.get('shape'))} | "
                      f"`{Path(e['source']).name if e.get('source') else '-'}` |")
-    older = sorted({Path(e["source"]).name for e in doc["levers"] if e.get("source")
-                    and any(n.startswith(("measured at ", "measured before "))
-                            for n in e["notes"].split("; "))})
+    older = sorted({Path(e["source"]).name for e in doc["levers"] if e.get("older_defaults")})
     if older:
         lines += ["", "Measured at an older launcher default (a performance toggle's default has "
                       f"changed since; the notes in docs/levers.md say which): "

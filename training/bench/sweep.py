@@ -90,37 +90,34 @@ def run(result: dict, configs: list[Config], shape: BenchShape, runner: Runner,
     estimated_done = 0.0
     out_of_memory: dict[str, str] = {}  # config -> why its later repeats are not run
     for i, spec in enumerate(specs):
-        if spec.config in out_of_memory:
-            point = {"side": spec.side, "skipped": True, "error": out_of_memory[spec.config]}
-            point.update(label=spec.label, config=spec.config, name=spec.config,
-                         repeat=spec.repeat, order_index=spec.index)
-            result["points"].append(point)
-            log(f"[bench] {spec.label}: {point['error']}")
-            _write(result, out)
-            continue
-        elapsed = clock() - start
-        # runs slower than planned here (a slower start-up, say) make later estimates longer
-        scale = max(1.0, elapsed / estimated_done) if estimated_done else 1.0
-        need = estimate(spec) * scale
-        if elapsed + need > budget_s:
-            result["stopped"] = (f"budget: {elapsed:.0f} s spent, {spec.label} needs about "
-                                 f"{need:.0f} s of the {budget_s:.0f} s budget; not run: "
-                                 + ", ".join(s.label for s in specs[i:]))
-            log(f"[bench] stopping: {result['stopped']}")
-            break
-        log(f"[bench] {spec.label} ({i + 1}/{len(specs)}, about {need:.0f} s) ...")
-        point = runner(spec)
-        estimated_done += estimate(spec)
+        skipped = out_of_memory.get(spec.config)
+        if skipped:
+            point = {"side": spec.side, "skipped": True, "error": skipped}
+        else:
+            elapsed = clock() - start
+            # runs slower than planned here (a slower start-up, say) make later estimates longer
+            scale = max(1.0, elapsed / estimated_done) if estimated_done else 1.0
+            need = estimate(spec) * scale
+            if elapsed + need > budget_s:
+                result["stopped"] = (f"budget: {elapsed:.0f} s spent, {spec.label} needs about "
+                                     f"{need:.0f} s of the {budget_s:.0f} s budget; not run: "
+                                     + ", ".join(s.label for s in specs[i:]))
+                log(f"[bench] stopping: {result['stopped']}")
+                break
+            log(f"[bench] {spec.label} ({i + 1}/{len(specs)}, about {need:.0f} s) ...")
+            point = runner(spec)
+            estimated_done += estimate(spec)
+            if analysis.out_of_memory(point):
+                out_of_memory[spec.config] = (
+                    f"not run: {spec.label} ran out of GPU memory, and the same run would again "
+                    f"({analysis.failure_line(point)})")
         point.update(label=spec.label, config=spec.config, name=spec.config,
                      repeat=spec.repeat, order_index=spec.index, side=point.get("side", spec.side))
         result["points"].append(point)
         log(f"[bench] {spec.label}: " + (f"{point['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU"
-                                         if analysis.ok(point)
-                                         else analysis.failure_line(point)))
-        if analysis.out_of_memory(point):
-            out_of_memory[spec.config] = (
-                f"not run: {spec.label} ran out of GPU memory, and the same run would again "
-                f"({analysis.failure_line(point)})")
+                                         if analysis.ok(point) else
+                                         point["error"] if skipped else
+                                         analysis.failure_line(point)))
         _write(result, out)
     else:
         result["complete"] = True

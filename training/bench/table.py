@@ -64,8 +64,7 @@ def peers_table(data: dict) -> str:
         tps, tflops = summary["tokens_per_s"], summary["tflops"]
         if not tps.get("n"):
             reason = summary["failures"][0] if summary["failures"] else "no point"
-            points = groups.get(side, [])
-            what = ("out of memory" if points and all(analysis.out_of_memory(p) for p in points)
+            what = ("out of memory" if analysis.all_out_of_memory(groups.get(side, []))
                     else "failed")
             lines.append(f"| {name} | {what} | | | | | | {_short(reason)} |")
             continue

@@ -282,8 +282,7 @@ def load(path: str | Path) -> LeverBook:
         _require(ratio is None or isinstance(ratio, (int, float)), path,
                  f"{where}: tokens_per_s_ratio is not a number")
         # a measured figure must say where it comes from
-        measured = ratio is not None or effect["verdict"] in (
-            "faster", "slower", "within noise", "set out of memory", "baseline out of memory")
+        measured = ratio is not None or effect["verdict"] not in ("not measured", "refused")
         _require(not measured or (isinstance(raw.get("source"), str) and raw["source"].strip()),
                  path, f"{where} has a measurement but no 'source'")
         shape = raw.get("shape") or {}

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from training.launch.toggles import BY_NAME
+
 from .config import RunConfig
 
 LONG_SEQUENCE = 16384
@@ -165,8 +167,12 @@ def _liger_applies(c: RunConfig, ctx) -> str | None:
     return None
 
 
+CE_CHUNK_MEM_DEFAULT = BY_NAME["CE_CHUNK_MEM"].default
+
+
 def _ce_chunk_applies(c: RunConfig, ctx) -> str | None:
-    if c.flce and c.kernels == "liger" and c.ce_chunk_mem is not None and c.ce_chunk_mem < 8:
+    if (c.flce and c.kernels == "liger" and c.ce_chunk_mem is not None
+            and c.ce_chunk_mem < CE_CHUNK_MEM_DEFAULT):
         return (f"CE_CHUNK_MEM={c.ce_chunk_mem} runs the fused linear cross-entropy in many "
                 "small chunks, each a read and write of the whole output-weight gradient")
     return None
@@ -245,7 +251,9 @@ THROUGHPUT_LEVERS: tuple[Candidate, ...] = (
     Candidate("ce_chunk", "larger fused cross-entropy chunks", THROUGHPUT_FLOWS,
               "fewer, larger chunks of Liger's fused linear cross-entropy: fewer passes over "
               "the output-weight gradient for a little more transient memory",
-              _ce_chunk_applies, lambda c: (_set(CE_CHUNK_MEM=8), c.with_changes(ce_chunk_mem=8)),
+              _ce_chunk_applies,
+              lambda c: (_set(CE_CHUNK_MEM=CE_CHUNK_MEM_DEFAULT),
+                         c.with_changes(ce_chunk_mem=CE_CHUNK_MEM_DEFAULT)),
               baseline=lambda c: _set(CE_CHUNK_MEM=c.ce_chunk_mem)),
     Candidate("deterministic_off", "non-deterministic (default) kernels", THROUGHPUT_FLOWS,
               "deterministic mode forces slower kernels; keep it for debugging only",
