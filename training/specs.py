@@ -51,7 +51,7 @@ def layer_spec(backend: str, config):
 def install_native(kernels: str, gradient_accumulation_fusion: bool,
                    fused_single_qkv_rope: bool) -> NativeSetup:
     """Install the native backend's kernels into Megatron (before the model is built)."""
-    from training.native import norm, optimizer, rope, swiglu, wgrad
+    from training.native import multi_tensor, norm, optimizer, rope, swiglu, wgrad
 
     setup = NativeSetup(kernels=kernels)
     norm.configure(kernels)
@@ -65,6 +65,7 @@ def install_native(kernels: str, gradient_accumulation_fusion: bool,
     setup.parts["swiglu"] = (swiglu.install() if kernels == "liger"
                              else "Megatron's fused SwiGLU (torch)")
     setup.parts["optimizer"] = optimizer.install()
+    setup.parts["multi_tensor"] = multi_tensor.install()
     if gradient_accumulation_fusion:
         setup.parts["wgrad"] = wgrad.install()
     else:

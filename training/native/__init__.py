@@ -7,6 +7,9 @@
                     the logits are never materialised
   wgrad.py          gradient-accumulation fusion: the weight-gradient GEMM accumulates
                     straight into main_grad (cuBLAS GEMM with beta=1)
+  optimizer.py      torch's fused AdamW where Megatron would fall back to the foreach one
+  multi_tensor.py   gradient clipping's l2 norm and scale as torch foreach ops (no per-
+                    parameter host sync, no temporary copy of each gradient)
 
 Each module offers the Liger/Triton kernel and a plain torch implementation of the same
 function; which one runs is decided once by the launcher (NATIVE_KERNELS) and shown in the
