@@ -8,10 +8,9 @@ gradient clipping (every step) and the non-distributed optimizer's param copies:
 - the scale computes `dst.copy_(src * scale)`: a temporary of each tensor's size. Clipping
   scales the fp32 main gradients in place, so when it clips (global norm above
   CLIP_GRAD, the common case early in training) the optimizer step peaks with one extra
-  copy of the largest gradient: 1.96 GiB for Llama3's 128k x 4096 embedding in fp32, on top
-  of the step's fp32 gradient copy. On an H200 at the 8-layer Llama3-8B shape the measured
-  peak, 54.1 GiB with or without activation recompute, is the step's live tensors (52.1 GiB)
-  plus that copy (docs/stack_notes.md, session 5).
+  copy of the largest gradient (Llama3's 128k x 4096 embedding in fp32), on top of the
+  step's fp32 gradient copy. On an H200 that copy is what the 8-layer Llama3-8B step's
+  measured peak holds beyond its live tensors (docs/stack_notes.md, session 5).
 
 Here the norm is one `_foreach_norm` and a norm of the norms, left on the device, and the
 scale multiplies in place when source and destination are the same tensors. Like Megatron's
@@ -39,10 +38,8 @@ def foreach_scale(chunk_size, noop_flag, tensor_lists, scale):
     if all(s is d for s, d in zip(src, dst)):
         if scale != 1.0:
             torch._foreach_mul_(dst, scale)
-    elif scale == 1.0:
-        torch._foreach_copy_(dst, src)
     else:  # src's dtype does the multiply, as in Megatron's local version
-        torch._foreach_copy_(dst, torch._foreach_mul(src, scale))
+        torch._foreach_copy_(dst, src if scale == 1.0 else torch._foreach_mul(src, scale))
 
 
 def install() -> str:
