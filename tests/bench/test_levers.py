@@ -163,7 +163,8 @@ def test_rows_measured_at_an_older_default_say_so():
 def test_a_comparison_measured_under_an_older_key_is_not_listed_as_unmeasured(tmp_path):
     # session 4: CE_CHUNK_MEM=8 measured against 1 while 1 was the default; the catalogue's
     # key for that comparison is now CE_CHUNK_MEM=1 (<default> over 1)
-    shutil.copy(REPO_BENCH / "levers-ce-chunk_h200_llama3-8B-8L_seq8192.json", tmp_path)
+    shutil.copy(REPO_BENCH / "earlier"
+                / "levers-ce-chunk_h200_llama3-8B-8L_seq8192_ce-chunk-default-1.json", tmp_path)
     doc = levers.build(tmp_path)
     assert not rows(doc, "CE_CHUNK_MEM=1")
     keys = [e["key"] for e in doc["levers"]]
@@ -171,3 +172,20 @@ def test_a_comparison_measured_under_an_older_key_is_not_listed_as_unmeasured(tm
     assert eight["set"] == "CE_CHUNK_MEM=8" and eight["baseline"] == "CE_CHUNK_MEM=1"
     assert eight["effect"]["verdict"] == "faster"
     assert keys.index("CE_CHUNK_MEM=8") < keys.index("CE_CHUNK_MEM=32")   # in catalogue order
+
+
+def test_a_lever_that_changes_flops_per_token_shows_its_tflops_ratio(tmp_path):
+    path = make_toggles_json(tmp_path, "seq", "2026-11-30T00:00:00", BenchShape(),
+                             {"default": 35000, "SEQ_LENGTH": 35000, "MBS": 35500},
+                             ["SEQ_LENGTH", "MBS"])
+    data = json.loads(path.read_text())
+    for point in data["points"]:          # half the sequence: fewer FLOPs per token
+        if point["config"] == "SEQ_LENGTH":
+            point["model_tflops_per_gpu"] *= 0.95
+    path.write_text(json.dumps(data))
+    doc = levers.build(tmp_path)
+    (seq,) = rows(doc, "SEQ_LENGTH")
+    assert seq["tflops_ratio"] == pytest.approx(0.95 * seq["effect"]["tokens_per_s_ratio"])
+    assert seq["notes"].startswith(f"model TFLOP/s ratio {seq['tflops_ratio']:.3f}x; ")
+    (mbs,) = rows(doc, "MBS")           # same FLOPs per token: no such note
+    assert "TFLOP/s ratio" not in mbs["notes"]

@@ -6,8 +6,9 @@ import json
 
 import pytest
 
-from .helpers import (DRY_70B, DRY_ALL_ON, DRY_SEQ32K, FIXTURE, LOCAL, NATIVE, PROFILED, REPO,
-                      advise, copy_run, edit_manifest, fixture_levers, run_cli, write_levers)
+from .helpers import (DRY_70B, DRY_ALL_ON, DRY_SEQ32K, FIXTURE, FULL_32L, LOCAL, NATIVE,
+                      PROFILED, REPO, advise, copy_run, edit_manifest, fixture_levers, run_cli,
+                      write_levers)
 
 PERF = ("GRADIENT_ACCUMULATION_FUSION", "GRAD_REDUCE_IN_BF16", "DDP_AVERAGE_IN_COLLECTIVE",
         "CROSS_ENTROPY_LOSS_FUSION", "FUSED_SINGLE_QKV_ROPE")
@@ -178,6 +179,45 @@ def test_a_user_switched_off_perf_toggle_is_recommended_back_or_flagged(tmp_path
     assert "within noise" in dead["on:GRAD_REDUCE_IN_BF16"]["why"]
     off = {i["toggle"]: i for i in report["turned_off"]}
     assert off["GRAD_REDUCE_IN_BF16"]["status"].startswith("off: you set")
+
+
+def _switch_off(*names):
+    def edit(m):
+        for row in m["toggles"]:
+            if row["toggle"] in names:
+                row.update(value="0", source="env")
+        for name in names:
+            m["values"][name] = False
+        if "DISTRIBUTED_OPTIMIZER" in names:
+            m["layout"]["distributed_optimizer"] = False
+    return edit
+
+
+def test_the_distributed_optimizer_switched_off_at_dp2_is_recommended_back(tmp_path):
+    run = copy_run(FULL_32L, tmp_path / "run")           # DP=2
+    edit_manifest(run, _switch_off("DISTRIBUTED_OPTIMIZER"))
+    data = fixture_levers()
+    entry = json.loads(json.dumps(_entry("GRAD_REDUCE_IN_BF16=1")))
+    entry.update(id="DISTRIBUTED_OPTIMIZER", key="DISTRIBUTED_OPTIMIZER",
+                 set="DISTRIBUTED_OPTIMIZER=1", baseline="DISTRIBUTED_OPTIMIZER=0")
+    entry["effect"].update(tokens_per_s_ratio=1.02, ratio_spread=0.001, verdict="faster")
+    entry["shape"].update(gpus=2, dp=2)
+    data["levers"].append(entry)
+    report = advise(run, levers=write_levers(tmp_path / "levers.json", data))
+    rec = next(r for r in report["recommendations"] if r["set"] == "DISTRIBUTED_OPTIMIZER=1")
+    assert rec["status"] == "measured" and "x1.020 tokens/s" in rec["measured_text"]
+    # sharding the fp32 state over two ranks lowers the estimated peak
+    assert rec["estimate"]["peak_gib"] < report["memory"]["estimate"]["peak_gib"]
+
+
+def test_data_parallel_toggles_switched_off_at_dp1_stay_off_with_the_reason(tmp_path):
+    run = copy_run(NATIVE, tmp_path / "run")              # one GPU
+    edit_manifest(run, _switch_off("DISTRIBUTED_OPTIMIZER", "OVERLAP_GRAD_REDUCE"))
+    report = advise(run)
+    sets = [r["set"] for r in report["recommendations"]]
+    assert "DISTRIBUTED_OPTIMIZER=1" not in sets and "OVERLAP_GRAD_REDUCE=1" not in sets
+    said = [c for c in report["considered"] if "DP x CP = 1" in c]
+    assert [c.split("=")[0] for c in said] == ["DISTRIBUTED_OPTIMIZER", "OVERLAP_GRAD_REDUCE"]
 
 
 def test_a_lever_measured_only_at_batch_1_is_not_chased(tmp_path):

@@ -103,9 +103,18 @@ def older_defaults(data: dict) -> list[str]:
     return lines
 
 
+def flops_note(row: dict) -> list[str]:
+    """The model TFLOP/s ratio, where it differs from the tokens/s ratio by more than 0.5%
+    (the two sides do different FLOPs per token, e.g. another sequence length)."""
+    tokens, tflops = row.get("tokens_per_s_ratio"), row.get("tflops_ratio")
+    if tokens is None or tflops is None or abs(tflops / tokens - 1) <= 0.005:
+        return []
+    return [f"model TFLOP/s ratio {tflops:.3f}x"]
+
+
 def lever_entry(row: dict, data: dict, source: str) -> dict:
     older = older_defaults(data)
-    notes = [n for n in row.get("notes", []) if n] + older
+    notes = flops_note(row) + [n for n in row.get("notes", []) if n] + older
     entry = {
         "id": row["id"], "kind": row["kind"], "set": row["set"], "baseline": row["baseline"],
         "effect": {"tokens_per_s_ratio": row.get("tokens_per_s_ratio"),

@@ -442,6 +442,7 @@ def throughput_flow(config: RunConfig, ctx: Context, book: LeverBook,
     split = ctx.split
     recs: list[dict] = []
     unproductive: list[dict] = []
+    considered: list[str] = []
 
     def consider(cid, title, why, mechanism, sets, new, baseline):
         match = _match(book, sets, config, baseline)
@@ -463,7 +464,12 @@ def throughput_flow(config: RunConfig, ctx: Context, book: LeverBook,
             recs.append(rec)
 
     for name, help_text in _user_off_candidates(inputs):
-        changes = {"OVERLAP_GRAD_REDUCE": {"overlap_grad_reduce": True},
+        if name in rules.NEEDS_DATA_PARALLEL and config.dp * config.cp == 1:
+            considered.append(f"{name}=0: at DP x CP = 1 there is no optimizer state to shard "
+                              "and no gradient reduce or param gather to overlap, so it stays")
+            continue
+        changes = {"DISTRIBUTED_OPTIMIZER": {"dist_opt": True},
+                   "OVERLAP_GRAD_REDUCE": {"overlap_grad_reduce": True},
                    "OVERLAP_PARAM_GATHER": {"overlap_param_gather": True},
                    "GRAD_REDUCE_IN_BF16": {"grad_bf16": True},
                    "CROSS_ENTROPY_LOSS_FUSION": {"ce_fusion": True},
@@ -485,7 +491,6 @@ def throughput_flow(config: RunConfig, ctx: Context, book: LeverBook,
                     + ", ".join(guarded))
         sets, new = cand.change(config)
         consider(cand.id, cand.title, why, cand.mechanism, sets, new, cand.baseline(config))
-    considered = []
     bigger = config.with_changes(mbs=config.mbs * 2)
     if (config.device_gib and config.global_batch % (bigger.mbs * bigger.dp) == 0
             and not any(r["id"] == "mbs_up" for r in recs + unproductive)):
