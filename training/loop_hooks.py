@@ -9,6 +9,9 @@ iteration; `install()` wraps them:
                 (loss, grad norm, lr, step time, tokens/s/GPU, model TFLOP/s/GPU, MFU,
                 peak memory) and the same scalars to TensorBoard
   evaluate      the validation loss, with its iteration, to metrics.jsonl
+  optimizer.step, optimizer.zero_grad  (install_memory_phases) torch's peak-memory counter
+                read and reset around them: each iteration's peak splits into forward/backward,
+                optimizer step, and what runs between steps (PhasePeaks)
 `finish()` (after pretrain returns) computes the steady-state summary, takes the peak memory
 over all ranks, prints the summary and stores it in manifest.json.
 
@@ -30,6 +33,62 @@ from training.metrics import MetricsWriter, Shape, StepRecord, flops_per_token, 
     steady_state
 
 
+class PhasePeaks:
+    """Peak allocated memory per phase of an iteration. torch has one peak counter: it is read
+    and reset at the phase boundaries, and the run's peak over all phases is kept here (torch's
+    counter then covers only the phase under way). The phases:
+      forward_backward  from the optimizer's zero_grad (start of Megatron's train_step) to the
+                        optimizer step: forward and backward passes, gradient reduce
+      optimizer_step    Megatron's optimizer.step(): gradients to fp32, clipping, Adam, the copy
+                        back to the bf16 weights
+      between_steps     from the step's end to the next zero_grad: logging, evaluation,
+                        checkpointing, with the step's fp32 gradients still held (the
+                        distributed optimizer frees them at zero_grad); before the first
+                        iteration, the model and optimizer set-up
+    `cuda` is torch.cuda (a stand-in in tests)."""
+
+    PHASES = ("forward_backward", "optimizer_step", "between_steps")
+
+    def __init__(self, cuda=None):
+        self.cuda = cuda if cuda is not None else torch.cuda
+        self.last: dict[str, float | None] = dict.fromkeys(self.PHASES)    # bytes, latest
+        self.run: dict[str, float] = dict.fromkeys(self.PHASES, 0.0)       # bytes, whole run
+        self.reserved = 0.0
+
+    def close(self, phase: str) -> None:
+        allocated = float(self.cuda.max_memory_allocated())
+        self.last[phase] = allocated
+        self.run[phase] = max(self.run[phase], allocated)
+        self.reserved = max(self.reserved, float(self.cuda.max_memory_reserved()))
+        self.cuda.reset_peak_memory_stats()
+
+    def wrap(self, optimizer) -> None:
+        """Close the phases around optimizer.zero_grad() and optimizer.step()."""
+        zero_grad, step = optimizer.zero_grad, optimizer.step
+
+        def phased_zero_grad(*a, **kw):
+            try:
+                return zero_grad(*a, **kw)
+            finally:
+                self.close("between_steps")
+
+        def phased_step(*a, **kw):
+            self.close("forward_backward")
+            try:
+                return step(*a, **kw)
+            finally:
+                self.close("optimizer_step")
+
+        optimizer.zero_grad, optimizer.step = phased_zero_grad, phased_step
+
+    def peak_allocated(self) -> float:
+        """Bytes: the run's peak so far (every phase, the one under way included)."""
+        return max(*self.run.values(), float(self.cuda.max_memory_allocated()))
+
+    def peak_reserved(self) -> float:
+        return max(self.reserved, float(self.cuda.max_memory_reserved()))
+
+
 @dataclass
 class RunState:
     run_dir: Path | None
@@ -47,6 +106,8 @@ class RunState:
     profile_window: tuple[int, int] = (0, -1)
     nan_check_step: bool = False
     first_step_start: float | None = None  # epoch seconds: where start-up ends
+    memory: PhasePeaks = field(default_factory=PhasePeaks)
+    phases_installed: bool = False
 
 
 _state: RunState | None = None
@@ -229,12 +290,17 @@ def _on_iteration(iteration: int, loss_dict: dict, lr, grad_norm, skipped: int) 
         "model_tflops_per_gpu": tflops,
         "mfu": tflops / s.peak if s.peak else None,
         "mem_allocated_gib": torch.cuda.memory_allocated() / 2**30,
-        "mem_peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30,
-        "mem_peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
+        "mem_peak_allocated_gib": s.memory.peak_allocated() / 2**30,
+        "mem_peak_reserved_gib": s.memory.peak_reserved() / 2**30,
         "warmup": iteration <= s.warmup_iters,
         "profiled": profiled,
         "time": time.time(),
     }
+    if s.phases_installed:       # this iteration's forward/backward and step
+        for phase, key in (("forward_backward", "mem_peak_fwd_bwd_gib"),
+                           ("optimizer_step", "mem_peak_step_gib")):
+            value = s.memory.last[phase]
+            record[key] = value / 2**30 if value is not None else None
     if s.is_logging_rank:
         s.writer.write(record)
         _tensorboard(record, iteration)
@@ -269,9 +335,14 @@ def finish() -> dict | None:
     if s is None:
         return None
     summary = steady_state(s.records, s.warmup_iters, s.world_size, s.flops_token, s.peak)
-    peaks = torch.tensor([torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()],
-                         dtype=torch.float64, device="cuda")
+    if s.phases_installed:
+        s.memory.close("between_steps")     # after the last step: validation, final save
+    peaks = torch.tensor([s.memory.peak_allocated(), s.memory.peak_reserved(),
+                          *s.memory.run.values()], dtype=torch.float64, device="cuda")
     torch.distributed.all_reduce(peaks, op=torch.distributed.ReduceOp.MAX)
+    if s.phases_installed:
+        summary["peak_allocated_gib_by_phase"] = {
+            phase: value / 2**30 for phase, value in zip(PhasePeaks.PHASES, peaks[2:].tolist())}
     summary.update({
         "device": s.device_name,
         "world_size": s.world_size,
@@ -282,6 +353,14 @@ def finish() -> dict | None:
         "peak_reserved_gib_max_over_ranks": peaks[1].item() / 2**30,
     })
     return summary if s.is_logging_rank else None
+
+
+def install_memory_phases(optimizer) -> None:
+    """Split the peak memory at Megatron's zero_grad and optimizer step (PhasePeaks)."""
+    if _state is None or optimizer is None:
+        return
+    _state.memory.wrap(optimizer)
+    _state.phases_installed = True
 
 
 def install_ranges(optimizer) -> None:

@@ -242,6 +242,7 @@ def _install_hooks_after_init(args, precision: str) -> None:
         if torch.distributed.get_rank() == 0:
             print("run versions:", json.dumps(run_versions()), flush=True)
         model, optimizer, scheduler = original(*a, **kw)
+        loop_hooks.install_memory_phases(optimizer)
         if ranges.ranges_enabled():
             loop_hooks.install_ranges(optimizer)
         return model, optimizer, scheduler

@@ -76,6 +76,15 @@ def test_tiny_trains_30_iterations_with_falling_loss(tmp_path, backend):
     order = ["worker_start", "torch_imported", "imports_done", "first_step_start",
              "training_done"]
     assert [timeline[k] for k in order] == sorted(timeline[k] for k in order)
+    # the peak split at zero_grad and the optimizer step: the phases make up the run's peak
+    phases = summary["peak_allocated_gib_by_phase"]
+    assert set(phases) == {"forward_backward", "optimizer_step", "between_steps"}
+    assert max(phases.values()) == summary["peak_allocated_gib_max_over_ranks"]
+    steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in steps if "step_time_s" in m]
+    assert all(0 < m["mem_peak_fwd_bwd_gib"] <= m["mem_peak_allocated_gib"] and
+               0 < m["mem_peak_step_gib"] <= m["mem_peak_allocated_gib"] for m in steps)
+    print(f"{backend}: peak GiB by phase {json.dumps(phases)}")
 
 
 def test_checkpoint_resume_continues_the_loss_curve(tmp_path):
