@@ -15,6 +15,9 @@ LOCAL = RUNS / "h200_l8_local"
 PROFILED = RUNS / "h200_l8_native_profiled"
 FULL_32L = RUNS / "h200x2_l32_native"                      # Llama3-8B, 2 H200s, DP=2
 FULL_32L_RECOMPUTE = RUNS / "h200x2_l32_native_full_recompute"
+# recorded with the peak split by phase (training/loop_hooks.PhasePeaks), session 6
+PHASES = RUNS / "h200_l8_native_phases"
+PHASES_RECOMPUTE = RUNS / "h200_l8_native_full_recompute_phases"
 DRY_SEQ32K = DRY / "dry_8b_seq32k_mbs4"
 DRY_70B = DRY / "dry_70b_1gpu"
 DRY_ALL_ON = DRY / "dry_8b_8gpu_mbs2"

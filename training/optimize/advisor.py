@@ -552,7 +552,8 @@ def calibration(inputs: RunInputs, est: Estimate) -> dict[str, Any] | None:
         return None
     return {"measured_peak_gib": measured, "measured_from": where,
             "estimated_peak_gib": est.peak_gib,
-            "error_pct": mem.error_pct(est.peak_gib, measured)}
+            "error_pct": mem.error_pct(est.peak_gib, measured),
+            "phases": mem.phase_errors(est, inputs.measured_phase_peaks_gib())}
 
 
 def advise(inputs: RunInputs, book: LeverBook, platform: str | None = None,

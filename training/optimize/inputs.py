@@ -58,6 +58,15 @@ class RunInputs:
         return None, None
 
 
+    def measured_phase_peaks_gib(self) -> dict[str, float]:
+        """Peak allocated memory per phase (forward_backward, optimizer_step, between_steps;
+        max over ranks), where the run recorded it (training/loop_hooks.PhasePeaks); else {}."""
+        phases = self.summary.get("peak_allocated_gib_by_phase")
+        if not isinstance(phases, dict):
+            return {}
+        return {k: float(v) for k, v in phases.items() if isinstance(v, (int, float))}
+
+
 def _read_json(path: Path, what: str) -> Any:
     try:
         return json.loads(path.read_text())

@@ -334,3 +334,19 @@ def estimate(c: RunConfig) -> Estimate:
 
 def error_pct(estimated: float, measured: float) -> float:
     return 100.0 * (estimated - measured) / measured
+
+
+# The estimate's phases and the names a run records them under (training/loop_hooks.PhasePeaks)
+ESTIMATE_PHASES = (("forward/backward", "fwd_bwd_gib", "forward_backward"),
+                   ("optimizer step", "step_gib", "optimizer_step"))
+
+
+def phase_errors(est: "Estimate", measured: dict[str, float]) -> dict[str, dict[str, float]]:
+    """Estimated against measured peak per phase, for the phases the run recorded."""
+    out = {}
+    for label, attr, key in ESTIMATE_PHASES:
+        if key in measured:
+            estimated = getattr(est, attr)
+            out[label] = {"estimated_gib": estimated, "measured_gib": measured[key],
+                          "error_pct": error_pct(estimated, measured[key])}
+    return out

@@ -76,6 +76,9 @@ def render(report: dict[str, Any], console: Console | None = None) -> None:
         p(f"   this run's measured peak {cal['measured_peak_gib']:.1f} GiB "
           f"({escape(cal['measured_from'])}) vs estimate {cal['estimated_peak_gib']:.1f} GiB: "
           f"error {cal['error_pct']:+.1f}%")
+        for label, e in (cal.get("phases") or {}).items():
+            p(f"     {label}: measured {e['measured_gib']:.1f} GiB vs estimate "
+              f"{e['estimated_gib']:.1f} GiB: error {e['error_pct']:+.1f}%")
     for note in shown["notes"]:
         p(f"   [yellow]note[/yellow]: {escape(note)}")
 
