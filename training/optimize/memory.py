@@ -341,7 +341,7 @@ ESTIMATE_PHASES = (("forward/backward", "fwd_bwd_gib", "forward_backward"),
                    ("optimizer step", "step_gib", "optimizer_step"))
 
 
-def phase_errors(est: "Estimate", measured: dict[str, float]) -> dict[str, dict[str, float]]:
+def phase_errors(est: Estimate, measured: dict[str, float]) -> dict[str, dict[str, float]]:
     """Estimated against measured peak per phase, for the phases the run recorded."""
     out = {}
     for label, attr, key in ESTIMATE_PHASES:
