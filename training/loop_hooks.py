@@ -54,6 +54,7 @@ class PhasePeaks:
         self.last: dict[str, float | None] = dict.fromkeys(self.PHASES)    # bytes, latest
         self.run: dict[str, float] = dict.fromkeys(self.PHASES, 0.0)       # bytes, whole run
         self.reserved = 0.0
+        self.installed = False   # wrap() ran: the phases are measured
 
     def close(self, phase: str) -> None:
         allocated = float(self.cuda.max_memory_allocated())
@@ -80,6 +81,7 @@ class PhasePeaks:
                 self.close("optimizer_step")
 
         optimizer.zero_grad, optimizer.step = phased_zero_grad, phased_step
+        self.installed = True
 
     def peak_allocated(self) -> float:
         """Bytes: the run's peak so far (every phase, the one under way included)."""
@@ -107,7 +109,6 @@ class RunState:
     nan_check_step: bool = False
     first_step_start: float | None = None  # epoch seconds: where start-up ends
     memory: PhasePeaks = field(default_factory=PhasePeaks)
-    phases_installed: bool = False
 
 
 _state: RunState | None = None
@@ -296,7 +297,7 @@ def _on_iteration(iteration: int, loss_dict: dict, lr, grad_norm, skipped: int) 
         "profiled": profiled,
         "time": time.time(),
     }
-    if s.phases_installed:       # this iteration's forward/backward and step
+    if s.memory.installed:       # this iteration's forward/backward and step
         for phase, key in (("forward_backward", "mem_peak_fwd_bwd_gib"),
                            ("optimizer_step", "mem_peak_step_gib")):
             value = s.memory.last[phase]
@@ -335,12 +336,12 @@ def finish() -> dict | None:
     if s is None:
         return None
     summary = steady_state(s.records, s.warmup_iters, s.world_size, s.flops_token, s.peak)
-    if s.phases_installed:
+    if s.memory.installed:
         s.memory.close("between_steps")     # after the last step: validation, final save
     peaks = torch.tensor([s.memory.peak_allocated(), s.memory.peak_reserved(),
                           *s.memory.run.values()], dtype=torch.float64, device="cuda")
     torch.distributed.all_reduce(peaks, op=torch.distributed.ReduceOp.MAX)
-    if s.phases_installed:
+    if s.memory.installed:
         summary["peak_allocated_gib_by_phase"] = {
             phase: value / 2**30 for phase, value in zip(PhasePeaks.PHASES, peaks[2:].tolist())}
     summary.update({
@@ -360,7 +361,6 @@ def install_memory_phases(optimizer) -> None:
     if _state is None or optimizer is None:
         return
     _state.memory.wrap(optimizer)
-    _state.phases_installed = True
 
 
 def install_ranges(optimizer) -> None:

@@ -437,6 +437,15 @@ def _user_off_candidates(inputs: RunInputs) -> list[tuple[str, str]]:
     return out
 
 
+# A default-on toggle switched back on, as the estimate's RunConfig sees it.
+_BACK_ON = {"DISTRIBUTED_OPTIMIZER": {"dist_opt": True},
+           "OVERLAP_GRAD_REDUCE": {"overlap_grad_reduce": True},
+           "OVERLAP_PARAM_GATHER": {"overlap_param_gather": True},
+           "GRAD_REDUCE_IN_BF16": {"grad_bf16": True},
+           "CROSS_ENTROPY_LOSS_FUSION": {"ce_fusion": True},
+           "GRADIENT_ACCUMULATION_FUSION": {"grad_accum_fusion": True}}
+
+
 def throughput_flow(config: RunConfig, ctx: Context, book: LeverBook,
                     inputs: RunInputs) -> dict[str, Any]:
     split = ctx.split
@@ -464,16 +473,11 @@ def throughput_flow(config: RunConfig, ctx: Context, book: LeverBook,
             recs.append(rec)
 
     for name, help_text in _user_off_candidates(inputs):
-        if name in rules.NEEDS_DATA_PARALLEL and config.dp * config.cp == 1:
+        if name in rules.ON_TOGGLES_FOR_SPEED and config.dp * config.cp == 1:
             considered.append(f"{name}=0: at DP x CP = 1 there is no optimizer state to shard "
                               "and no gradient reduce or param gather to overlap, so it stays")
             continue
-        changes = {"DISTRIBUTED_OPTIMIZER": {"dist_opt": True},
-                   "OVERLAP_GRAD_REDUCE": {"overlap_grad_reduce": True},
-                   "OVERLAP_PARAM_GATHER": {"overlap_param_gather": True},
-                   "GRAD_REDUCE_IN_BF16": {"grad_bf16": True},
-                   "CROSS_ENTROPY_LOSS_FUSION": {"ce_fusion": True},
-                   "GRADIENT_ACCUMULATION_FUSION": {"grad_accum_fusion": True}}.get(name, {})
+        changes = _BACK_ON.get(name, {})
         new = config.with_changes(**changes) if changes else config
         consider(f"on:{name}", f"{name} back on (a default-on toggle)",
                  f"you set {name}=0", help_text, {name: "1"}, new, {name: "0"})

@@ -57,7 +57,6 @@ class RunInputs:
             return max(peaks), "metrics.jsonl max(mem_peak_allocated_gib) (rank 0)"
         return None, None
 
-
     def measured_phase_peaks_gib(self) -> dict[str, float]:
         """Peak allocated memory per phase (forward_backward, optimizer_step, between_steps;
         max over ranks), where the run recorded it (training/loop_hooks.PhasePeaks); else {}."""

@@ -289,11 +289,11 @@ THROUGHPUT_LEVERS: tuple[Candidate, ...] = (
 )
 
 # Perf toggles the user switched off (source env/cli) are candidates too: set them back to 1.
-# Built per run by the advisor from the manifest's toggle rows and the registry.
+# Built per run by the advisor from the manifest's toggle rows and the registry. Besides the
+# performance group, these; they all act across data-parallel ranks (at DP*CP=1 the
+# distributed optimizer shards nothing and nothing is reduced or gathered), so they stay off
+# there.
 ON_TOGGLES_FOR_SPEED = ("DISTRIBUTED_OPTIMIZER", "OVERLAP_GRAD_REDUCE", "OVERLAP_PARAM_GATHER")
-# ...but only where there is more than one data-parallel rank: at DP*CP=1 the distributed
-# optimizer shards nothing and there is no gradient reduce or param gather to overlap.
-NEEDS_DATA_PARALLEL = ("DISTRIBUTED_OPTIMIZER", "OVERLAP_GRAD_REDUCE", "OVERLAP_PARAM_GATHER")
 
 
 def _fits_none(c: RunConfig) -> bool:
