@@ -10,7 +10,7 @@ gradient clipping (every step) and the non-distributed optimizer's param copies:
   CLIP_GRAD, the common case early in training) the optimizer step peaks with one extra
   copy of the largest gradient (Llama3's 128k x 4096 embedding in fp32), on top of the
   step's fp32 gradient copy. On an H200 that copy is what the 8-layer Llama3-8B step's
-  measured peak holds beyond its live tensors (docs/stack_notes.md, session 5).
+  measured peak holds beyond its live tensors (dev/stack_notes.md, session 5).
 
 Here the norm is one `_foreach_norm` and a norm of the norms, left on the device, and the
 scale multiplies in place when source and destination are the same tensors. Like Megatron's

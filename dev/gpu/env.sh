@@ -1,6 +1,6 @@
 # shellcheck shell=bash
-# Sourced first by every tools/gpu/*.sh on the lent GPU machine: install the carried wheels
-# (.whl, made here by the offline-wheels.sh line of docs/gpu_runbook.md) and export what the
+# Sourced first by every dev/gpu/*.sh on the lent GPU machine: install the carried wheels
+# (.whl, made here by the offline-wheels.sh line of dev/gpu_runbook.md) and export what the
 # runs need. GIT_SHA comes from the caller.
 set -uo pipefail
 # Installed once per set of wheels: a script that sources this from another (resume_x2.sh runs

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # 8xH200 (nvidia-h200-x8, issue 11), < 10 min per call. Ask `status` first: not lent so far.
-#   bash tools/gpu/full_node_x8.sh headline   the full Llama3-8B at seq 8192, DP=8 with the
+#   bash dev/gpu/full_node_x8.sh headline   the full Llama3-8B at seq 8192, DP=8 with the
 #       distributed optimizer: the launcher default at global batch 128 (2 repeats) and at the
 #       MLPerf global batch 32, then TP=2 x DP=4 at 128 (~8 min)
-#   bash tools/gpu/full_node_x8.sh toggles    the next default-on toggle off vs on, 3 repeats,
+#   bash dev/gpu/full_node_x8.sh toggles    the next default-on toggle off vs on, 3 repeats,
 #       at global batch 32 (`training.bench all --gpus 8`: one toggle per call, ~6 min; five calls)
 # Carry: .whl
 source "$(dirname "$0")/env.sh"
@@ -25,5 +25,5 @@ toggles)
     "${BENCH[@]}" all "${SHAPE[@]}" --global-batch 32 --out-dir "$OUT" --work-dir /tmp/x8 \
         > "$OUT/toggles.log" 2>&1; echo "toggles rc=$?"; tail -30 "$OUT/toggles.log" ;;
 *)
-    echo "usage: bash tools/gpu/full_node_x8.sh headline|toggles" >&2; exit 2 ;;
+    echo "usage: bash dev/gpu/full_node_x8.sh headline|toggles" >&2; exit 2 ;;
 esac

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # 1 or 2 H200s, < 9 min: the next part of the benchmark sweep that fits (training.bench all
 # skips parts already recorded in docs/benchmarks/), or the named parts.
-# Usage: bash tools/gpu/bench.sh 1|2 [PART[,PART...] [--force]]
+# Usage: bash dev/gpu/bench.sh 1|2 [PART[,PART...] [--force]]
 # Carry: .whl
 source "$(dirname "$0")/env.sh"
 python3 -m training.bench all --gpus "${1:-1}" ${2:+--parts "$2"} "${@:3}" --out-dir "$OUT" \

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # 2xH200, < 9 min: two one-GPU parts of the benchmark sweep side by side, one per GPU; each
 # JSON records that it ran beside the other.
-# Usage: bash tools/gpu/bench_x2.sh [--force]              the next parts: `training.bench all
+# Usage: bash dev/gpu/bench_x2.sh [--force]              the next parts: `training.bench all
 #            --slot 0/2` and `1/2` (--force re-measures slot 0's complete parts)
-#        bash tools/gpu/bench_x2.sh PARTS0 PARTS1 [--force] the named parts, GPU 0 and GPU 1
+#        bash dev/gpu/bench_x2.sh PARTS0 PARTS1 [--force] the named parts, GPU 0 and GPU 1
 #            (--force to both: re-measures a named part that is already complete)
 # Carry: .whl
 source "$(dirname "$0")/env.sh"

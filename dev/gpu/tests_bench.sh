@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # 1xH200, < 9 min: the one-GPU training tests but the local backend's (tiny native run,
 # checkpoint resume, empty LOAD refused, the kernel checks; ~2 min), then the named benchmark
-# parts that fit the rest. Usage: bash tools/gpu/tests_bench.sh PART[,PART...] [--force]
+# parts that fit the rest. Usage: bash dev/gpu/tests_bench.sh PART[,PART...] [--force]
 # Carry: .whl data
 source "$(dirname "$0")/env.sh"
 timeout 180 python3 -m pytest -p no:cacheprovider -q -s -m gpu --durations=0 -k "not local" \
