@@ -202,6 +202,10 @@ def main() -> None:
             setup.parts["cross_entropy"] = "Megatron's unfused cross-entropy (logits materialised)"
         if rank == 0:
             print("native backend:", json.dumps(setup.parts, indent=1), flush=True)
+    elif args.transformer_backend == "transformer_engine":
+        setup = specs.install_transformer_engine(args.gradient_accumulation_fusion)
+        if rank == 0:
+            print("transformer_engine backend:", json.dumps(setup.parts, indent=1), flush=True)
     ranges.enable_ranges(bool(args.profile and args.use_pytorch_profiler))
 
     cfg = pretrain_cfg_container_from_args(args)
@@ -251,12 +255,10 @@ def _install_hooks_after_init(args, precision: str) -> None:
 
 
 def _precision_of(args) -> str:
-    if getattr(args, "fp4", None):
-        return args.fp4_recipe
-    if getattr(args, "fp8", None):
-        return {"delayed": "fp8", "tensorwise": "fp8_tensorwise"}.get(args.fp8_recipe,
-                                                                       args.fp8_recipe)
-    return "bf16"
+    from training.launch.recipes import precision_of
+
+    return precision_of(args.fp8_recipe if getattr(args, "fp8", None) else None,
+                        args.fp4_recipe if getattr(args, "fp4", None) else None)
 
 
 def _report(args, summary: dict, setup, timeline: dict) -> None:
@@ -274,8 +276,10 @@ def _report(args, summary: dict, setup, timeline: dict) -> None:
         print(f"[summary] throughput not measured: {summary['reason']}", flush=True)
     if args.run_dir:
         run = Path(args.run_dir)
+        te = setup is not None and setup.kernels == "transformer_engine"
         update_manifest(run, "run", {"versions": run_versions(), "summary": summary,
-                                     "native": setup.parts if setup else None,
+                                     "native": setup.parts if setup and not te else None,
+                                     "transformer_engine": setup.parts if te else None,
                                      "timeline": timeline})
         _collect_profile(run)
 

@@ -73,6 +73,24 @@ def install_native(kernels: str, gradient_accumulation_fusion: bool,
     return setup
 
 
+def install_transformer_engine(gradient_accumulation_fusion: bool) -> NativeSetup:
+    """What the TE spec needs from us before the model is built. Its linears accumulate their
+    weight gradients with TE's own kernel; the output layer is Megatron's own
+    ColumnParallelLinear, which with gradient-accumulation fusion calls apex's
+    fused_weight_gradient_mlp_cuda even under the TE spec (and fails where apex is absent):
+    it gets the native backend's cuBLAS accumulate instead (the guard grad_accum_fusion_kernel
+    chose the same)."""
+    from training.native import wgrad
+
+    setup = NativeSetup(kernels="transformer_engine")
+    if gradient_accumulation_fusion:
+        setup.parts["wgrad_te_linears"] = "Transformer Engine (fuse_wgrad_accumulation)"
+        setup.parts["wgrad_megatron_linears"] = wgrad.install()
+    else:
+        setup.parts["wgrad"] = "autograd weight gradient, added to main_grad by DDP hooks"
+    return setup
+
+
 def decoder_spec(backend: str, config, vp_stage=None):
     """What GPTModel takes as transformer_layer_spec: a layer spec, or for the native backend
     the block's submodules, so the final norm is the native RMSNorm too (Megatron's default

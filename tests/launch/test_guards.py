@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from training.launch import megatron_info
+import dataclasses
+
+from training.launch import capabilities, megatron_info
 from training.launch.guards import CHECKPOINT_TRACKER, Refusals
 from training.launch.settings import BadInput
 
@@ -44,18 +46,45 @@ def test_low_precision_needs_transformer_engine(base_env):
 @pytest.mark.parametrize("precision,platform,can", [
     ("mxfp8", "h200", "b200, b300, gb200, gb300"),
     ("nvfp4", "mi355x", "gb300, gb200, b300, b200"),
+    ("fp8_blockwise", "mi355x", "gb300, gb200, b300, b200, h200, h100"),
+    ("mxfp4", "h200", "mi355x"),
     ("fp8", "h100", None),
     ("fp8_tensorwise", "mi300x", None),
+    ("fp8_blockwise", "h200", None),
     ("mxfp8", "mi355x", None),
 ])
 def test_precision_needs_hardware(base_env, precision, platform, can):
     if can is None:
         result = launch(base_env, PRECISION=precision, PLATFORM=platform)
         assert result.ctx.recipe.name == precision
+        assert result.log_dir.parent.name == precision      # the run folder's tag
         return
     msg = refused(base_env, "precision_needs_hardware", PRECISION=precision, PLATFORM=platform)
     for name in can.split(", "):
         assert name in msg
+    # the rule, with where it comes from, and what does run here
+    assert "transformer_engine/pytorch/quantization.py" in msg and "ROCm" in msg
+    assert "Use PRECISION=bf16" in msg
+
+
+def test_hopper_runs_the_three_fp8_recipes_and_no_other(base_env):
+    from training.launch.recipes import RECIPES
+
+    runs = []
+    for name in RECIPES:
+        try:
+            runs.append(launch(base_env, PRECISION=name, PLATFORM="h200").ctx.recipe.name)
+        except Refusals as err:
+            assert "precision_needs_hardware" in {r.guard for r in err.refusals}, name
+    assert runs == ["bf16", "fp8", "fp8_tensorwise", "fp8_blockwise"]
+
+
+def test_fp8_blockwise_uses_e4m3_and_megatrons_blockwise_recipe(base_env):
+    result = launch(base_env, PRECISION="fp8_blockwise", PLATFORM="h200")
+    gpt = result.buckets["GPT_ARGS"]
+    assert gpt[gpt.index("--fp8-recipe") + 1] == "blockwise"
+    assert gpt[gpt.index("--fp8-format") + 1] == "e4m3"
+    assert result.settings.setting("FP8_FORMAT").source == "recipe"
 
 
 def test_unknown_gpu_warns_instead_of_guessing(base_env, monkeypatch):
@@ -70,13 +99,57 @@ def test_unknown_gpu_warns_instead_of_guessing(base_env, monkeypatch):
     assert "NVIDIA A40" in notice.message and "PLATFORM=<name>" in notice.message
 
 
-def test_mxfp4_needs_a_megatron_that_offers_it(base_env):
-    msg = refused(base_env, "mxfp4_needs_megatron_support", PRECISION="mxfp4", PLATFORM="mi355x")
-    assert "nvfp4" in msg and "Dockerfile.rocm" in msg
+def _detected(monkeypatch, platform: str, **fields):
+    """This node as if it were a `platform` node (a real launch asks the installed Megatron)."""
+    caps = dataclasses.replace(capabilities.for_platform(platform), source="detected",
+                               device_name=platform, **fields)
+    monkeypatch.setattr(capabilities, "resolve", lambda name: caps)
+    return caps
 
 
-def test_mxfp4_forces_the_bf16_grad_buffer_loudly(base_env, monkeypatch):
-    monkeypatch.setattr(megatron_info, "fp4_recipes", lambda: ("nvfp4", "custom", "mxfp4"))
+def test_mxfp4_on_a_real_node_asks_the_installed_megatron(base_env, monkeypatch):
+    _detected(monkeypatch, "mi355x")
+    msg = refused(base_env, "recipe_needs_megatron_support", PRECISION="mxfp4")
+    assert "--fp4-recipe mxfp4 (it offers nvfp4, custom)" in msg
+    assert "installed megatron-core" in msg and "Dockerfile.rocm" in msg
+
+
+def test_mxfp4_dry_run_for_mi355x_resolves_against_the_images_megatron(base_env):
+    """The seed's flagship case: refused before (the local megatron-core lacks the recipe), now
+    checked against ROCm/Megatron-LM, the Megatron docker/Dockerfile.rocm installs."""
+    result = launch(base_env, PRECISION="mxfp4", PLATFORM="mi355x", GRAD_REDUCE_IN_BF16=0)
+    [notice] = notices(result, "recipe_needs_megatron_support")
+    assert "ROCm/Megatron-LM" in notice.message and "--fp4-recipe mxfp4" in notice.message
+    assert "GRAD_REDUCE_IN_BF16" in {n for n, s in result.settings.values.items()
+                                     if s.source == "guard"}
+    from training.launch.manifest import launch_manifest
+
+    recorded = launch_manifest(result)["megatron"]
+    assert recorded["image"] == "docker/Dockerfile.rocm"
+    assert "mxfp4" in recorded["choices"]["--fp4-recipe"]
+    assert megatron_info.ROCM_MEGATRON_COMMIT in recorded["source"]
+    assert launch_manifest(launch(base_env))["megatron"] is None      # detected: the installed
+
+
+@pytest.mark.parametrize("platform", ["h200", "b300", "mi300x", "mi355x"])
+def test_every_recipe_a_platform_runs_is_offered_by_its_images_megatron(base_env, platform):
+    from training.launch.recipes import RECIPES, platforms_supporting
+
+    _image, build = megatron_info.for_vendor(capabilities.for_platform(platform).info.vendor)
+    for name, recipe in RECIPES.items():
+        if recipe.kind == "bf16" or platform not in platforms_supporting(recipe):
+            continue
+        result = launch(base_env, PRECISION=name, PLATFORM=platform)
+        assert build.missing(result.buckets["GPT_ARGS"]) == [], name
+
+
+def test_stock_record_is_what_the_installed_megatron_core_offers():
+    """The recorded choices of the CUDA image's Megatron are the pinned megatron-core's, as its
+    own parser states them (this venv has the same pin)."""
+    assert megatron_info.installed().choices == megatron_info.STOCK.choices
+
+
+def test_mxfp4_forces_the_bf16_grad_buffer_loudly(base_env):
     result = launch(base_env, PRECISION="mxfp4", PLATFORM="mi355x", GRAD_REDUCE_IN_BF16=0)
     setting = result.settings.setting("GRAD_REDUCE_IN_BF16")
     assert setting.value is True and setting.source == "guard" and setting.requested is False
@@ -142,6 +215,46 @@ def test_native_backend_keeps_grad_accum_fusion_with_its_own_kernel(base_env):
     result = launch(base_env)
     assert result.settings["GRADIENT_ACCUMULATION_FUSION"] is True
     assert "--no-gradient-accumulation-fusion" not in result.buckets["TRAIN_ARGS"]
+
+
+@pytest.mark.parametrize("apex", [False, True])
+def test_te_backend_keeps_every_default_on_toggle_and_names_each_linears_wgrad(
+        base_env, monkeypatch, apex):
+    """The H200 case of issue 19: TE imports, apex does not. The output layer (Megatron's own
+    ColumnParallelLinear) takes the native kernel; with apex, apex's."""
+    from training.launch.toggles import PERF_TOGGLES
+
+    _detected(monkeypatch, "h200", apex_fused_wgrad=apex, te_version="2.20.2")
+    result = launch(base_env)
+    assert result.settings["TRANSFORMER_IMPL"] == "transformer_engine"
+    for toggle in PERF_TOGGLES:
+        assert result.settings[toggle.name] is True, toggle.name
+    assert result.settings["DISTRIBUTED_OPTIMIZER"] is True
+    [notice] = notices(result, "grad_accum_fusion_kernel")
+    assert "TE's linears" in notice.message and "output layer" in notice.message
+    assert ("apex's fused_weight_gradient_mlp_cuda" if apex else "native cuBLAS") in notice.message
+
+
+def test_a_backend_whose_linears_lack_a_kernel_turns_the_fusion_off(base_env, monkeypatch):
+    from training.launch.guards import wgrad_kernels
+
+    caps = _detected(monkeypatch, "h200", apex_fused_wgrad=False, transformer_engine=False)
+    assert [k for _l, k in wgrad_kernels("local", caps)] == [None]
+    assert [k for _l, k in wgrad_kernels("native", caps)] == ["native"]
+    assert [k for _l, k in wgrad_kernels("transformer_engine", caps)] == [None, "native"]
+    result = launch(base_env, TRANSFORMER_IMPL="local")
+    assert "every linear" in result.settings.setting("GRADIENT_ACCUMULATION_FUSION").reason
+
+
+def test_fused_qkv_rope_under_te_needs_te_2_8(base_env, monkeypatch):
+    _detected(monkeypatch, "h200", te_version="2.7.0+abc")
+    result = launch(base_env)
+    setting = result.settings.setting("FUSED_SINGLE_QKV_ROPE")
+    assert setting.value is False and "2.8" in setting.reason
+    assert "--fused-single-qkv-rope" not in result.buckets["GPT_ARGS"]
+    refused(base_env, "fused_qkv_rope_kernel", FUSED_SINGLE_QKV_ROPE=1)
+    _detected(monkeypatch, "h200", te_version="2.20.2")
+    assert "--fused-single-qkv-rope" in launch(base_env).buckets["GPT_ARGS"]
 
 
 def test_te_cross_entropy_is_refused_and_native_is_the_default(base_env):
@@ -293,6 +406,7 @@ def test_all_refusals_of_a_launch_are_reported_together(base_env):
     ({"TE_FP8": 1}, "fp8"),
     ({"TE_FP8": 1, "TE_FP8_RECIPE": "tensorwise"}, "fp8_tensorwise"),
     ({"TE_FP8": 1, "TE_FP8_RECIPE": "mxfp8"}, "mxfp8"),
+    ({"TE_FP8": 1, "TE_FP8_RECIPE": "blockwise"}, "fp8_blockwise"),
     ({"TE_FP4": 1, "TE_FP4_RECIPE": "nvfp4"}, "nvfp4"),
     ({"TE_FP8": 1, "PRECISION": "fp8"}, "fp8"),
 ])

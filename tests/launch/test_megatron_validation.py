@@ -8,7 +8,7 @@ from .helpers import launch, megatron_args
 
 @pytest.mark.parametrize("precision,platform", [
     ("bf16", "auto"), ("bf16", "h200"), ("fp8", "h200"), ("fp8_tensorwise", "mi300x"),
-    ("mxfp8", "b300"), ("nvfp4", "b300")])
+    ("fp8_blockwise", "h200"), ("mxfp8", "b300"), ("nvfp4", "b300")])
 def test_every_precision_parses(base_env, precision, platform):
     result = launch(base_env, PRECISION=precision, PLATFORM=platform)
     args = megatron_args(result, validate=False)
@@ -23,11 +23,21 @@ def test_every_precision_parses(base_env, precision, platform):
 
 
 @pytest.mark.parametrize("precision,platform", [
-    ("bf16", "auto"), ("bf16", "b300"), ("fp8_tensorwise", "h200"), ("mxfp8", "b300")])
+    ("bf16", "auto"), ("bf16", "b300"), ("fp8", "h200"), ("fp8_tensorwise", "h200"),
+    ("fp8_blockwise", "h200"), ("mxfp8", "b300")])
 def test_validate_args_accepts_what_runs_without_te(base_env, precision, platform):
-    args = megatron_args(launch(base_env, PRECISION=precision, PLATFORM=platform))
+    """The TE path (a named platform resolves to it) with every default-on toggle, each recipe
+    Hopper runs among them, through megatron-core's own validate_args."""
+    result = launch(base_env, PRECISION=precision, PLATFORM=platform)
+    args = megatron_args(result)
     assert args.grad_reduce_in_bf16 and not args.accumulate_allreduce_grads_in_fp32
     assert args.cross_entropy_loss_fusion and args.cross_entropy_fusion_impl == "native"
+    if platform != "auto":
+        assert args.transformer_impl == "transformer_engine"
+        assert args.gradient_accumulation_fusion and args.fused_single_qkv_rope
+        assert args.use_distributed_optimizer and args.overlap_grad_reduce
+    if result.ctx.recipe.fp8_recipe:
+        assert args.fp8_recipe == result.ctx.recipe.fp8_recipe
 
 
 def test_nvfp4_validation_needs_transformer_engine(base_env):

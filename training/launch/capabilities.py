@@ -31,6 +31,9 @@ class Capabilities:
     # scaled_masked_softmax_cuda, an apex extension; without it the local backend crashes at
     # the first short-sequence forward, so the launcher turns Megatron's fusion off.
     masked_softmax_kernel: bool = False
+    # Transformer Engine's version where it imports here; None on a named platform (its image's
+    # TE: 2.17 in rocm/primus:v26.7, NGC 26.03's; both have what the guards ask of TE).
+    te_version: str | None = None
 
     @property
     def info(self) -> Platform | None:
@@ -66,10 +69,11 @@ def detect() -> Capabilities:
     """Capabilities of this node."""
     names = _gpu_names()
     platform = platform_for_device_name(names[0]) if names else None
+    te_version = _te_version()
     return Capabilities(
         platform=platform.name if platform else None, source="detected",
         device_name=names[0] if names else None, gpu_count=len(names),
-        transformer_engine=_imports("transformer_engine"),
+        transformer_engine=te_version is not None, te_version=te_version,
         apex_fused_wgrad=_imports("fused_weight_gradient_mlp_cuda"),
         liger=_installed("liger_kernel"), flash_attn=_installed("flash_attn"),
         masked_softmax_kernel=_imports("scaled_masked_softmax_cuda"))
@@ -92,6 +96,15 @@ def _imports(module: str) -> bool:
     except Exception:  # noqa: BLE001 - any import failure means "not usable here"
         return False
     return True
+
+
+def _te_version() -> str | None:
+    """Transformer Engine's version when it imports here, else None."""
+    if not _imports("transformer_engine"):
+        return None
+    import transformer_engine
+
+    return str(getattr(transformer_engine, "__version__", "0"))
 
 
 def _gpu_names() -> list[str]:

@@ -10,8 +10,11 @@ import re
 import sys
 from pathlib import Path
 
+from training.platforms import PLATFORMS
+
 from .guards import GUARDS
-from .settings import fmt_value
+from .recipes import RECIPES, TE_NVIDIA, TE_ROCM, platforms_supporting, recipe_args
+from .settings import Settings, fmt_value
 from .toggles import LAUNCHER, REGISTRY
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -59,7 +62,26 @@ def guards_table() -> str:
     return "\n".join(lines)
 
 
-BLOCKS = {"toggles": toggles_table, "guards": guards_table}
+def recipes_table() -> str:
+    """PRECISION recipes: the Megatron flags, the platforms that run each, and the rule's source."""
+    lines = ["| `PRECISION` (run-folder tag) | Megatron flags (defaults) | platforms | "
+             "NVIDIA: rule; TE function | AMD: rule; ROCm TE function |", "|---|---|---|---|---|"]
+    for recipe in RECIPES.values():
+        settings = Settings()
+        for name, value in (("FP8_FORMAT", recipe.fp8_format),
+                            ("FP4_SELECTIVE_BF16", recipe.selective_bf16),
+                            ("FP4_BF16_LAYERS_START", 1), ("FP4_BF16_LAYERS_END", 1)):
+            settings.put(name, value, "recipe")
+        flags = " ".join(recipe_args(recipe, settings))
+        where = ", ".join(platforms_supporting(recipe)) if recipe.kind != "bf16" else \
+            ", ".join(PLATFORMS)
+        lines.append(f"| `{recipe.name}` | `{flags}` | {where or 'none'} | {recipe.nvidia} | "
+                     f"{recipe.amd} |")
+    lines += ["", f"Functions of {TE_NVIDIA} and of {TE_ROCM}."]
+    return "\n".join(lines)
+
+
+BLOCKS = {"toggles": toggles_table, "guards": guards_table, "recipes": recipes_table}
 
 
 def render(text: str) -> str:

@@ -17,7 +17,7 @@ from typing import Callable
 
 from .capabilities import Capabilities
 from .presets import ModelPreset
-from .recipes import Recipe, platforms_supporting
+from .recipes import RECIPES, Recipe, hardware_rule, platforms_supporting, recipe_args
 from .settings import LaunchError, Refusal, Settings
 
 
@@ -120,26 +120,41 @@ def precision_needs_hardware(ctx: LaunchContext) -> None:
                           "is unchecked. Set PLATFORM=<name> to check it before you launch.")
         return
     if not recipe.supports(ctx.caps.sm, ctx.caps.gfx):
+        here = [name for name, r in RECIPES.items()
+                if r.kind != "bf16" and r.supports(ctx.caps.sm, ctx.caps.gfx)]
         raise Refusal("precision_needs_hardware",
                       f"PRECISION={recipe.name} does not run on {ctx.caps.platform} "
                       f"({ctx.caps.info.arch}). Platforms that can: {can}. "
-                      "Use PRECISION=bf16 (or fp8 on sm89+/gfx942+) here.")
+                      f"{hardware_rule(recipe)} "
+                      f"Use PRECISION=bf16{''.join(f' or {n}' for n in here)} here.")
 
 
 @guard
-def mxfp4_needs_megatron_support(ctx: LaunchContext) -> None:
-    """mxfp4 needs a Megatron whose --fp4-recipe offers it (stock megatron-core 0.19.2 does not)."""
-    if ctx.recipe.name != "mxfp4":
+def recipe_needs_megatron_support(ctx: LaunchContext) -> None:
+    """fp8/fp4 recipe flags must be offered by the Megatron that runs them (installed, or the named platform image's)."""
+    recipe = ctx.recipe
+    if recipe.kind == "bf16":
         return
-    from .megatron_info import fp4_recipes
+    from . import megatron_info
 
-    offered = fp4_recipes()
-    if "mxfp4" not in offered:
-        raise Refusal("mxfp4_needs_megatron_support",
-                      "PRECISION=mxfp4 needs a Megatron that offers --fp4-recipe mxfp4; the "
-                      f"installed megatron-core accepts only {', '.join(offered)}. Run inside the "
-                      "ROCm Megatron image for MI355X (docker/Dockerfile.rocm), or use "
-                      "PRECISION=nvfp4 on Blackwell.")
+    if ctx.caps.source == "detected" or ctx.caps.info is None:
+        where, build = "here", megatron_info.installed()
+    else:
+        image, build = megatron_info.for_vendor(ctx.caps.info.vendor)
+        where = f"in the {ctx.caps.platform} image ({image})"
+    words = recipe_args(recipe, ctx.settings)
+    missing = build.missing(words)
+    if missing:
+        raise Refusal("recipe_needs_megatron_support",
+                      f"PRECISION={recipe.name} needs {'; '.join(missing)}, which {build.name} "
+                      f"(the Megatron {where}) does not accept. Use a recipe it offers, or the "
+                      "image whose Megatron has it (docker/Dockerfile.rocm runs ROCm/Megatron-LM, "
+                      "whose --fp4-recipe offers mxfp4).")
+    flags = " ".join(f"{a} {b}" for a, b in zip(words, words[1:])
+                     if a in megatron_info.RECIPE_FLAGS)
+    ctx.settings.info("recipe_needs_megatron_support",
+                      f"PRECISION={recipe.name} ({flags}) checked against {build.name}, the "
+                      f"Megatron {where} (choices from {build.source.split(':')[0]}).")
 
 
 @guard
@@ -202,17 +217,46 @@ def fsdp_constraints(ctx: LaunchContext) -> None:
                        "is for DDP)", f"Set {name}=0 or FSDP=0.")
 
 
+# The linears that take the fused weight-gradient GEMM on each backend, and the kernels that can
+# serve them, first choice first: "te" is Transformer Engine's own (fuse_wgrad_accumulation),
+# "apex" apex's fused_weight_gradient_mlp_cuda, "native" the cuBLAS beta=1 GEMM of
+# training/native/wgrad.py (installed by the run for the native and TE backends). Megatron's
+# TE spec keeps Megatron's own ColumnParallelLinear for the output layer, which calls apex's
+# kernel even under TE; the local backend is stock Megatron, so apex's kernel or none.
+FUSED_WGRAD_LINEARS = {
+    "transformer_engine": (("TE's linears (QKV, projection, FC1, FC2)", ("te",)),
+                           ("the output layer (Megatron's ColumnParallelLinear)",
+                            ("apex", "native"))),
+    "native": (("every linear (Megatron's Column/RowParallelLinear)", ("apex", "native")),),
+    "local": (("every linear (Megatron's Column/RowParallelLinear)", ("apex",)),),
+}
+WGRAD_KERNELS = {"te": "Transformer Engine's fused wgrad accumulation",
+                 "apex": "apex's fused_weight_gradient_mlp_cuda",
+                 "native": "the native cuBLAS GEMM accumulating into main_grad (torch.addmm)"}
+
+
+def wgrad_kernels(backend: str, caps: Capabilities) -> list[tuple[str, str | None]]:
+    """(linear, kernel or None) for every linear that takes the fused wgrad on this backend."""
+    have = {"te": caps.transformer_engine, "apex": caps.apex_fused_wgrad, "native": True}
+    return [(linear, next((k for k in kernels if have[k]), None))
+            for linear, kernels in FUSED_WGRAD_LINEARS[backend]]
+
+
 @guard
 def grad_accum_fusion_kernel(ctx: LaunchContext) -> None:
-    """The fused wgrad needs a kernel: TE's, apex's, or the native backend's own."""
-    backend = ctx.backend
-    if backend in ("transformer_engine", "native"):
+    """Every linear that would take the fused wgrad needs a kernel: TE's, apex's, or the native one."""
+    if not ctx.settings["GRADIENT_ACCUMULATION_FUSION"]:
         return
-    if not ctx.caps.apex_fused_wgrad:
+    chosen = wgrad_kernels(ctx.backend, ctx.caps)
+    lacking = [linear for linear, kernel in chosen if kernel is None]
+    if lacking:
         _off_or_refuse(ctx, "GRADIENT_ACCUMULATION_FUSION", "grad_accum_fusion_kernel",
-                       "the local backend needs apex's fused_weight_gradient_mlp_cuda, "
-                       "which is not installed here",
+                       f"on the {ctx.backend} backend {', '.join(lacking)} need apex's "
+                       "fused_weight_gradient_mlp_cuda, which is not installed here",
                        "Install apex, use TRANSFORMER_IMPL=native, or set it to 0.")
+    elif len({kernel for _linear, kernel in chosen}) > 1:
+        ctx.settings.info("grad_accum_fusion_kernel", "GRADIENT_ACCUMULATION_FUSION: " + "; ".join(
+            f"{linear}: {WGRAD_KERNELS[kernel]}" for linear, kernel in chosen) + ".")
 
 
 @guard
@@ -227,14 +271,31 @@ def te_cross_entropy(ctx: LaunchContext) -> None:
                   "issues'. Use CROSS_ENTROPY_FUSION_IMPL=native (the default).")
 
 
+TE_FUSED_QKV_ROPE = (2, 8)   # transformer_engine.pytorch.attention.rope.apply_fused_qkv_rotary_pos_emb
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split("+")[0].split(".")[:3]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
 @guard
 def fused_qkv_rope_kernel(ctx: LaunchContext) -> None:
-    """The local backend has no fused QKV RoPE kernel (TE's or the native one)."""
+    """Fused QKV RoPE needs a kernel: the native backend's, or TE's (TE >= 2.8); the local backend has none."""
     if ctx.backend == "local":
         _off_or_refuse(ctx, "FUSED_SINGLE_QKV_ROPE", "fused_qkv_rope_kernel",
                        "the local backend has no fused QKV RoPE kernel (Megatron's needs "
                        "Transformer Engine)",
                        "Use TRANSFORMER_IMPL=native or transformer_engine, or set it to 0.")
+    te = ctx.caps.te_version
+    if ctx.backend == "transformer_engine" and te and _version(te) < TE_FUSED_QKV_ROPE:
+        _off_or_refuse(ctx, "FUSED_SINGLE_QKV_ROPE", "fused_qkv_rope_kernel",
+                       f"Transformer Engine {te} has no apply_fused_qkv_rotary_pos_emb (added in "
+                       "2.8); Megatron would assert 'fused_single_qkv_rope requested but not "
+                       "available'", "Use Transformer Engine >= 2.8, or set it to 0.")
 
 
 @guard

@@ -39,6 +39,18 @@ def toggle_rows(launch: Launch) -> list[dict[str, str]]:
     return rows
 
 
+def image_megatron(launch: Launch) -> dict | None:
+    """For PLATFORM=<name>: the Megatron that platform's image runs, with its recipe flags and
+    where they were read (a real launch records the installed one under `versions`)."""
+    info = launch.ctx.caps.info
+    if launch.ctx.caps.source == "detected" or info is None:
+        return None
+    from .megatron_info import for_vendor
+
+    image, build = for_vendor(info.vendor)
+    return {"image": image, **build.to_dict()}
+
+
 def launch_manifest(launch: Launch) -> dict:
     s, ctx = launch.settings, launch.ctx
     return {
@@ -66,6 +78,7 @@ def launch_manifest(launch: Launch) -> dict:
         "command_line": launch.command_line,
         "log_dir": str(launch.log_dir),
         "capabilities": ctx.caps.to_dict(),
+        "megatron": image_megatron(launch),
         "git_sha": git_sha(REPO_ROOT),
         "versions": {**package_versions(), **launcher_versions()},
     }

@@ -132,19 +132,21 @@ REGISTRY: tuple[Toggle, ...] = (
            flag="--seq-length", group="model", emitted_by="presets"),
     Toggle("PRECISION", "choice", "bf16", GPT_ARGS,
            "Precision recipe; the run folder is tagged by it.",
-           choices=("bf16", "fp8", "fp8_tensorwise", "mxfp8", "mxfp4", "nvfp4"),
+           choices=("bf16", "fp8", "fp8_tensorwise", "fp8_blockwise", "mxfp8", "mxfp4", "nvfp4"),
            group="precision", emitted_by="recipes"),
     _bool("TE_FP8", None, LAUNCHER, "ROCm Megatron-LM spelling: 1 = an fp8 recipe "
           "(TE_FP8_RECIPE picks which). Conflicts with PRECISION are refused.", group="precision"),
     Toggle("TE_FP8_RECIPE", "choice", None, LAUNCHER,
-           "With TE_FP8=1: delayed -> fp8, tensorwise -> fp8_tensorwise, mxfp8 -> mxfp8.",
-           choices=("delayed", "tensorwise", "mxfp8"), group="precision"),
+           "With TE_FP8=1: delayed -> fp8, tensorwise -> fp8_tensorwise, blockwise -> "
+           "fp8_blockwise, mxfp8 -> mxfp8.",
+           choices=("delayed", "tensorwise", "blockwise", "mxfp8"), group="precision"),
     _bool("TE_FP4", None, LAUNCHER, "ROCm Megatron-LM spelling: 1 = an fp4 recipe "
           "(TE_FP4_RECIPE picks which).", group="precision"),
     Toggle("TE_FP4_RECIPE", "choice", None, LAUNCHER,
            "With TE_FP4=1: mxfp4 or nvfp4.", choices=("mxfp4", "nvfp4"), group="precision"),
     Toggle("FP8_FORMAT", "choice", None, GPT_ARGS,
-           "fp8 format (recipe default: hybrid for fp8/fp8_tensorwise, e4m3 for mxfp8).",
+           "fp8 format (recipe default: hybrid for fp8/fp8_tensorwise, e4m3 for fp8_blockwise "
+           "and mxfp8).",
            flag="--fp8-format", choices=("hybrid", "e4m3"), group="precision",
            emitted_by="recipes"),
     _bool("FP4_SELECTIVE_BF16", None, GPT_ARGS,
