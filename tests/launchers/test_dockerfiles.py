@@ -149,3 +149,50 @@ def test_megatron_check_passes_here_and_names_a_shadowing_megatron(monkeypatch):
     shadow = [r.replace("megatron-core==0.19.2", "megatron-core==0.13.0") for r in reqs]
     problems = image.check_megatron(shadow)
     assert problems and "not the pinned 0.13.0" in problems[0] and "PYTHONPATH" in problems[0]
+
+
+# -- the ROCm image runs AMD's Megatron fork ---------------------------------------------------------
+
+def test_rocm_image_pins_the_fork_the_launcher_records_and_says_why():
+    from training.launch import megatron_info
+
+    text = DOCKERFILES["rocm"].read_text()
+    steps = instructions(text)
+    assert f"ARG ROCM_MEGATRON_COMMIT={megatron_info.ROCM_MEGATRON_COMMIT}" in steps
+    header = text.split("ARG BASE_IMAGE")[0]
+    assert "Which Megatron" in header and "mxfp4" in header and "ROCm/Megatron-LM" in header
+    joined = "\n".join(steps)
+    # the checkout comes first on the path, its helpers are built, the stock package is gone
+    assert "ENV PYTHONPATH=/opt/rocm-megatron-lm${PYTHONPATH:+:${PYTHONPATH}}" in steps
+    assert "make -C /opt/rocm-megatron-lm/megatron/core/datasets" in joined
+    assert "pip uninstall -y megatron-core" in joined
+    assert joined.index("pip uninstall -y megatron-core") < joined.index("check-megatron rocm")
+    assert "check-megatron rocm" not in DOCKERFILES["cuda"].read_text()
+
+
+def test_fork_check_passes_for_the_recorded_fork_and_parses_the_mxfp4_launch():
+    from training.launch import megatron_info
+
+    seen = []
+    assert image.check_megatron_fork(megatron_info.ROCM_FORK, seen.append) == []
+    [words] = seen
+    assert words[words.index("--fp4-recipe") + 1] == "mxfp4"
+    assert "--grad-reduce-in-bf16" in words and "--transformer-backend" in words
+
+
+def test_fork_check_names_a_stock_megatron_on_the_path():
+    """This venv's megatron-core is the stock one: its parser lacks mxfp4, and the check says so
+    (the same message the ROCm image build would stop with)."""
+    problems = image.check_megatron_fork()
+    assert problems and "--fp4-recipe nvfp4, custom" in problems[0]
+    assert "not the pinned fork" in problems[0]
+
+
+def test_fork_check_fails_when_the_parser_rejects_a_launcher_flag():
+    from training.launch import megatron_info
+
+    def rejecting(words):
+        raise SystemExit(2)
+
+    [problem] = image.check_megatron_fork(megatron_info.ROCM_FORK, rejecting)
+    assert "rejects the launcher's MI355X mxfp4 launch" in problem

@@ -20,6 +20,8 @@ torch==2.11.0 for the CPU/venv setup. So the image build
                                                       (`python -m training.versions unchanged`)
      and that `import megatron.core` finds the pinned megatron-core
                                                       (`python -m training.launch.image check-megatron`)
+     or, in the ROCm image, AMD's fork with the recipe choices recorded for it, parsing the
+     launcher's MI355X mxfp4 launch           (`python -m training.launch.image check-megatron rocm`)
 """
 from __future__ import annotations
 
@@ -113,6 +115,51 @@ def check_megatron(reqs: list[str]) -> list[str]:
     return []
 
 
+def check_megatron_fork(build=None, parse=None) -> list[str]:
+    """The ROCm image's Megatron is the fork training/launch/megatron_info.py records: its own
+    parser offers the recorded recipe choices, and it parses what the launcher emits for
+    `PLATFORM=mi355x PRECISION=mxfp4` (every flag, ours included)."""
+    from .megatron_info import ROCM_FORK, installed
+
+    try:
+        build = build or installed()
+    except Exception as err:  # noqa: BLE001
+        return [f"the Megatron on the path does not import or build its parser ({err})."]
+    problems = []
+    for flag, want in ROCM_FORK.choices.items():
+        got = build.choices.get(flag)
+        if got is None or set(got) != set(want):
+            problems.append(f"{build.name} offers {flag} {', '.join(got or ('nothing',))}, not "
+                            f"the recorded {', '.join(want)} ({ROCM_FORK.name}): the checkout "
+                            "is not the pinned fork, or the record in megatron_info.py is stale.")
+    if problems:
+        return problems
+    from .resolve import resolve
+
+    launch = resolve("llama3", {"DRY_RUN": "1", "PLATFORM": "mi355x", "PRECISION": "mxfp4",
+                                "EXPERIMENT_DIR": "/tmp/check-megatron"})
+    words = [w for bucket in ("GPT_ARGS", "TRAIN_ARGS", "DATA_ARGS", "OUTPUT_ARGS", "EXTRA_ARGS")
+             for w in launch.buckets[bucket]]
+    try:
+        (parse or _parse_with_installed)(words)
+    except SystemExit:
+        return ["the fork's parser rejects the launcher's MI355X mxfp4 launch (its error above): "
+                "a flag the launcher emits is not in this Megatron."]
+    return []
+
+
+def _parse_with_installed(words: list[str]) -> None:
+    import argparse
+
+    from megatron.training.arguments import add_megatron_arguments
+
+    from training.arguments import add_training_args
+
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    add_training_args(add_megatron_arguments(parser))
+    parser.parse_args(words)
+
+
 def check_base(version_info: tuple[int, ...] = tuple(sys.version_info)) -> list[str]:
     """Problems with the base image's Python; empty when it can take this package."""
     if tuple(version_info[:2]) < MIN_PYTHON:
@@ -131,7 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     elif action == "constraints":
         print("\n".join(gpu_stack_constraints(sys.stdin.read())))
     elif action == "check-megatron":
-        problems = check_megatron(pyproject_requirements())
+        fork = args[1:] == ["rocm"]
+        problems = check_megatron_fork() if fork else check_megatron(pyproject_requirements())
         for problem in problems:
             print(f"error: {problem}", file=sys.stderr)
         if problems:
