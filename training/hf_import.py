@@ -10,6 +10,13 @@ from __future__ import annotations
 import torch
 
 
+def _norm_weight(norm, next_linear):
+    """An RMSNorm's weight: the norm module's own, or under Megatron's TE spec (where the norm
+    slot is an identity) the one fused into the next linear (TELayerNormColumnParallelLinear)."""
+    weight = getattr(norm, "weight", None)
+    return weight if weight is not None else next_linear.layer_norm_weight
+
+
 @torch.no_grad()
 def copy_hf_llama_weights(hf_model, gpt_model, heads: int, groups: int) -> None:
     hf = hf_model.model
@@ -26,8 +33,10 @@ def copy_hf_llama_weights(hf_model, gpt_model, heads: int, groups: int) -> None:
         v = attn.v_proj.weight.view(groups, head_dim, hidden)
         ours.self_attention.linear_qkv.weight.copy_(torch.cat([q, k, v], dim=1).view(-1, hidden))
         ours.self_attention.linear_proj.weight.copy_(attn.o_proj.weight)
-        ours.input_layernorm.weight.copy_(theirs.input_layernorm.weight)
-        ours.pre_mlp_layernorm.weight.copy_(theirs.post_attention_layernorm.weight)
+        _norm_weight(ours.input_layernorm, ours.self_attention.linear_qkv).copy_(
+            theirs.input_layernorm.weight)
+        _norm_weight(ours.pre_mlp_layernorm, ours.mlp.linear_fc1).copy_(
+            theirs.post_attention_layernorm.weight)
         mlp = theirs.mlp
         ours.mlp.linear_fc1.weight.copy_(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]))
         ours.mlp.linear_fc2.weight.copy_(mlp.down_proj.weight)

@@ -186,3 +186,37 @@ def test_dry_run_resolves_every_cell_and_trains_nothing(fake_env):
     assert run_cli(fake_env, "--dry-run") == 0
     assert len(calls(fake_env)) == 4
     assert not (fake_env / "out").exists()
+
+
+def test_the_committed_te_recipe_grid_resolves_for_every_cell_on_hopper(tmp_path):
+    """docs/convergence/grid_te_recipes.yaml as the H200 will run it (PLATFORM=h200 stands in
+    for a Hopper node with Transformer Engine): one GPU, the TE backend with every default-on
+    toggle, each recipe through Megatron's own parser and validate_args; only PRECISION (and
+    the format it implies) differs."""
+    from tests.launch.helpers import megatron_args
+    from tests.mlperf.datasets import make_datasets
+    from training.launch.resolve import resolve
+    from training.launch.toggles import PERF_TOGGLES
+
+    grid = load(REPO / "docs" / "convergence" / "grid_te_recipes.yaml")
+    grid.fixed.update(make_datasets(tmp_path))
+    cells = grid.cells()
+    assert [c.values["PRECISION"] for c in cells] == ["bf16", "fp8", "fp8_tensorwise",
+                                                      "fp8_blockwise"]
+    launches = []
+    for cell in cells:
+        env = runner.cell_env(grid, cell, tmp_path / "exp", dry_run=True,
+                              base={"PATH": os.environ.get("PATH", ""), "PLATFORM": "h200"})
+        launch = resolve("llama3", env)
+        assert launch.settings["TRANSFORMER_IMPL"] == "transformer_engine"
+        assert all(launch.settings[t.name] for t in PERF_TOGGLES)
+        assert launch.log_dir.parent.name == cell.values["PRECISION"]
+        args = megatron_args(launch)
+        assert args.world_size == 1 and args.lr == 8e-4 and args.adam_eps == 1e-5
+        gpt = launch.buckets["GPT_ARGS"]
+        recipe = launch.emitted["PRECISION"]
+        start = next(i for i in range(len(gpt)) if gpt[i:i + len(recipe)] == recipe)
+        launches.append(gpt[:start] + gpt[start + len(recipe):]
+                        + [w for b in ("TRAIN_ARGS", "DATA_ARGS", "EXTRA_ARGS")
+                           for w in launch.buckets[b]])
+    assert all(words == launches[0] for words in launches)   # nothing else differs

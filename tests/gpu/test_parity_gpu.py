@@ -17,6 +17,12 @@ pytestmark = pytest.mark.gpu
                                              ("local", "torch")])
 @pytest.mark.parametrize("preset_name,layers", [("tiny", 2), ("llama3-8B", 2)])
 def test_bf16_parity_on_gpu(backend, kernels, preset_name, layers):
+    check_bf16_parity(backend, kernels, preset_name, layers)
+
+
+def check_bf16_parity(backend: str, kernels: str, preset_name: str, layers: int) -> None:
+    """Our GPTModel with HF's weights against HF Llama: logits and loss, one tolerance for
+    every backend."""
     preset = dataclasses.replace(PRESETS[preset_name], num_layers=layers)
     hf_model, gpt = build_pair(preset, layers, backend, kernels, "cuda", torch.bfloat16)
     result = compare(hf_model, gpt, preset.vocab_size, batch=2, seq=1024, device="cuda")

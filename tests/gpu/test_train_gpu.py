@@ -51,7 +51,7 @@ def _train(tmp_path: Path, name: str, *words: str, **toggles) -> Path:
         out, err = proc.communicate()
         pytest.fail(f"{name}: no end after {TIMEOUT_S} s; the stacks at that moment "
                     f"(SIGUSR1):\n{out[-3000:]}\n{err[-12000:]}")
-    run = tmp_path / "experiment" / name / "bf16" / "run"
+    run = tmp_path / "experiment" / name / str(toggles.get("PRECISION", "bf16")) / "run"
     log = out[-4000:] + err[-4000:]
     assert (run / "metrics.jsonl").exists(), log
     return run
@@ -85,17 +85,41 @@ def test_tiny_trains_30_iterations_with_falling_loss(tmp_path, backend):
     assert all(0 < m["mem_peak_fwd_bwd_gib"] <= m["mem_peak_allocated_gib"] and
                0 < m["mem_peak_step_gib"] <= m["mem_peak_allocated_gib"] for m in steps)
     print(f"{backend}: peak GiB by phase {json.dumps(phases)}")
+    if backend == "transformer_engine":
+        check_te_path_ran_with_every_default_on_toggle(run)
+
+
+def check_te_path_ran_with_every_default_on_toggle(run: Path) -> None:
+    """Issue 19: the TE path at the launcher's defaults, gradient-accumulation fusion included
+    (the output layer, Megatron's own ColumnParallelLinear, on apex's or the native kernel)."""
+    from training.launch.toggles import PERF_TOGGLES
+
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["backend"] == "transformer_engine"
+    for toggle in PERF_TOGGLES:
+        assert manifest["values"][toggle.name] is True, toggle.name
+    parts = manifest["run"]["transformer_engine"]
+    print(f"transformer_engine: {json.dumps(parts)}")
+    assert parts["wgrad_te_linears"].startswith("Transformer Engine")
+    assert parts["wgrad_megatron_linears"].startswith(("apex", "native"))
 
 
 def test_checkpoint_resume_continues_the_loss_curve(tmp_path):
+    check_resume_continues_the_loss_curve(tmp_path)
+
+
+def check_resume_continues_the_loss_curve(tmp_path: Path, **toggles) -> None:
+    """20 iterations saved at 10, against a resume from 10: the same losses for 11-20."""
     ckpt = tmp_path / "ckpt"
-    full = _train(tmp_path, "full", TOTAL_ITERS=20, SAVE=ckpt, SAVE_INTERVAL=10)
+    full = _train(tmp_path, "full", TOTAL_ITERS=20, SAVE=ckpt, SAVE_INTERVAL=10, **toggles)
     assert (ckpt / "latest_checkpointed_iteration.txt").exists()
-    resumed = _train(tmp_path, "resumed", "--ckpt-step", "10", TOTAL_ITERS=20, LOAD=ckpt)
+    resumed = _train(tmp_path, "resumed", "--ckpt-step", "10", TOTAL_ITERS=20, LOAD=ckpt,
+                     **toggles)
     a, b = _losses(full), _losses(resumed)
     assert sorted(b) == list(range(11, 21)), sorted(b)
     worst = max(abs(a[i] - b[i]) / a[i] for i in range(11, 21))
-    print(f"\nresume: worst relative loss difference over iterations 11-20: {worst:.2e}")
+    print(f"\nresume {toggles}: worst relative loss difference over iterations 11-20: "
+          f"{worst:.2e}")
     assert worst < 1e-3
 
 

@@ -103,3 +103,14 @@ def test_manual_gc_interval_reaches_megatron(base_env):
     assert args.manual_gc and args.manual_gc_interval == 100
     default = megatron_args(launch(base_env))
     assert not default.manual_gc
+
+
+@pytest.mark.parametrize("precision", ["fp8", "fp8_tensorwise", "fp8_blockwise"])
+def test_the_gpu_tests_fp8_launches_validate(base_env, precision):
+    """tests/gpu/test_te_gpu.py's recipe runs, on a Hopper platform with TE: each validates."""
+    from tests.gpu.test_te_gpu import RECIPE_SHAPE
+
+    args = megatron_args(launch(base_env, PLATFORM="h200", TRANSFORMER_IMPL="transformer_engine",
+                                PRECISION=precision, GPUS_PER_NODE=1, **RECIPE_SHAPE))
+    assert args.num_layers == 1 and args.hidden_size % 128 == 0
+    assert args.ffn_hidden_size % 128 == 0 and args.seq_length * args.micro_batch_size % 128 == 0

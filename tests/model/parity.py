@@ -70,7 +70,7 @@ def build_pair(preset, num_layers: int, backend: str, kernels: str, device: str,
         layernorm_epsilon=preset.norm_epsilon, gated_linear_unit=True, activation_func=F.silu,
         add_bias_linear=False, hidden_dropout=0.0, attention_dropout=0.0,
         bias_activation_fusion=False, apply_rope_fusion=False, persist_layer_norm=False,
-        fused_single_qkv_rope=fused_qkv_rope and backend == "native",
+        fused_single_qkv_rope=fused_qkv_rope and backend in ("native", "transformer_engine"),
         use_cpu_initialization=True, params_dtype=dtype, bf16=dtype == torch.bfloat16,
         gradient_accumulation_fusion=False)
     if backend == "native":
