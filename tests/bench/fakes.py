@@ -5,6 +5,7 @@ import random
 from pathlib import Path
 
 from training.bench.stats import harmonic_tokens_per_s
+from training.launch.recipes import RECIPES
 from training.bench.sweep import PointSpec
 
 
@@ -88,7 +89,7 @@ def fake_precheck(refuse: dict[str, str] | None = None,
 NO_TE_REFUSALS = {
     **{f"PRECISION={name}": f"[low_precision_needs_te] PRECISION={name} computes in "
                             "Transformer Engine layers, but the backend is native"
-       for name in ("fp8", "fp8_tensorwise", "mxfp8", "mxfp4", "nvfp4")},
+       for name in RECIPES if name != "bf16"},
     "TRANSFORMER_IMPL=transformer_engine": "[backend_available] transformer_engine does not "
                                            "import here",
 }

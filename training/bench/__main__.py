@@ -6,7 +6,8 @@ toggles  a default launcher run and each selected lever's variant (the five defa
 peers    ours (launcher default) vs Megatron's local spec, HF LlamaForCausalLM (SDPA) with
          and without Liger, torchtitan, at one shape, one JSON
 all      the named parts of both for this GPU count, each its own JSON, skipping parts
-         already complete, as many as fit in --budget-s (one command per session)
+         already complete, as many as fit in --budget-s (one command per session);
+         --te: the Transformer Engine parts instead (peers-te, te-recipes, te-toggles-*)
 levers   regenerate docs/levers.json, docs/levers.md and docs/benchmarks.md from the JSONs
 readme   regenerate the README's performance block (between the perf-table markers)
 table    print the markdown table of one benchmark JSON
@@ -16,6 +17,7 @@ table    print the markdown table of one benchmark JSON
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import tempfile
@@ -109,8 +111,11 @@ def cmd_peers(args) -> int:
                         args.budget_s or float("inf"))
 
 
-def parts_for(gpus: int) -> list[tuple[str, str, tuple[str, ...]]]:
-    """(kind, part name, keys or sides) in the order `all` runs them."""
+def parts_for(gpus: int, te: bool = False) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(kind, part name, keys or sides) in the order `all` runs them (te: the Transformer
+    Engine parts, one GPU each)."""
+    if te:
+        return list(catalog.TE_PARTS)
     if gpus == 1:
         return ([("peers", *catalog.PEER_PARTS[0])]
                 + [("toggles", name, keys) for name, keys in catalog.PARTS_DP1]
@@ -120,14 +125,14 @@ def parts_for(gpus: int) -> list[tuple[str, str, tuple[str, ...]]]:
 
 
 def cmd_all(args) -> int:
-    shape = _shape(args)
+    base_shape = shape = _shape(args)
     precheck, availability, runner, cal = _tools(args)
     out_dir = Path(args.out_dir) if args.out_dir else record.BENCH_DIR
     hw = hardware_tag(record.gpu_info().get("name"), shape.gpus)
     slot, slots = (int(x) for x in args.slot.split("/"))
     started = clock()
     budget = args.budget_s or float("inf")
-    parts = parts_for(shape.gpus)
+    parts = parts_for(shape.gpus, te=args.te)
     if args.parts:
         wanted = _list(args.parts)
         unknown = [w for w in wanted if w not in {part for _, part, _ in parts}]
@@ -150,6 +155,7 @@ def cmd_all(args) -> int:
         if i % slots != slot:
             lines.append(f"  {name}: slot {i % slots}/{slots}")
             continue
+        shape = dataclasses.replace(base_shape, backend=catalog.PART_BACKEND.get(part))
         try:
             if kind == "toggles":
                 configs, values = suites.toggle_configs(
@@ -165,13 +171,17 @@ def cmd_all(args) -> int:
             extra["concurrency"] = (f"slot {slot}/{slots}: ran beside {slots - 1} other "
                                     "benchmark process(es), each on its own GPU of this host")
         specs = sweep.order(configs, shape)
+        if not specs and args.te:   # not written: a session where TE runs measures it
+            lines.append(f"  {name}: nothing to measure here: " + "; ".join(
+                f"{c.id}: {c.status} {c.message}"[:200] for c in configs if not c.runnable))
+            continue
         est = sum(plan.estimate(s, cal) for s in specs)
-        planned.append((kind, name, out, configs, extra, specs, est))
+        planned.append((kind, name, out, configs, extra, specs, est, shape))
         lines.append(f"  {name}: {len(specs)} runs, about {est:.0f} s")
     print(f"[bench all] {shape.gpus} GPU(s), slot {slot}/{slots}, budget {budget:.0f} s; "
           "parts in order:\n" + "\n".join(lines), flush=True)
     spent = 0.0
-    for kind, name, out, configs, extra, specs, est in planned:
+    for kind, name, out, configs, extra, specs, est, shape in planned:
         fits = spent + est <= budget
         print(f"[bench all] {name}: {'runs now' if fits else 'left for a later session'} "
               f"(about {est:.0f} s)", flush=True)
@@ -283,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--force", action="store_true", help="re-measure parts already complete")
     a.add_argument("--parts", default=None,
                    help="comma-separated part names to consider (default: every part, in order)")
+    a.add_argument("--te", action="store_true",
+                   help="the Transformer Engine parts (peers-te, te-recipes, te-toggles-a/-b; "
+                        "one GPU, where TE imports) instead of the others")
     a.add_argument("--slot", default="0/1",
                    help="K/N: take every Nth part not yet done, from the Kth (run N of these "
                         "side by side, each with its own CUDA_VISIBLE_DEVICES and --master-port)")

@@ -155,11 +155,12 @@ def peers_results(data: dict) -> list[dict]:
     rows = []
     for config in configs[1:]:
         side = config["id"]
-        key = f"TRANSFORMER_IMPL={side}" if side == "local" else f"peer:{side}"
-        base = {"key": key, "id": "TRANSFORMER_IMPL" if side == "local" else f"peer:{side}",
-                "kind": "backend" if side == "local" else "peer",
+        backend = side in ("local", "transformer_engine")   # ours on another backend
+        key = f"TRANSFORMER_IMPL={side}" if backend else f"peer:{side}"
+        base = {"key": key, "id": "TRANSFORMER_IMPL" if backend else f"peer:{side}",
+                "kind": "backend" if backend else "peer",
                 "set": f"TRANSFORMER_IMPL={ours_id} (launcher default)",
-                "baseline": ("TRANSFORMER_IMPL=local" if side == "local"
+                "baseline": (f"TRANSFORMER_IMPL={side}" if backend
                              else PEER_SIDES.get(side, side)),
                 "needs_dp_gt_1": False, "status": config.get("status", "planned"),
                 "optimizer_state": {

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from training.launch.recipes import RECIPES
-from training.launch.toggles import PERF_TOGGLES
+from training.launch.toggles import LAUNCHER, PERF_TOGGLES, REGISTRY
 
 from .shape import BenchShape
 
@@ -153,8 +153,35 @@ PEER_SIDES = {
     "hf": "HF transformers LlamaForCausalLM (SDPA), bf16 params, fused AdamW",
     "hf_liger": "HF transformers LlamaForCausalLM (SDPA) + Liger-Kernel, bf16, fused AdamW",
     "torchtitan": "torchtitan (llama3 trainer), bf16 autocast, fused AdamW, torch.compile",
+    "megatron_te": "Megatron-LM with Transformer Engine: Megatron's TE spec at Megatron's own "
+                   "defaults (through our launcher: each toggle at the value that emits no flag; "
+                   "without apex the output layer's fused wgrad is the native cuBLAS GEMM, the "
+                   "same operation as apex's)",
 }
-PEER_KEYS = ("peer:hf", "peer:hf_liger", "peer:torchtitan")
+PEER_KEYS = ("peer:hf", "peer:hf_liger", "peer:torchtitan", "peer:megatron_te")
+SIDE_LABELS = {"megatron_te": "Megatron-LM with Transformer Engine"}   # README headline rows
+
+
+def megatron_defaults() -> dict[str, str]:
+    """The launcher's toggles at Megatron's own defaults: every on/off performance and
+    data-parallel toggle at the value that emits no flag (the registry says which), and
+    Megatron's per-bucket NaN check."""
+    env = {}
+    for toggle in REGISTRY:
+        if (toggle.kind != "bool" or toggle.emitted_by or toggle.bucket == LAUNCHER
+                or toggle.default is None or toggle.group not in ("performance", "parallel")):
+            continue
+        if toggle.on and not toggle.off:
+            env[toggle.name] = "0"
+        elif toggle.off and not toggle.on:
+            env[toggle.name] = "1"
+    env["NAN_CHECK"] = "bucket"
+    return env
+
+
+# Peer sides that are our launcher with other settings: side -> its toggles.
+OURS_PEERS = {"megatron_te": lambda: {"TRANSFORMER_IMPL": "transformer_engine",
+                                      **megatron_defaults()}}
 
 
 def select(shape: BenchShape, only: list[str] | None, groups: list[str] | None,
@@ -232,3 +259,14 @@ PEER_PARTS = (
     ("peers-local", ("native", "local")),
     ("peers-torchtitan", ("native", "torchtitan")),  # no run when torchtitan cannot run here
 )
+# Transformer Engine (`bench all --te`, one GPU, where TE imports): ours against Megatron-LM with
+# TE and our TE backend; every recipe on the TE backend; its default-on toggles off. Two such
+# parts side by side (one per GPU) fit one ~9-minute command at 2 repeats.
+TE_PARTS = (
+    ("peers", "peers-te", ("native", "megatron_te", "transformer_engine")),
+    ("toggles", "te-recipes", tuple(f"PRECISION={n}" for n in RECIPES if n != "bf16")),
+    ("toggles", "te-toggles-a", ("GRADIENT_ACCUMULATION_FUSION", "FUSED_SINGLE_QKV_ROPE")),
+    ("toggles", "te-toggles-b", ("CROSS_ENTROPY_LOSS_FUSION", "GRAD_REDUCE_IN_BF16")),
+)
+PART_BACKEND = {"te-recipes": "transformer_engine", "te-toggles-a": "transformer_engine",
+                "te-toggles-b": "transformer_engine"}

@@ -145,6 +145,7 @@ def read_run(run: Path) -> dict:
                          "reason": row.get("reason", "")}
                         for row in manifest["toggles"] if row.get("source") == "guard"],
         "native": (manifest.get("run") or {}).get("native"),
+        "transformer_engine": (manifest.get("run") or {}).get("transformer_engine"),
         "timeline": (manifest.get("run") or {}).get("timeline"),
         "summary": summary,
         "samples": {"iteration": [m["iteration"] for m in steps],

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import analysis
+from .catalog import SIDE_LABELS
 from .levers import lever_shape, load, shape_text
 from .record import BENCH_DIR
 from .table import fmt_mem, fmt_ratio
@@ -45,7 +46,8 @@ def headline_rows(bench_dir: Path = BENCH_DIR) -> list[tuple[str, dict, Path, di
                          else (defaults, sig))
             old = into.get(key)
             if old is None or (data.get("created") or "") >= (old[1].get("created") or ""):
-                label = side if data["kind"] == "peers" else "native (launcher default)"
+                label = (SIDE_LABELS.get(side, side) if data["kind"] == "peers"
+                         else "native (launcher default)")
                 into[key] = (label, data, path, summary)
     peer_shapes = {sig for sig, _side in newest}
     return list(newest.values()) + [row for sig, row in defaults.items()

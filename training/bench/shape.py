@@ -20,6 +20,7 @@ class BenchShape:
     warmup: int = 2                 # iterations left out of the steady state
     steps: int = 5                  # steady-state iterations measured per run
     repeats: int = 3
+    backend: str | None = None      # TRANSFORMER_IMPL of every run (None: the launcher's)
 
     @property
     def preset(self) -> str:
@@ -35,11 +36,14 @@ class BenchShape:
 
     def env(self) -> dict[str, str]:
         """Launcher toggles for this shape (a point's own changes go on top)."""
-        return {"MODEL_SIZE": self.model_size, "NUM_LAYERS": str(self.num_layers),
-                "SEQ_LENGTH": str(self.seq_length), "MBS": str(self.mbs),
-                "BS": str(self.global_batch), "TOTAL_ITERS": str(self.warmup + self.steps),
-                "METRICS_WARMUP_ITERS": str(self.warmup), "EVAL_ITERS": "0",
-                "GPUS_PER_NODE": str(self.gpus), "TP": str(self.tp), "PP": str(self.pp)}
+        env = {"MODEL_SIZE": self.model_size, "NUM_LAYERS": str(self.num_layers),
+               "SEQ_LENGTH": str(self.seq_length), "MBS": str(self.mbs),
+               "BS": str(self.global_batch), "TOTAL_ITERS": str(self.warmup + self.steps),
+               "METRICS_WARMUP_ITERS": str(self.warmup), "EVAL_ITERS": "0",
+               "GPUS_PER_NODE": str(self.gpus), "TP": str(self.tp), "PP": str(self.pp)}
+        if self.backend:
+            env["TRANSFORMER_IMPL"] = self.backend
+        return env
 
     def tag(self) -> str:
         """The shape part of a benchmark name, e.g. llama3-8B-8L_seq8192."""

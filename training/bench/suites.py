@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import sweep
-from .catalog import PEER_SIDES, Lever
+from .catalog import OURS_PEERS, PEER_SIDES, Lever
 from .shape import BenchShape
 from .sweep import Config
 
@@ -80,8 +80,9 @@ def peer_configs(shape: BenchShape, sides: list[str], precheck: Precheck,
         raise SuiteError("the HF and torchtitan peers run on one GPU: use --gpus 1")
     configs = []
     for side in sides:
-        if side in OURS_SIDES:
-            env = {} if side == "auto" else {"TRANSFORMER_IMPL": side}
+        if side in OURS_SIDES or side in OURS_PEERS:
+            env = ({} if side == "auto" else OURS_PEERS[side]() if side in OURS_PEERS
+                   else {"TRANSFORMER_IMPL": side})
             config = Config(side, "ours", env)
             check = precheck({**shape.env(), **env})
             if check["status"] != "ok":
@@ -96,7 +97,7 @@ def peer_configs(shape: BenchShape, sides: list[str], precheck: Precheck,
         configs.append(config)
     if configs[0].status != "planned":
         raise SuiteError(f"ours ({sides[0]}) is refused here: {configs[0].message}")
-    others = [c for c in configs[1:] if c.side != "ours"]
+    others = [c for c in configs[1:] if c.side != "ours" or c.id in OURS_PEERS]
     if others and not any(c.status == "planned" for c in others):
         configs[0].status = "not run"
         configs[0].message = ("no runnable peer to compare with: "

@@ -1,0 +1,135 @@
+"""The Transformer Engine parts of `bench all --te`: Megatron-LM with TE as a peer (our launcher
+at Megatron's own defaults), every recipe a lever on the TE backend, TE's default-on toggles
+off; decided with the launcher's own guards on an H200 (PLATFORM=h200: its image has TE)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from training.bench import __main__ as cli
+from training.bench import plan, sweep
+from training.bench.analysis import peers_results
+from training.bench.catalog import (PART_BACKEND, TE_PARTS, megatron_defaults, select)
+from training.bench.ours import precheck
+from training.bench.shape import BenchShape
+from training.bench.suites import peer_configs, toggle_configs
+from training.launch.resolve import resolve
+from training.launch.toggles import BY_NAME, PERF_TOGGLES
+
+from .fakes import FakeRunner
+
+BENCH = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
+SHAPE = BenchShape(repeats=2)
+
+
+@pytest.fixture
+def h200(base_env):
+    env = dict(base_env, PLATFORM="h200")
+    return lambda toggles: precheck(toggles, environ=env)
+
+
+def test_megatrons_defaults_are_the_values_that_emit_no_flag():
+    env = megatron_defaults()
+    for name, value in env.items():
+        toggle = BY_NAME[name]
+        if toggle.kind == "bool":
+            assert toggle.flags_for(value == "1") == [], name
+    assert {t.name for t in PERF_TOGGLES} <= set(env)
+    assert env["GRADIENT_ACCUMULATION_FUSION"] == "1"       # Megatron's own default is on
+    assert env["GRAD_REDUCE_IN_BF16"] == env["DISTRIBUTED_OPTIMIZER"] == "0"
+    assert env["NAN_CHECK"] == "bucket"
+
+
+def test_megatron_te_peer_launches_the_te_spec_with_no_launcher_flag(base_env):
+    env = dict(base_env, PLATFORM="h200", DRY_RUN="1", TRANSFORMER_IMPL="transformer_engine",
+               **megatron_defaults())
+    launch = resolve("llama3", env)
+    words = [w for bucket in launch.buckets.values() for w in bucket]
+    assert words[words.index("--transformer-impl") + 1] == "transformer_engine"
+    for flag in ("--grad-reduce-in-bf16", "--cross-entropy-loss-fusion", "--fused-single-qkv-rope",
+                 "--ddp-average-in-collective", "--use-distributed-optimizer",
+                 "--overlap-grad-reduce", "--no-gradient-accumulation-fusion",
+                 "--no-check-for-nan-in-loss-and-grad"):
+        assert flag not in words, flag
+    assert not [s for s in launch.settings.values.values() if s.source == "guard"]
+
+
+def test_peers_te_runs_ours_megatron_te_and_our_te_backend(h200):
+    _kind, _name, sides = TE_PARTS[0]
+    configs = peer_configs(SHAPE, list(sides), h200, lambda side: None)
+    assert [c.id for c in configs] == ["native", "megatron_te", "transformer_engine"]
+    assert all(c.runnable and c.side == "ours" for c in configs)
+    assert configs[1].env["TRANSFORMER_IMPL"] == "transformer_engine"
+    assert len(sweep.order(configs, SHAPE)) == 6
+    runner = FakeRunner(speed={"native": 37000.0, "megatron_te": 33000.0,
+                               "transformer_engine": 36000.0})
+    data = {"configs": [c.to_dict() for c in configs],
+            "points": [dict(runner(s), config=s.config, repeat=s.repeat)
+                       for s in sweep.order(configs, SHAPE)]}
+    rows = {r["key"]: r for r in peers_results(data)}
+    assert rows["peer:megatron_te"]["kind"] == "peer"
+    assert rows["peer:megatron_te"]["tokens_per_s_ratio"] == pytest.approx(37 / 33, rel=0.02)
+    assert rows["TRANSFORMER_IMPL=transformer_engine"]["kind"] == "backend"
+    assert rows["TRANSFORMER_IMPL=transformer_engine"]["baseline"] == \
+        "TRANSFORMER_IMPL=transformer_engine"
+
+
+def test_te_recipes_run_the_three_hopper_recipes_and_record_the_rest_refused(h200):
+    kind, part, keys = TE_PARTS[1]
+    shape = BenchShape(repeats=2, backend=PART_BACKEND[part])
+    configs, values = toggle_configs(shape, select(shape, None, None, list(keys)), h200)
+    assert values["TRANSFORMER_IMPL"] == "transformer_engine"
+    status = {c.id: c.status for c in configs}
+    assert status == {"default": "planned", "PRECISION=fp8": "planned",
+                      "PRECISION=fp8_tensorwise": "planned",
+                      "PRECISION=fp8_blockwise": "planned", "PRECISION=mxfp8": "refused",
+                      "PRECISION=mxfp4": "refused", "PRECISION=nvfp4": "refused"}
+
+
+@pytest.mark.parametrize("index", [2, 3])
+def test_te_toggle_parts_switch_te_paths_default_on_toggles_off(h200, index):
+    _kind, part, keys = TE_PARTS[index]
+    shape = BenchShape(repeats=2, backend=PART_BACKEND[part])
+    configs, values = toggle_configs(shape, select(shape, None, None, list(keys)), h200)
+    assert values["TRANSFORMER_IMPL"] == "transformer_engine"
+    assert all(c.runnable and not c.corrections for c in configs), \
+        [(c.id, c.status, c.message, c.corrections) for c in configs]
+
+
+def test_te_parts_fit_two_device_calls_at_two_repeats(h200):
+    """Each TE part fits one command's budget, and two slots (one per GPU) take them all in
+    two calls: the first runs peers-te beside te-recipes."""
+    cal = plan.calibrate(BENCH)
+    totals = []
+    for kind, part, keys in TE_PARTS:
+        shape = BenchShape(repeats=2, backend=PART_BACKEND.get(part))
+        if kind == "toggles":
+            configs, _ = toggle_configs(shape, select(shape, None, None, list(keys)), h200)
+        else:
+            configs = peer_configs(shape, list(keys), h200, lambda side: None)
+        totals.append(sum(plan.estimate(s, cal) for s in sweep.order(configs, shape)))
+    assert all(t <= 510 for t in totals), totals
+    slot0, slot1 = totals[0] + totals[2], totals[1] + totals[3]
+    print(f"\nTE parts at 2 repeats: {[round(t) for t in totals]} s; slots {slot0:.0f}, "
+          f"{slot1:.0f} s")
+
+
+def test_bench_all_te_lists_only_the_te_parts_and_writes_nothing_without_te(tmp_path, capsys,
+                                                                         monkeypatch):
+    """Here (no TE) every TE part has nothing to measure: none is written, so the TE session
+    still finds them undone."""
+    from .fakes import NO_TE_REFUSALS, fake_precheck
+
+    monkeypatch.setattr(cli, "_tools", lambda _a: (fake_precheck(refuse=NO_TE_REFUSALS),
+                                                    lambda side: None, FakeRunner(),
+                                                    plan.calibrate(BENCH)))
+    monkeypatch.setattr(cli.record, "BENCH_DIR", tmp_path / "committed")
+    monkeypatch.setattr(cli.record, "gpu_info", lambda: {"name": "NVIDIA H200", "count": 1})
+    out = tmp_path / "out"
+    assert cli.main(["all", "--te", "--repeats", "2", "--out-dir", str(out)]) == 0
+    text = capsys.readouterr().out
+    for _kind, part, _keys in TE_PARTS:
+        assert f"{part}_h200_" in text
+    assert "  toggles-a_h200" not in text and "nothing to measure here" in text
+    assert not list(out.glob("*.json"))
