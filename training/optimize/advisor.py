@@ -23,6 +23,7 @@ from typing import Any
 from training.launch.toggles import BY_NAME, PERF_TOGGLES
 
 from . import memory as mem
+from . import recipes as recipes_mod
 from . import rules
 from .config import RunConfig, from_manifest
 from .inputs import BadInput, RunInputs
@@ -260,8 +261,8 @@ def _measured_slower(book: LeverBook | None, config: RunConfig | None, name: str
 # -- 3. levers ---------------------------------------------------------------------------------
 
 def _match(book: LeverBook, sets: dict[str, str], config: RunConfig,
-           baseline: dict[str, str]) -> Match | None:
-    return book.find(sets, config.shape_key(), config.platform, baseline)
+           baseline: dict[str, str], measured: bool = False) -> Match | None:
+    return book.find(sets, config.shape_key(), config.platform, baseline, measured)
 
 
 def _batch_one(match: Match | None) -> bool:
@@ -447,14 +448,14 @@ _BACK_ON = {"DISTRIBUTED_OPTIMIZER": {"dist_opt": True},
 
 
 def throughput_flow(config: RunConfig, ctx: Context, book: LeverBook,
-                    inputs: RunInputs) -> dict[str, Any]:
+                    inputs: RunInputs, convergence=recipes_mod.CONVERGENCE) -> dict[str, Any]:
     split = ctx.split
     recs: list[dict] = []
     unproductive: list[dict] = []
     considered: list[str] = []
 
-    def consider(cid, title, why, mechanism, sets, new, baseline):
-        match = _match(book, sets, config, baseline)
+    def consider(cid, title, why, mechanism, sets, new, baseline, measured=False):
+        match = _match(book, sets, config, baseline, measured)
         new_est = estimate(new) if new is not config else None
         rec = _recommendation(cid, title, why, mechanism, sets, match, split,
                               ctx.estimate if new_est else None, new_est)
@@ -471,6 +472,7 @@ def throughput_flow(config: RunConfig, ctx: Context, book: LeverBook,
             unproductive.append(rec)
         else:
             recs.append(rec)
+        return rec
 
     for name, help_text in _user_off_candidates(inputs):
         if name in rules.ON_TOGGLES_FOR_SPEED and config.dp * config.cp == 1:
@@ -495,6 +497,7 @@ def throughput_flow(config: RunConfig, ctx: Context, book: LeverBook,
                     + ", ".join(guarded))
         sets, new = cand.change(config)
         consider(cand.id, cand.title, why, cand.mechanism, sets, new, cand.baseline(config))
+    _precision_recipe(config, book, consider, considered, convergence)
     bigger = config.with_changes(mbs=config.mbs * 2)
     if (config.device_gib and config.global_batch % (bigger.mbs * bigger.dp) == 0
             and not any(r["id"] == "mbs_up" for r in recs + unproductive)):
@@ -506,15 +509,49 @@ def throughput_flow(config: RunConfig, ctx: Context, book: LeverBook,
     return {"recommendations": recs, "unproductive": unproductive, "considered": considered}
 
 
+def _precision_recipe(config: RunConfig, book: LeverBook, consider, considered: list[str],
+                      convergence) -> None:
+    """The recipe of this GPU measured fastest against bf16, with its convergence A/B."""
+    names = recipes_mod.platform_recipes(config)
+    if not names:
+        return
+    measured = []
+    for name in names:
+        match = _match(book, {"PRECISION": name}, config, {"PRECISION": "bf16"}, measured=True)
+        if match is not None and (match.exact or match.reverse):
+            measured.append((match.entry.ratio if not match.reverse else 1 / match.entry.ratio,
+                             name))
+    if not measured:
+        considered.append(f"PRECISION: {config.platform} runs {', '.join(names)}; none is "
+                          "measured against bf16 in the levers file, so none is recommended "
+                          f"({recipes_mod.convergence_text(names[0], convergence)})")
+        return
+    _ratio, name = max(measured)
+    rec = consider("precision_recipe", f"{name} precision recipe",
+             f"{config.platform} runs {', '.join(names)}; {name} is measured fastest of them",
+             "Transformer Engine computes the GEMMs in 8-bit floats with per-tensor or "
+             "per-block scales (twice the tensor-core rate of bf16) and keeps bf16 master "
+             "weights; it changes numerics, hence the convergence A/B",
+             {"PRECISION": name}, config.with_changes(precision=name), {"PRECISION": "bf16"},
+             measured=True)
+    text = recipes_mod.convergence_text(name, convergence)
+    rec["convergence"] = text
+    rec["measured_text"] += f"; {text}"
+    if config.backend != "transformer_engine":
+        rec["sets"] = {"TRANSFORMER_IMPL": "transformer_engine", **rec["sets"]}
+        rec["set"] = " ".join(f"{k}={v}" for k, v in rec["sets"].items())
+
+
 def dead_ends(config: RunConfig, ctx: Context, book: LeverBook,
-              unproductive: list[dict]) -> list[dict]:
+              unproductive: list[dict], recommended: frozenset[str] = frozenset()
+              ) -> list[dict]:
     out = []
     for rec in unproductive:
         out.append({"id": rec["id"], "title": rec["title"] + f" ({rec['set']})",
                     "why": rec["dead_end"], "measured": rec["measured"],
                     "text": rec["measured_text"]})
     for dead in rules.DEAD_ENDS:
-        if not dead.when(config, ctx):
+        if not dead.when(config, ctx) or dead.superseded_by in recommended:
             continue
         match = (book.find(dead.cite, config.shape_key(), config.platform)
                  if dead.cite else None)
@@ -561,7 +598,8 @@ def calibration(inputs: RunInputs, est: Estimate) -> dict[str, Any] | None:
 
 
 def advise(inputs: RunInputs, book: LeverBook, platform: str | None = None,
-           want: dict[str, int | None] | None = None) -> dict[str, Any]:
+           want: dict[str, int | None] | None = None,
+           convergence=recipes_mod.CONVERGENCE) -> dict[str, Any]:
     config = from_manifest(inputs.manifest, platform)
     est = estimate(config)
     asked = asked_config(config, want or {})
@@ -581,7 +619,7 @@ def advise(inputs: RunInputs, book: LeverBook, platform: str | None = None,
         flow_verdict = flow["verdict"]
         final = flow["final_estimate"]
     else:
-        flow = throughput_flow(target, ctx, book, inputs)
+        flow = throughput_flow(target, ctx, book, inputs, convergence)
         recs, unproductive = flow["recommendations"], flow["unproductive"]
         considered = flow["considered"]
         flow_verdict = (f"{len(recs)} lever{'s' if len(recs) != 1 else ''} to try" if recs
@@ -615,7 +653,8 @@ def advise(inputs: RunInputs, book: LeverBook, platform: str | None = None,
         "considered": considered,
         "already_on": on,
         "turned_off": off,
-        "dead_ends": dead_ends(target, ctx, book, unproductive),
+        "dead_ends": dead_ends(target, ctx, book, unproductive,
+                               frozenset(r["id"] for r in recs + unproductive)),
         "command": command(inputs, target, recs, asked, config),
     }
     return report

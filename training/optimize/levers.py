@@ -169,15 +169,17 @@ class LeverBook:
                 "sources": self.sources, "entries": len(self.entries), "note": self.note}
 
     def find(self, sets: dict[str, str], shape: dict[str, Any], platform: str | None,
-             baseline: dict[str, str] | None = None) -> Match | None:
+             baseline: dict[str, str] | None = None, measured: bool = False) -> Match | None:
         """The entry closest to this run for a lever that sets `sets`.
 
         Exact: every assignment matches. Otherwise an entry that sets the same toggles to
         other values (e.g. MBS=4 when MBS=2 is asked) is a fallback, marked as such. Among
-        candidates the closest shape wins (same hardware, then most shape fields equal)."""
+        candidates the closest shape wins (same hardware, then most shape fields equal).
+        measured: only entries with a tokens/s ratio."""
         want = {k: _norm(v) for k, v in sets.items()}
         candidates = []
-        for entry in self.entries:
+        entries = [e for e in self.entries if e.ratio is not None or not measured]
+        for entry in entries:
             if entry.kind == "peer":        # another framework, not a lever of ours
                 continue
             got = entry.assignments
@@ -213,7 +215,7 @@ class LeverBook:
             # the same comparison measured the other way round (RECOMPUTE=full vs none, when
             # the lever is RECOMPUTE=none from full)
             back = {k: _norm(v) for k, v in baseline.items()}
-            for entry in self.entries:
+            for entry in entries:
                 if entry.kind == "peer":
                     continue
                 got, base = entry.assignments, entry.baseline_assignments

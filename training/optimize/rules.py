@@ -312,6 +312,7 @@ class DeadEnd:
     when: Callable[[RunConfig, Any], bool]
     caution: Callable[[RunConfig, Any], str]    # words; numbers only from the run or estimate
     cite: dict[str, str] = field(default_factory=dict)  # levers.json entry to quote, if any
+    superseded_by: str | None = None   # a lever whose measured quote says it instead
 
 
 def _launch_bound_caution(c: RunConfig, ctx) -> str:
@@ -394,7 +395,7 @@ DEAD_ENDS: tuple[DeadEnd, ...] = (
             lambda c, ctx: ctx.split != IDLE,
             _launch_bound_caution, cite={"TORCH_COMPILE": "reduce-overhead"}),
     DeadEnd("low_precision_compute", "low-precision (fp8/fp4) compute for speed", _lowp_when,
-            _lowp_caution, cite={"PRECISION": "fp8"}),
+            _lowp_caution, cite={"PRECISION": "fp8"}, superseded_by="precision_recipe"),
     DeadEnd("recompute_for_speed", "activation recompute when memory is not the limit",
             _recompute_for_speed_when, _recompute_for_speed_caution,
             cite={"RECOMPUTE": "full"}),

@@ -1,0 +1,126 @@
+"""The advisor recommends a low-precision recipe where the GPU has it: the one the levers file
+measured fastest against bf16, quoting that ratio and its convergence A/B verdict, or saying
+the A/B is not measured. Recorded H200 run folders, a levers file with made-up recipe rows
+(in a tmp file, never committed) and a convergence report in the harness's format."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from training.optimize.config import from_manifest
+from training.optimize.recipes import convergence_text, platform_recipes
+
+from .helpers import NATIVE, advise, copy_run, edit_manifest, fixture_levers, write_levers
+
+TE_SHAPE = {"model": "llama3-8B", "num_layers": 8, "seq_length": 8192, "mbs": 1,
+            "global_batch": 8, "gpus": 1, "tp": 1, "pp": 1, "dp": 1, "precision": "bf16",
+            "backend": "transformer_engine"}
+
+
+def _recipe_row(name: str, ratio: float | None, verdict: str) -> dict:
+    return {"id": "PRECISION", "kind": "precision", "set": f"PRECISION={name}",
+            "baseline": "PRECISION=bf16",
+            "effect": {"tokens_per_s_ratio": ratio, "ratio_spread": 0.01 if ratio else None,
+                       "verdict": verdict, "peak_memory_gib": {"baseline": 62.0, "with": 65.0}},
+            "shape": TE_SHAPE, "hardware": "NVIDIA H200",
+            "source": "docs/benchmarks/te-recipes_h200_llama3-8B-8L_seq8192.json",
+            "repeats": 2 if ratio else 0, "notes": ""}
+
+
+def _levers(tmp_path, rows) -> object:
+    data = fixture_levers()
+    data["levers"] += rows
+    return write_levers(tmp_path / "levers.json", data)
+
+
+def _te_run(tmp_path, backend="transformer_engine", te=True):
+    run = copy_run(NATIVE, tmp_path / "run")
+
+    def edit(m):
+        m["backend"] = backend
+        m["values"]["TRANSFORMER_IMPL"] = backend
+        m["capabilities"]["transformer_engine"] = te
+    edit_manifest(run, edit)
+    return run
+
+
+def _convergence(tmp_path, cells) -> object:
+    path = tmp_path / "te_recipes.json"
+    path.write_text(json.dumps({"device": "NVIDIA H200", "cells": [
+        {"values": {"PRECISION": name}, "verdict": verdict, "reason": "still falling",
+         "numbers": {"eval_best": best}} for name, verdict, best in cells]}))
+    return path
+
+
+ROWS = [_recipe_row("fp8", 1.28, "faster"), _recipe_row("fp8_tensorwise", 1.25, "faster"),
+        _recipe_row("fp8_blockwise", 1.12, "faster"), _recipe_row("mxfp8", None, "refused")]
+
+
+def _recommend(tmp_path, rows=ROWS, cells=None, **run):
+    from training.optimize import levers as levers_mod
+    from training.optimize.advisor import advise as _advise
+    from training.optimize.inputs import load_run
+
+    conv = _convergence(tmp_path, cells) if cells else tmp_path / "none.json"
+    book = levers_mod.load(_levers(tmp_path, rows))
+    return _advise(load_run(_te_run(tmp_path, **run)), book, convergence=conv)
+
+
+def test_the_fastest_measured_recipe_is_recommended_with_its_convergence_verdict(tmp_path):
+    report = _recommend(tmp_path, cells=[("bf16", "converged", 4.70),
+                                         ("fp8", "converged", 4.72)])
+    [rec] = [r for r in report["recommendations"] if r["id"] == "precision_recipe"]
+    assert rec["set"] == "PRECISION=fp8" and rec["status"] == "measured"
+    assert "x1.280 tokens/s" in rec["measured_text"] and "fp8_blockwise" in rec["why"]
+    assert "converged, best eval loss 4.720 vs bf16's 4.700 (+0.020" in rec["convergence"]
+    assert rec["convergence"] in rec["measured_text"]
+    assert "low_precision_compute" not in {d["id"] for d in report["dead_ends"]}
+    assert "PRECISION=fp8" in report["command"]
+
+
+def test_without_the_ab_the_quote_says_convergence_is_not_measured(tmp_path):
+    [rec] = [r for r in _recommend(tmp_path)["recommendations"] if r["id"] == "precision_recipe"]
+    assert "convergence not measured" in rec["convergence"]
+    assert "grid_te_recipes.yaml" in rec["convergence"]
+
+
+def test_a_recipe_measured_slower_is_a_dead_end_with_its_quote(tmp_path):
+    report = _recommend(tmp_path, rows=[_recipe_row("fp8", 0.97, "slower")])
+    assert "precision_recipe" not in {r["id"] for r in report["recommendations"]}
+    dead = {d["id"]: d for d in report["dead_ends"]}
+    assert "x0.970 tokens/s" in dead["precision_recipe"]["text"]
+    assert "low_precision_compute" not in dead
+
+
+def test_on_the_native_backend_the_recipe_comes_with_the_te_backend(tmp_path):
+    report = _recommend(tmp_path, backend="native")
+    [rec] = [r for r in report["recommendations"] if r["id"] == "precision_recipe"]
+    assert rec["sets"] == {"TRANSFORMER_IMPL": "transformer_engine", "PRECISION": "fp8"}
+
+
+def test_no_recipe_without_transformer_engine_or_without_a_measurement(tmp_path):
+    report = _recommend(tmp_path, te=False)
+    assert "precision_recipe" not in {r["id"] for r in report["recommendations"]}
+    assert "low_precision_compute" in {d["id"] for d in report["dead_ends"]}
+    report = advise(_te_run(tmp_path / "b"))           # the fixture has no recipe measured
+    assert "precision_recipe" not in {r["id"] for r in report["recommendations"]}
+    assert any(c.startswith("PRECISION: h200 runs fp8, fp8_tensorwise, fp8_blockwise")
+               for c in report["considered"])
+
+
+@pytest.mark.parametrize("platform,expect", [
+    ("h200", ["fp8", "fp8_tensorwise", "fp8_blockwise"]),
+    ("b300", ["fp8", "fp8_tensorwise", "fp8_blockwise", "mxfp8", "nvfp4"]),
+    ("mi355x", ["fp8", "fp8_tensorwise", "mxfp8", "mxfp4"]),
+    ("mi300x", ["fp8", "fp8_tensorwise"])])
+def test_the_recipes_a_gpu_has_come_from_the_launchers_rules(tmp_path, platform, expect):
+    manifest = json.loads((NATIVE / "manifest.json").read_text())
+    manifest["capabilities"].update(platform=platform, transformer_engine=True)
+    assert platform_recipes(from_manifest(manifest)) == expect
+
+
+def test_convergence_text_of_a_failed_or_missing_cell(tmp_path):
+    path = _convergence(tmp_path, [("bf16", "converged", 4.7), ("fp8", "failed", None)])
+    assert "not measured for PRECISION=fp8" in convergence_text("fp8", path)
+    assert "not measured for PRECISION=fp8_blockwise" in convergence_text("fp8_blockwise", path)

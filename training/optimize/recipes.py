@@ -1,0 +1,51 @@
+"""A low-precision recipe as a throughput lever: of the recipes this run's GPU runs (the
+launcher's hardware rules, training/launch/recipes.py), the one docs/levers.json measured
+fastest against bf16, quoted with the verdict of its convergence A/B against bf16
+(docs/convergence/te_recipes.json, written by `python -m training.convergence
+docs/convergence/grid_te_recipes.yaml`). Without a measurement, nothing is recommended; without
+the A/B, the quote says its convergence is not measured."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from training.launch.recipes import RECIPES
+from training.platforms import PLATFORMS
+
+from .config import RunConfig
+
+CONVERGENCE = Path(__file__).resolve().parents[2] / "docs" / "convergence" / "te_recipes.json"
+GRID = "docs/convergence/grid_te_recipes.yaml"
+
+
+def platform_recipes(c: RunConfig) -> list[str]:
+    """The fp8/fp4 recipes this run could switch to: bf16 now, Transformer Engine available,
+    and the GPU has the recipe's number formats."""
+    platform = PLATFORMS.get(c.platform) if c.platform else None
+    if c.precision != "bf16" or not c.te_available or platform is None:
+        return []
+    return [name for name, r in RECIPES.items()
+            if r.kind != "bf16" and r.supports(platform.sm, platform.gfx)]
+
+
+def convergence_text(recipe: str, path: Path = CONVERGENCE) -> str:
+    """The A/B's verdict for `recipe` and its best eval loss against bf16's, or why there is
+    none."""
+    how = f"run `python -m training.convergence {GRID}`"
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return f"convergence not measured ({path.name} does not exist yet: {how})"
+    cells = {(c.get("values") or {}).get("PRECISION"): c for c in data.get("cells") or []}
+    cell, bf16 = cells.get(recipe), cells.get("bf16")
+    if cell is None or cell.get("verdict") in (None, "failed"):
+        return f"convergence not measured for PRECISION={recipe} ({path.name}: {how})"
+    text = f"convergence A/B ({path.name}, {data.get('device') or 'GPU'}): {cell['verdict']}"
+    mine = (cell.get("numbers") or {}).get("eval_best")
+    theirs = ((bf16 or {}).get("numbers") or {}).get("eval_best")
+    if isinstance(mine, (int, float)) and isinstance(theirs, (int, float)):
+        text += (f", best eval loss {mine:.3f} vs bf16's {theirs:.3f} ({mine - theirs:+.3f}, "
+                 f"same data, seed and steps)")
+    if cell.get("reason"):
+        text += f"; {cell['reason']}"
+    return text
