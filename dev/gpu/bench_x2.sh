@@ -5,6 +5,8 @@
 #            --slot 0/2` and `1/2` (--force re-measures slot 0's complete parts)
 #        bash dev/gpu/bench_x2.sh PARTS0 PARTS1 [--force] the named parts, GPU 0 and GPU 1
 #            (--force to both: re-measures a named part that is already complete)
+#        TE=1 bash dev/gpu/bench_x2.sh peers-te te-recipes --te --repeats 2   the Transformer
+#            Engine parts (after the TE carry; every word after the two parts goes to both)
 # Carry: .whl
 source "$(dirname "$0")/env.sh"
 for slot in 0 1; do

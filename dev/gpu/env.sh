@@ -12,6 +12,12 @@ if [ "$(cat .site/.wheels 2>/dev/null)" != "$wheels" ]; then
     echo "$wheels" > .site/.wheels
 fi
 export PYTHONPATH="$PWD/.site:$PWD" PYTHONUNBUFFERED=1 PYTHON=python3
+# TE=1: Transformer Engine from the TE carry of this session (dev/gpu_runbook.md), first on the path
+if [ "${TE:-0}" = 1 ]; then
+    [ -d /tmp/tesite ] || { echo "TE=1 but no /tmp/tesite: send the TE carry first (dev/gpu_runbook.md)"; exit 1; }
+    export PYTHONPATH="/tmp/tesite:$PYTHONPATH"
+    python3 -c "import transformer_engine as te, transformer_engine.pytorch; print('Transformer Engine', te.__version__)" || exit 1
+fi
 : "${GIT_SHA:?GIT_SHA must be set: pass GIT_SHA=\$(git rev-parse HEAD) (the copied .git is stale)}"
 export GIT_SHA
 : "${OUT:?OUT must be set (the device tool sets it)}"
