@@ -248,7 +248,8 @@ def benchmarks_markdown(bench_dir: Path = BENCH_DIR) -> str:
              "next parts not yet in docs/benchmarks/ that fit `--budget-s` (one ~9-minute "
              "command per session); `--plan` lists the runs and their estimated wall time; "
              "`toggles` and `peers` run one suite with any selection (`--only`, `--levers`, "
-             "`--keys`, `--sides`).", ""]
+             "`--keys`, `--sides`); `all --te` the Transformer Engine parts (peers-te, "
+             "te-recipes, te-toggles-a/-b) where TE imports.", ""]
     for path, data in load(bench_dir):
         lines += [f"## {data.get('name', path.stem)} ({data.get('kind')})", "",
                   f"Command: `{data.get('command')}`", "", table(data), ""]
