@@ -253,8 +253,9 @@ def test_fused_qkv_rope_under_te_needs_te_2_8(base_env, monkeypatch):
     assert setting.value is False and "2.8" in setting.reason
     assert "--fused-single-qkv-rope" not in result.buckets["GPT_ARGS"]
     refused(base_env, "fused_qkv_rope_kernel", FUSED_SINGLE_QKV_ROPE=1)
-    _detected(monkeypatch, "h200", te_version="2.20.2")
-    assert "--fused-single-qkv-rope" in launch(base_env).buckets["GPT_ARGS"]
+    for version in ("2.20.2", "2.8.0.dev0", "unknown"):    # an unknown version is not refused
+        _detected(monkeypatch, "h200", te_version=version)
+        assert "--fused-single-qkv-rope" in launch(base_env).buckets["GPT_ARGS"], version
 
 
 def test_te_cross_entropy_is_refused_and_native_is_the_default(base_env):

@@ -104,7 +104,7 @@ def _te_version() -> str | None:
         return None
     import transformer_engine
 
-    return str(getattr(transformer_engine, "__version__", "0"))
+    return str(getattr(transformer_engine, "__version__", None) or "unknown")
 
 
 def _gpu_names() -> list[str]:

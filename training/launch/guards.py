@@ -290,8 +290,8 @@ def fused_qkv_rope_kernel(ctx: LaunchContext) -> None:
                        "the local backend has no fused QKV RoPE kernel (Megatron's needs "
                        "Transformer Engine)",
                        "Use TRANSFORMER_IMPL=native or transformer_engine, or set it to 0.")
-    te = ctx.caps.te_version
-    if ctx.backend == "transformer_engine" and te and _version(te) < TE_FUSED_QKV_ROPE:
+    te = ctx.caps.te_version   # None on a named platform; "unknown" when TE has no __version__
+    if (ctx.backend == "transformer_engine" and te and (0,) < _version(te) < TE_FUSED_QKV_ROPE):
         _off_or_refuse(ctx, "FUSED_SINGLE_QKV_ROPE", "fused_qkv_rope_kernel",
                        f"Transformer Engine {te} has no apply_fused_qkv_rotary_pos_emb (added in "
                        "2.8); Megatron would assert 'fused_single_qkv_rope requested but not "
