@@ -196,3 +196,15 @@ def test_fork_check_fails_when_the_parser_rejects_a_launcher_flag():
 
     [problem] = image.check_megatron_fork(megatron_info.ROCM_FORK, rejecting)
     assert "rejects the launcher's MI355X mxfp4 launch" in problem
+
+
+def test_every_megatron_name_this_package_imports_exists_in_the_installed_megatron_core():
+    """The list the ROCm image checks its fork against, read from the source: complete (the
+    run side's entry points are in it) and satisfied by the pinned megatron-core here."""
+    imports = image.megatron_imports()
+    names = {(module, name) for module, name, _where in imports}
+    assert ("megatron.training.arguments", "parse_and_validate_args") in names
+    assert ("megatron.core.tensor_parallel", "layers") in names
+    assert image.missing_megatron_api(imports) == []
+    assert image.missing_megatron_api([("megatron.core", "no_such_name", "x.py")]) == [
+        "megatron.core.no_such_name (x.py)"]

@@ -117,8 +117,9 @@ def check_megatron(reqs: list[str]) -> list[str]:
 
 def check_megatron_fork(build=None, parse=None) -> list[str]:
     """The ROCm image's Megatron is the fork training/launch/megatron_info.py records: its own
-    parser offers the recorded recipe choices, and it parses what the launcher emits for
-    `PLATFORM=mi355x PRECISION=mxfp4` (every flag, ours included)."""
+    parser offers the recorded recipe choices, every Megatron name this package imports exists
+    in it, and it parses what the launcher emits for `PLATFORM=mi355x PRECISION=mxfp4` (every
+    flag, ours included)."""
     from .megatron_info import ROCM_FORK, installed
 
     try:
@@ -134,6 +135,9 @@ def check_megatron_fork(build=None, parse=None) -> list[str]:
                             "is not the pinned fork, or the record in megatron_info.py is stale.")
     if problems:
         return problems
+    missing = missing_megatron_api(megatron_imports())
+    if missing:
+        return [f"the fork lacks what this package imports from Megatron: {'; '.join(missing)}."]
     from .resolve import resolve
 
     launch = resolve("llama3", {"DRY_RUN": "1", "PLATFORM": "mi355x", "PRECISION": "mxfp4",
@@ -146,6 +150,42 @@ def check_megatron_fork(build=None, parse=None) -> list[str]:
         return ["the fork's parser rejects the launcher's MI355X mxfp4 launch (its error above): "
                 "a flag the launcher emits is not in this Megatron."]
     return []
+
+
+def megatron_imports(root: Path = REPO_ROOT / "training") -> list[tuple[str, str | None, str]]:
+    """(module, name or None, file) of every `import megatron...` / `from megatron... import`
+    in this package, read from its source (nothing is imported)."""
+    import ast
+
+    found = set()
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.ImportFrom) and node.level == 0
+                    and (node.module or "").split(".")[0] == "megatron"):
+                found.update((node.module, a.name, str(path.relative_to(root.parent)))
+                             for a in node.names)
+            elif isinstance(node, ast.Import):
+                found.update((a.name, None, str(path.relative_to(root.parent)))
+                             for a in node.names if a.name.split(".")[0] == "megatron")
+    return sorted(found, key=lambda item: (item[0], item[1] or "", item[2]))
+
+
+def missing_megatron_api(imports: list[tuple[str, str | None, str]]) -> list[str]:
+    """The imports of this package that the Megatron on the path cannot satisfy."""
+    import importlib
+    import importlib.util
+
+    missing = []
+    for module, name, where in imports:
+        try:
+            mod = importlib.import_module(module)
+            ok = (name is None or hasattr(mod, name)
+                  or importlib.util.find_spec(f"{module}.{name}") is not None)
+        except Exception:  # noqa: BLE001 - a module that does not import is missing
+            ok = False
+        if not ok:
+            missing.append(f"{module}{'.' + name if name else ''} ({where})")
+    return missing
 
 
 def _parse_with_installed(words: list[str]) -> None:
