@@ -111,7 +111,7 @@ def test_mxfp4_on_a_real_node_asks_the_installed_megatron(base_env, monkeypatch)
     _detected(monkeypatch, "mi355x")
     msg = refused(base_env, "recipe_needs_megatron_support", PRECISION="mxfp4")
     assert "--fp4-recipe mxfp4 (it offers nvfp4, custom)" in msg
-    assert "installed megatron-core" in msg and "Dockerfile.rocm" in msg
+    assert "megatron-core 0.19.2 (PyPI) (the Megatron here)" in msg and "Dockerfile.rocm" in msg
 
 
 def test_mxfp4_dry_run_for_mi355x_resolves_against_the_images_megatron(base_env):
@@ -146,7 +146,9 @@ def test_every_recipe_a_platform_runs_is_offered_by_its_images_megatron(base_env
 def test_stock_record_is_what_the_installed_megatron_core_offers():
     """The recorded choices of the CUDA image's Megatron are the pinned megatron-core's, as its
     own parser states them (this venv has the same pin)."""
-    assert megatron_info.installed().choices == megatron_info.STOCK.choices
+    assert megatron_info.asked().choices == megatron_info.STOCK.choices
+    assert megatron_info.installed() is megatron_info.STOCK   # the pinned wheel: no parser needed
+    assert megatron_info.STOCK_VERSION in megatron_info.asked().name
 
 
 def test_mxfp4_forces_the_bf16_grad_buffer_loudly(base_env):

@@ -120,10 +120,10 @@ def check_megatron_fork(build=None, parse=None) -> list[str]:
     parser offers the recorded recipe choices, every Megatron name this package imports exists
     in it, and it parses what the launcher emits for `PLATFORM=mi355x PRECISION=mxfp4` (every
     flag, ours included)."""
-    from .megatron_info import ROCM_FORK, installed
+    from .megatron_info import ROCM_FORK, asked
 
     try:
-        build = build or installed()
+        build = build or asked()
     except Exception as err:  # noqa: BLE001
         return [f"the Megatron on the path does not import or build its parser ({err})."]
     problems = []

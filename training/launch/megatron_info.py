@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 # The Megatron flags that select a recipe, and the TransformerConfig field each is built from.
 RECIPE_FLAGS = {"--fp8-format": "fp8", "--fp8-recipe": "fp8_recipe", "--fp4-format": "fp4",
@@ -78,9 +79,30 @@ def for_vendor(vendor: str) -> tuple[str, MegatronBuild]:
     return IMAGES[vendor]
 
 
-@functools.cache
+STOCK_VERSION = "0.19.2"
+
+
 def installed() -> MegatronBuild:
-    """The recipe choices of the Megatron installed here, read from its own parser."""
+    """The recipe choices of the Megatron that imports here: the STOCK record when it is the
+    pinned megatron-core from its wheel (a test checks the record against that parser), else
+    read from its own parser (slow: Megatron's import)."""
+    import importlib.metadata
+    import importlib.util
+
+    try:
+        dist = importlib.metadata.distribution("megatron-core")
+        spec = importlib.util.find_spec("megatron.core")
+    except (importlib.metadata.PackageNotFoundError, ImportError, ValueError):
+        dist = spec = None
+    if (dist is not None and spec is not None and dist.version == STOCK_VERSION
+            and Path(spec.origin) == Path(dist.locate_file("megatron/core/__init__.py"))):
+        return STOCK
+    return asked()
+
+
+@functools.cache
+def asked() -> MegatronBuild:
+    """The recipe choices of the Megatron that imports here, read from its own parser."""
     import argparse
 
     from megatron.core import package_info
@@ -94,8 +116,3 @@ def installed() -> MegatronBuild:
                 choices[option] = tuple(str(getattr(c, "value", c)) for c in action.choices)
     return MegatronBuild(name=f"the installed megatron-core {package_info.__version__}",
                          choices=choices, source="its own argument parser")
-
-
-def fp4_recipes() -> tuple[str, ...]:
-    """The --fp4-recipe values the installed Megatron accepts."""
-    return installed().choices.get("--fp4-recipe", ())
