@@ -149,6 +149,9 @@ def test_stock_record_is_what_the_installed_megatron_core_offers():
     assert megatron_info.asked().choices == megatron_info.STOCK.choices
     assert megatron_info.installed() is megatron_info.STOCK   # the pinned wheel: no parser needed
     assert megatron_info.STOCK_VERSION in megatron_info.asked().name
+    from training.launch.image import pinned_version, pyproject_requirements
+
+    assert pinned_version("megatron-core", pyproject_requirements()) == megatron_info.STOCK_VERSION
 
 
 def test_mxfp4_forces_the_bf16_grad_buffer_loudly(base_env):

@@ -42,15 +42,16 @@ class MegatronBuild:
 
 
 # megatron-core 0.19.2 from PyPI (pyproject.toml's pin; docker/Dockerfile.cuda installs it).
+STOCK_VERSION = "0.19.2"
 STOCK = MegatronBuild(
-    name="megatron-core 0.19.2 (PyPI)",
+    name=f"megatron-core {STOCK_VERSION} (PyPI)",
     choices={"--fp8-format": ("e4m3", "hybrid"),
              "--fp8-recipe": ("tensorwise", "delayed", "mxfp8", "blockwise", "custom"),
              "--fp4-format": ("e2m1",), "--fp4-recipe": ("nvfp4", "custom")},
     source="megatron-core 0.19.2 (PyPI), megatron/core/transformer/transformer_config.py: the "
            "Literal types of fp8, fp8_recipe, fp4, fp4_recipe, from which "
            "megatron/training/argument_utils.py's ArgumentGroupFactory builds the flags",
-    install="megatron-core==0.19.2 (pyproject.toml)")
+    install=f"megatron-core=={STOCK_VERSION} (pyproject.toml)")
 
 ROCM_MEGATRON_REPO = "https://github.com/ROCm/Megatron-LM"
 ROCM_MEGATRON_COMMIT = "e6f97367979b84315baccbde57c383cba296fdf8"
@@ -77,9 +78,6 @@ IMAGES = {"nvidia": ("docker/Dockerfile.cuda", STOCK), "amd": ("docker/Dockerfil
 
 def for_vendor(vendor: str) -> tuple[str, MegatronBuild]:
     return IMAGES[vendor]
-
-
-STOCK_VERSION = "0.19.2"
 
 
 def installed() -> MegatronBuild:
