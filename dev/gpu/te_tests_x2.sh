@@ -13,13 +13,13 @@ PYTEST=(python3 -m pytest -p no:cacheprovider -q -s -m gpu --durations=0 -rA)
  echo "convergence rc=$?" >> "$OUT/convergence.log") &
 (export CUDA_VISIBLE_DEVICES=0
  log="$OUT/te_tests.log"
- timeout 200 "${PYTEST[@]}" tests/gpu/test_train_gpu.py -k transformer_engine > "$log" 2>&1
+ timeout 150 "${PYTEST[@]}" tests/gpu/test_train_gpu.py -k transformer_engine > "$log" 2>&1
  echo "tiny TE run rc=$?" >> "$log"
  timeout 240 "${PYTEST[@]}" tests/gpu/test_te_gpu.py -k recipe >> "$log" 2>&1
  echo "fp8 recipes rc=$?" >> "$log"
- timeout 150 "${PYTEST[@]}" tests/gpu/test_te_gpu.py -k parity >> "$log" 2>&1
+ timeout 120 "${PYTEST[@]}" tests/gpu/test_te_gpu.py -k parity >> "$log" 2>&1
  echo "parity rc=$?" >> "$log"
- timeout 240 "${PYTEST[@]}" tests/gpu/test_te_gpu.py -k resume >> "$log" 2>&1
+ timeout 180 "${PYTEST[@]}" tests/gpu/test_te_gpu.py -k resume >> "$log" 2>&1
  echo "resume rc=$?" >> "$log") &
 wait
 echo "== TE tests"; grep -E "PASSED|FAILED|SKIPPED|ERROR|rc=|passed|failed|loss|resume|transformer_engine:" "$OUT/te_tests.log" | tail -40
