@@ -46,6 +46,13 @@ def rope_torch(mixed_qkv, q_freqs, k_freqs, q_per_group: int, head_dim: int):
 
 if HAVE_TRITON:
     @triton.jit
+    def _head_row(t, g, GROUPS):
+        """Index of (token t, query group g) over s*b*groups, in int64: multiplied by the
+        group's width ((R + 2) * head_dim, 768 elements at Llama3-8B), an int32 index passes
+        2^31 from about 2.8M tokens per micro-batch (s x b), sooner for wider groups."""
+        return t.to(tl.int64) * GROUPS + g
+
+    @triton.jit
     def _qkv_rope_fwd(qkv_ptr, fq_ptr, fk_ptr, q_ptr, k_ptr, v_ptr, B, GROUPS,
                       R: tl.constexpr, HALF: tl.constexpr, BLOCK: tl.constexpr):
         t = tl.program_id(0)          # token index over s*b
@@ -58,21 +65,22 @@ if HAVE_TRITON:
         fk = tl.load(fk_ptr + pos * hd + offs, mask=mask, other=0.0).to(tl.float32)
         cq, sq = tl.cos(fq), tl.sin(fq)
         ck, sk = tl.cos(fk), tl.sin(fk)
-        base = qkv_ptr + (t * GROUPS + g) * (R + 2) * hd
+        tg = _head_row(t, g, GROUPS)
+        base = qkv_ptr + tg * (R + 2) * hd
         for j in tl.static_range(R):
             x1 = tl.load(base + j * hd + offs, mask=mask).to(tl.float32)
             x2 = tl.load(base + j * hd + HALF + offs, mask=mask).to(tl.float32)
-            out = q_ptr + ((t * GROUPS + g) * R + j) * hd
+            out = q_ptr + (tg * R + j) * hd
             tl.store(out + offs, (x1 * cq - x2 * sq).to(q_ptr.dtype.element_ty), mask=mask)
             tl.store(out + HALF + offs, (x2 * cq + x1 * sq).to(q_ptr.dtype.element_ty), mask=mask)
         x1 = tl.load(base + R * hd + offs, mask=mask).to(tl.float32)
         x2 = tl.load(base + R * hd + HALF + offs, mask=mask).to(tl.float32)
-        out = k_ptr + (t * GROUPS + g) * hd
+        out = k_ptr + tg * hd
         tl.store(out + offs, (x1 * ck - x2 * sk).to(k_ptr.dtype.element_ty), mask=mask)
         tl.store(out + HALF + offs, (x2 * ck + x1 * sk).to(k_ptr.dtype.element_ty), mask=mask)
         v1 = tl.load(base + (R + 1) * hd + offs, mask=mask)
         v2 = tl.load(base + (R + 1) * hd + HALF + offs, mask=mask)
-        out = v_ptr + (t * GROUPS + g) * hd
+        out = v_ptr + tg * hd
         tl.store(out + offs, v1, mask=mask)
         tl.store(out + HALF + offs, v2, mask=mask)
 
@@ -89,22 +97,23 @@ if HAVE_TRITON:
         fk = tl.load(fk_ptr + pos * hd + offs, mask=mask, other=0.0).to(tl.float32)
         cq, sq = tl.cos(fq), tl.sin(fq)
         ck, sk = tl.cos(fk), tl.sin(fk)
-        base = dqkv_ptr + (t * GROUPS + g) * (R + 2) * hd
+        tg = _head_row(t, g, GROUPS)
+        base = dqkv_ptr + tg * (R + 2) * hd
         for j in tl.static_range(R):
-            src = dq_ptr + ((t * GROUPS + g) * R + j) * hd
+            src = dq_ptr + (tg * R + j) * hd
             y1 = tl.load(src + offs, mask=mask).to(tl.float32)
             y2 = tl.load(src + HALF + offs, mask=mask).to(tl.float32)
             tl.store(base + j * hd + offs, (y1 * cq + y2 * sq).to(dqkv_ptr.dtype.element_ty),
                      mask=mask)
             tl.store(base + j * hd + HALF + offs,
                      (y2 * cq - y1 * sq).to(dqkv_ptr.dtype.element_ty), mask=mask)
-        src = dk_ptr + (t * GROUPS + g) * hd
+        src = dk_ptr + tg * hd
         y1 = tl.load(src + offs, mask=mask).to(tl.float32)
         y2 = tl.load(src + HALF + offs, mask=mask).to(tl.float32)
         tl.store(base + R * hd + offs, (y1 * ck + y2 * sk).to(dqkv_ptr.dtype.element_ty), mask=mask)
         tl.store(base + R * hd + HALF + offs, (y2 * ck - y1 * sk).to(dqkv_ptr.dtype.element_ty),
                  mask=mask)
-        src = dv_ptr + (t * GROUPS + g) * hd
+        src = dv_ptr + tg * hd
         tl.store(base + (R + 1) * hd + offs, tl.load(src + offs, mask=mask), mask=mask)
         tl.store(base + (R + 1) * hd + HALF + offs, tl.load(src + HALF + offs, mask=mask),
                  mask=mask)

@@ -17,30 +17,37 @@ if HAVE_TRITON:
     import triton.language as tl
 
     @triton.jit
+    def _row_starts(row, F):
+        """Element offsets of a row's start in x [rows, 2F] and in y [rows, F], in int64.
+        In int32, row * 2F passes 2^31 at Llama3-8B's F=14336 from row 74,899 (MBS 10 at
+        seq 8192, TP=1) and wraps to a negative offset."""
+        row = row.to(tl.int64)
+        return row * 2 * F, row * F
+
+    @triton.jit
     def _swiglu_fwd(x_ptr, y_ptr, F, BLOCK: tl.constexpr):
-        row = tl.program_id(0)
+        x_row, y_row = _row_starts(tl.program_id(0), F)
         col = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         mask = col < F
-        gate = tl.load(x_ptr + row * 2 * F + col, mask=mask).to(tl.float32)
-        up = tl.load(x_ptr + row * 2 * F + F + col, mask=mask).to(tl.float32)
+        gate = tl.load(x_ptr + x_row + col, mask=mask).to(tl.float32)
+        up = tl.load(x_ptr + x_row + F + col, mask=mask).to(tl.float32)
         y = gate * tl.sigmoid(gate) * up
-        tl.store(y_ptr + row * F + col, y.to(y_ptr.dtype.element_ty), mask=mask)
+        tl.store(y_ptr + y_row + col, y.to(y_ptr.dtype.element_ty), mask=mask)
 
     @triton.jit
     def _swiglu_bwd(x_ptr, dy_ptr, dx_ptr, F, BLOCK: tl.constexpr):
-        row = tl.program_id(0)
+        x_row, y_row = _row_starts(tl.program_id(0), F)
         col = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
         mask = col < F
-        gate = tl.load(x_ptr + row * 2 * F + col, mask=mask).to(tl.float32)
-        up = tl.load(x_ptr + row * 2 * F + F + col, mask=mask).to(tl.float32)
-        dy = tl.load(dy_ptr + row * F + col, mask=mask).to(tl.float32)
+        gate = tl.load(x_ptr + x_row + col, mask=mask).to(tl.float32)
+        up = tl.load(x_ptr + x_row + F + col, mask=mask).to(tl.float32)
+        dy = tl.load(dy_ptr + y_row + col, mask=mask).to(tl.float32)
         sig = tl.sigmoid(gate)
         silu = gate * sig
         dgate = dy * up * sig * (1.0 + gate * (1.0 - sig))
         dup = dy * silu
-        tl.store(dx_ptr + row * 2 * F + col, dgate.to(dx_ptr.dtype.element_ty), mask=mask)
-        tl.store(dx_ptr + row * 2 * F + F + col, dup.to(dx_ptr.dtype.element_ty), mask=mask)
-
+        tl.store(dx_ptr + x_row + col, dgate.to(dx_ptr.dtype.element_ty), mask=mask)
+        tl.store(dx_ptr + x_row + F + col, dup.to(dx_ptr.dtype.element_ty), mask=mask)
 
 _BLOCK = 1024
 
