@@ -134,7 +134,7 @@ def install(args, precision: str, listeners=()) -> RunState:
         is_logging_rank=logging_rank,
         profile_window=((args.profile_step_start, args.profile_step_end + 1)
                         if args.profile else (0, -1)),
-        nan_check_step=getattr(args, "nan_check", "bucket") == "step")
+        nan_check_step=args.nan_check == "step")
 
     original_step, original_log = training.train_step, training.training_log
 

@@ -176,8 +176,9 @@ def main() -> None:
 
     imports_done = time.time()
     make_torch_adam_checkpoints_load()  # every backend: a resume without it fails
-    args = parse_and_validate_args(extra_args_provider=add_training_args)
     rank = int(os.environ.get("RANK", "0"))
+    sys.argv[1:] = argv_as_the_launcher(sys.argv[1:], rank)
+    args = parse_and_validate_args(extra_args_provider=add_training_args)
     global _MLPERF
     from training.mlperf import events as mlperf_events
 
@@ -224,6 +225,22 @@ def main() -> None:
     # resources", in every run's log on the H200s): end them here.
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+
+
+def argv_as_the_launcher(argv: list[str], rank: int) -> list[str]:
+    """A plain `torchrun training/pretrain_gpt.py` gets what the launcher derives
+    (training.arguments.as_the_launcher); shown on rank 0. A contradiction exits 2."""
+    from training.arguments import ArgumentConflict, as_the_launcher
+
+    try:
+        argv, notes = as_the_launcher(argv)
+    except ArgumentConflict as err:
+        print(f"pretrain_gpt.py: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    if notes and rank == 0:
+        print("pretrain_gpt.py, as the launcher derives them:\n  " + "\n  ".join(notes),
+              flush=True)
+    return argv
 
 
 def _install_hooks_after_init(args, precision: str) -> None:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 
 from training.launch.resolve import Launch, resolve
@@ -15,16 +14,10 @@ def launch(env: dict, family: str = "llama3", words: list[str] | None = None, **
     return resolve(family, merged, words)
 
 
-@functools.cache
 def megatron_parser() -> argparse.ArgumentParser:
-    from megatron.training.arguments import add_megatron_arguments
+    from training.arguments import megatron_parser as parser
 
-    from training.arguments import add_training_args
-
-    parser = argparse.ArgumentParser(allow_abbrev=False)
-    add_megatron_arguments(parser)
-    add_training_args(parser)
-    return parser
+    return parser()
 
 
 def flag_groups() -> dict[str, str]:

@@ -14,7 +14,8 @@ PERF_FLAGS = {
     "GRAD_REDUCE_IN_BF16": ("GPT_ARGS", ["--grad-reduce-in-bf16"], []),
     "DDP_AVERAGE_IN_COLLECTIVE": ("EXTRA_ARGS", ["--ddp-average-in-collective"], []),
     "CROSS_ENTROPY_LOSS_FUSION": ("GPT_ARGS", ["--cross-entropy-loss-fusion"], []),
-    "FUSED_SINGLE_QKV_ROPE": ("GPT_ARGS", ["--fused-single-qkv-rope"], []),
+    "FUSED_SINGLE_QKV_ROPE": ("GPT_ARGS", ["--fused-single-qkv-rope"],
+                              ["--no-fused-single-qkv-rope"]),
 }
 
 

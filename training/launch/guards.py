@@ -19,6 +19,7 @@ from .capabilities import Capabilities
 from .presets import ModelPreset
 from .recipes import Recipe, platforms_supporting
 from .settings import LaunchError, Refusal, Settings
+from .toggles import default_metrics_warmup_iters
 
 
 @dataclass
@@ -421,7 +422,7 @@ def schedule(ctx: LaunchContext) -> None:
     if s["MIN_LR"] > s["LR"]:
         raise Refusal("schedule", f"MIN_LR={s['MIN_LR']:g} is above LR={s['LR']:g}.")
     if s.get("METRICS_WARMUP_ITERS") is None:
-        s.put("METRICS_WARMUP_ITERS", min(max(iters // 5, 2), 10), "derived",
+        s.put("METRICS_WARMUP_ITERS", default_metrics_warmup_iters(iters), "derived",
               "20% of TOTAL_ITERS, between 2 and 10")
     if s["METRICS_WARMUP_ITERS"] >= iters:
         s.warn("schedule", f"METRICS_WARMUP_ITERS={s['METRICS_WARMUP_ITERS']} >= TOTAL_ITERS="

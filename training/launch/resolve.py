@@ -19,7 +19,8 @@ from .recipes import recipe_args, resolve_precision
 from .runfolder import default_run_name, new_run_id, run_dir
 from .settings import BadInput, LaunchError, Setting, Settings
 from .toggles import (BY_NAME, DATA_ARGS, DISTRIBUTED_ARGS, EXTRA_ARGS, GPT_ARGS,
-                      MEGATRON_BUCKETS, OUTPUT_ARGS, REGISTRY, TRAIN_ARGS, closest_toggle,
+                      MEGATRON_BUCKETS, OUTPUT_ARGS, REGISTRY, TRAIN_ARGS, auto_backend,
+                      auto_native_kernels, backend_flags, closest_toggle, nan_check_flags,
                       parse_value)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -106,17 +107,11 @@ def _initial_settings(family: str, environ: dict[str, str], assignments: dict[st
 
 def _resolve_backend(settings: Settings, caps: capabilities_mod.Capabilities) -> None:
     if settings["TRANSFORMER_IMPL"] == "auto":
-        if caps.transformer_engine:
-            settings.values["TRANSFORMER_IMPL"] = Setting(
-                "TRANSFORMER_IMPL", "transformer_engine", "platform",
-                f"auto: transformer_engine imports ({caps.source})")
-        else:
-            settings.values["TRANSFORMER_IMPL"] = Setting(
-                "TRANSFORMER_IMPL", "native", "platform",
-                f"auto: transformer_engine is not installed ({caps.source})")
+        backend, why = auto_backend(caps.transformer_engine)
+        settings.values["TRANSFORMER_IMPL"] = Setting(
+            "TRANSFORMER_IMPL", backend, "platform", f"auto: {why} ({caps.source})")
     if settings["NATIVE_KERNELS"] == "auto":
-        kernels, why = (("liger", "Liger-Kernel is installed") if caps.liger
-                        else ("torch", "Liger-Kernel is not installed: plain torch kernels"))
+        kernels, why = auto_native_kernels(caps.liger)
         settings.values["NATIVE_KERNELS"] = Setting("NATIVE_KERNELS", kernels, "platform",
                                                     f"auto: {why}")
 
@@ -199,19 +194,10 @@ def build_buckets(ctx: LaunchContext, log_dir: Path) -> tuple[dict[str, list[str
     add("SEQ_LENGTH", DATA_ARGS, ["--seq-length", str(s["SEQ_LENGTH"])])
     add("PRECISION", GPT_ARGS, recipe_args(ctx.recipe, s))
     backend = s["TRANSFORMER_IMPL"]
-    add("TRANSFORMER_IMPL", GPT_ARGS,
-        ["--transformer-impl", "transformer_engine" if backend == "transformer_engine"
-         else "local", "--transformer-backend", backend])
-    if backend != "transformer_engine":
-        # Megatron's RoPE fusion is TE's kernel; without TE it must be off (the native backend
-        # provides its own fused QKV RoPE through FUSED_SINGLE_QKV_ROPE).
-        # Megatron's persistent LayerNorm is apex/TE's; the torch and native norms have none.
-        add("TRANSFORMER_IMPL", TRAIN_ARGS, ["--no-rope-fusion", "--no-persist-layer-norm"])
-    if backend == "local" and not ctx.caps.masked_softmax_kernel:
-        # The local spec's attention softmax: Megatron's fused kernel is apex's
-        # scaled_masked_softmax_cuda; absent, the first forward at seq <= 4096 dies with
-        # ModuleNotFoundError. Torch's softmax instead (numerically the same).
-        add("TRANSFORMER_IMPL", TRAIN_ARGS, ["--no-masked-softmax-fusion"])
+    gpt_words, train_words = backend_flags(backend, ctx.caps.masked_softmax_kernel)
+    add("TRANSFORMER_IMPL", GPT_ARGS, gpt_words + ["--transformer-backend", backend])
+    if train_words:
+        add("TRANSFORMER_IMPL", TRAIN_ARGS, train_words)
     if backend == "native":
         add("NATIVE_KERNELS", GPT_ARGS, ["--native-kernels", s["NATIVE_KERNELS"]])
     if s["MANUAL_GC_INTERVAL"] < 0:
@@ -220,11 +206,8 @@ def build_buckets(ctx: LaunchContext, log_dir: Path) -> tuple[dict[str, list[str
     if s["MANUAL_GC_INTERVAL"] > 0:
         add("MANUAL_GC_INTERVAL", TRAIN_ARGS,
             ["--manual-gc", "--manual-gc-interval", str(s["MANUAL_GC_INTERVAL"])])
-    # NAN_CHECK=step replaces Megatron's per-bucket NaN/Inf check (a host-GPU sync for every
-    # gradient bucket in each backward) with one check of the loss and global gradient norm per
-    # iteration (training.loop_hooks); NAN_CHECK=bucket keeps Megatron's.
-    add("NAN_CHECK", TRAIN_ARGS, ["--nan-check", s["NAN_CHECK"]]
-        + (["--no-check-for-nan-in-loss-and-grad"] if s["NAN_CHECK"] == "step" else []))
+    add("NAN_CHECK", TRAIN_ARGS,
+        ["--nan-check", s["NAN_CHECK"], *nan_check_flags(s["NAN_CHECK"])])
     recompute = s["RECOMPUTE"]
     if recompute == "selective":
         add("RECOMPUTE", GPT_ARGS, ["--recompute-granularity", "selective"])

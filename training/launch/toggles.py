@@ -107,7 +107,7 @@ REGISTRY: tuple[Toggle, ...] = (
           on=("--cross-entropy-loss-fusion",)),
     _perf("FUSED_SINGLE_QKV_ROPE", GPT_ARGS,
           "RoPE applied to the packed QKV projection in one kernel, no split/concat.",
-          on=("--fused-single-qkv-rope",)),
+          on=("--fused-single-qkv-rope",), off=("--no-fused-single-qkv-rope",)),
     Toggle("CROSS_ENTROPY_FUSION_IMPL", "choice", "native", GPT_ARGS,
            "Implementation of the fused cross-entropy; 'te' fails megatron-core 0.19.2's "
            "validate_args ('disabled due to stability issues').",
@@ -335,6 +335,56 @@ REGISTRY: tuple[Toggle, ...] = (
 
 BY_NAME: dict[str, Toggle] = {t.name: t for t in REGISTRY}
 PERF_TOGGLES: tuple[Toggle, ...] = tuple(t for t in REGISTRY if t.perf)
+
+
+# -- values derived from others, written once: the launcher (resolve, guards) and a plain
+#    `torchrun training/pretrain_gpt.py` (training/arguments.py) both call these, so the
+#    two derive the same run --------------------------------------------------------------
+
+def default_metrics_warmup_iters(total_iters: int | None) -> int:
+    """METRICS_WARMUP_ITERS left unset: 20% of TOTAL_ITERS, between 2 and 10."""
+    return min(max((total_iters or 0) // 5, 2), 10)
+
+
+def auto_backend(transformer_engine: bool) -> tuple[str, str]:
+    """TRANSFORMER_IMPL=auto: (backend, why)."""
+    if transformer_engine:
+        return "transformer_engine", "transformer_engine imports"
+    return "native", "transformer_engine is not installed"
+
+
+def auto_native_kernels(liger: bool) -> tuple[str, str]:
+    """NATIVE_KERNELS=auto: (kernels, why)."""
+    if liger:
+        return "liger", "Liger-Kernel is installed"
+    return "torch", "Liger-Kernel is not installed: plain torch kernels"
+
+
+def backend_flags(backend: str, masked_softmax_kernel: bool) -> tuple[list[str], list[str]]:
+    """The Megatron flags a resolved backend implies: (GPT_ARGS words, TRAIN_ARGS words).
+
+    Megatron's --transformer-impl is TE's or the local one (the native backend builds on the
+    local spec). Without TE, Megatron's RoPE fusion (TE's kernel) must be off, the native
+    backend has its own fused QKV RoPE (FUSED_SINGLE_QKV_ROPE), and Megatron's persistent
+    LayerNorm (apex/TE's) is off: the torch and native norms have none. The local spec's
+    attention softmax: Megatron's fused kernel is apex's scaled_masked_softmax_cuda; absent,
+    the first forward at seq <= 4096 dies with ModuleNotFoundError, so torch's softmax runs
+    instead (numerically the same)."""
+    gpt = ["--transformer-impl",
+           "transformer_engine" if backend == "transformer_engine" else "local"]
+    train = []
+    if backend != "transformer_engine":
+        train += ["--no-rope-fusion", "--no-persist-layer-norm"]
+    if backend == "local" and not masked_softmax_kernel:
+        train += ["--no-masked-softmax-fusion"]
+    return gpt, train
+
+
+def nan_check_flags(value: str) -> list[str]:
+    """NAN_CHECK=step replaces Megatron's per-bucket NaN/Inf check (a host-GPU sync for every
+    gradient bucket in each backward) with one check of the loss and global gradient norm per
+    iteration (training.loop_hooks); NAN_CHECK=bucket keeps Megatron's."""
+    return ["--no-check-for-nan-in-loss-and-grad"] if value == "step" else []
 
 
 def closest_toggle(name: str) -> str | None:
