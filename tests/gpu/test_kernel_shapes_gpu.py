@@ -102,7 +102,8 @@ def test_fused_qkv_rope_shapes(dtype, shape):
 
 def test_fused_qkv_rope_past_int32_elements():
     """The packed QKV tensor at Llama3-8B's head layout with s * b * groups * 6 * 128 > 2^31
-    (seq 8192, b 43): the last position's q, k, v and gradient against float64. Tensors of about 17 GB."""
+    (seq 8192, b 43): the last position's q, k, v and gradient against float64. Tensors of
+    about 17 GB."""
     c = LLAMA3_8B
     width = c["groups"] * (c["per_group"] + 2) * c["head_dim"]
     s, b = 8192, PAST_INT32 // (8192 * width) + 1

@@ -43,6 +43,17 @@ def hf_config(preset, num_layers: int):
     return config
 
 
+def native_run(kernels: str, fused_qkv_rope: bool = True, gradient_accumulation_fusion=False):
+    """A training.run.Run carrying the native backend's arguments (no torchrun, no parser)."""
+    from argparse import Namespace
+
+    from training.run import Run
+
+    return Run(args=Namespace(transformer_backend="native", native_kernels=kernels,
+                              fused_single_qkv_rope=fused_qkv_rope,
+                              gradient_accumulation_fusion=gradient_accumulation_fusion))
+
+
 def build_pair(preset, num_layers: int, backend: str, kernels: str, device: str,
                dtype: torch.dtype, fused_qkv_rope: bool = True):
     """A random HF Llama and our GPTModel holding the same weights."""
@@ -74,10 +85,11 @@ def build_pair(preset, num_layers: int, backend: str, kernels: str, device: str,
         use_cpu_initialization=True, params_dtype=dtype, bf16=dtype == torch.bfloat16,
         gradient_accumulation_fusion=False)
     if backend == "native":
-        specs.install_native(kernels, False, fused_qkv_rope)
+        specs.install_native(native_run(kernels, fused_qkv_rope))
     from megatron.core.models.gpt import GPTModel
 
-    gpt = GPTModel(config=config, transformer_layer_spec=specs.decoder_spec(backend, config),
+    gpt = GPTModel(config=config,
+                   transformer_layer_spec=specs.decoder_spec(backend, config, kernels=kernels),
                    vocab_size=preset.vocab_size, max_sequence_length=preset.max_position_embeddings,
                    position_embedding_type="rope", rotary_base=preset.rotary_base,
                    share_embeddings_and_output_weights=False).to(device=device, dtype=dtype)

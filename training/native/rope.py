@@ -149,37 +149,30 @@ class _FusedQKVRope(torch.autograd.Function):
         return dqkv, None, None, None, None
 
 
-_active = "torch"
-
-
-def configure(kernels: str) -> None:
-    global _active
+def fused_qkv_rope(kernels: str):
+    """Megatron's apply_fused_qkv_rotary_pos_emb (TE's function of that name and signature)
+    with the native kernels: the Triton kernel on GPUs with NATIVE_KERNELS=liger, torch ops
+    otherwise (and on CPU tensors: tests)."""
     if kernels == "liger" and not HAVE_TRITON:
         raise RuntimeError("NATIVE_KERNELS=liger needs Triton for the fused QKV RoPE kernel")
-    _active = kernels
+
+    def apply_fused_qkv_rotary_pos_emb(mixed_qkv, q_pos_emb, k_pos_emb, qkv_split_arg_list):
+        q_size, head_dim, v_size = qkv_split_arg_list
+        if v_size != head_dim or q_size % head_dim or head_dim % 2:
+            raise ValueError(f"unexpected QKV split {qkv_split_arg_list}")
+        q_per_group = q_size // head_dim
+        if q_pos_emb.shape[-1] != head_dim:
+            raise ValueError("fused QKV RoPE needs rotary_percent=1 (RoPE over the whole head)")
+        if kernels == "liger" and mixed_qkv.is_cuda:
+            return _FusedQKVRope.apply(mixed_qkv, q_pos_emb, k_pos_emb, q_per_group, head_dim)
+        return rope_torch(mixed_qkv, q_pos_emb, k_pos_emb, q_per_group, head_dim)
+
+    apply_fused_qkv_rotary_pos_emb.description = (
+        "native fused QKV RoPE, one Triton kernel over the packed QKV" if kernels == "liger"
+        else "native fused QKV RoPE, torch ops over the packed QKV")
+    return apply_fused_qkv_rotary_pos_emb
 
 
-def apply_fused_qkv_rotary_pos_emb(mixed_qkv, q_pos_emb, k_pos_emb, qkv_split_arg_list):
-    """Megatron's call signature (TE's function of the same name)."""
-    q_size, head_dim, v_size = qkv_split_arg_list
-    if v_size != head_dim or q_size % head_dim or head_dim % 2:
-        raise ValueError(f"unexpected QKV split {qkv_split_arg_list}")
-    q_per_group = q_size // head_dim
-    if q_pos_emb.shape[-1] != head_dim:
-        raise ValueError("fused QKV RoPE needs rotary_percent=1 (RoPE over the whole head)")
-    if _active == "liger" and mixed_qkv.is_cuda:  # Triton runs on GPUs only (CPU: tests)
-        return _FusedQKVRope.apply(mixed_qkv, q_pos_emb, k_pos_emb, q_per_group, head_dim)
-    return rope_torch(mixed_qkv, q_pos_emb, k_pos_emb, q_per_group, head_dim)
-
-
-def install(kernels: str) -> str:
-    """Give Megatron's attention this function in place of TE's. Returns a description."""
-    from megatron.core.transformer import attention
-
-    configure(kernels)
-    if attention.HAVE_FUSED_QKV_ROPE:
-        return "Transformer Engine's fused QKV RoPE (installed)"
-    attention.apply_fused_qkv_rotary_pos_emb = apply_fused_qkv_rotary_pos_emb
-    attention.HAVE_FUSED_QKV_ROPE = True
-    return ("native: one Triton kernel over the packed QKV" if kernels == "liger"
-            else "native: torch ops over the packed QKV")
+def qkv_rope_replacement(original, run):
+    """The patch table's factory (training.megatron_patches, native_qkv_rope)."""
+    return fused_qkv_rope(run.args.native_kernels)

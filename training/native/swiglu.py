@@ -78,11 +78,9 @@ def swiglu_torch(x: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.silu(gate.float()).mul(up.float()).to(x.dtype)
 
 
-def install() -> str:
-    """Replace Megatron's bias-free SwiGLU in the MLP by the Triton kernel."""
-    from megatron.core.transformer import mlp
-
-    original = mlp.bias_swiglu_impl
+def bias_swiglu(original):
+    """Megatron's bias_swiglu_impl (mlp.py's copy) with the Triton kernel for the bias-free
+    case; with a bias, fp8 input storage, activation offloading or a CPU tensor, `original`."""
 
     def bias_swiglu_impl(input, bias, fp8_input_store=False, cpu_offload_input=False):
         if bias is not None or fp8_input_store or cpu_offload_input or not input.is_cuda:
@@ -91,5 +89,34 @@ def install() -> str:
         out = _SwiGLU.apply(input.reshape(-1, shape[-1]))
         return out.view(*shape[:-1], shape[-1] // 2)
 
-    mlp.bias_swiglu_impl = bias_swiglu_impl
-    return "native: one Triton pass each way over the packed fc1 output"
+    bias_swiglu_impl.description = "native SwiGLU, one Triton pass each way over fc1's output"
+    return bias_swiglu_impl
+
+
+def liger_megatron_bias_swiglu(original):
+    """The same slot filled by Liger-Kernel's own Megatron SwiGLU (liger_kernel.megatron,
+    its fused gate-up kernel), the alternative training.native.IMPLEMENTATION can pick; it
+    defers to `original` where Liger has no kernel (bias, fp8 input store, offloading) and
+    here also on CPU tensors (tests)."""
+    from liger_kernel.megatron import LigerMegatronSwiGLU
+
+    liger = LigerMegatronSwiGLU(fallback_impl=original)
+
+    def bias_swiglu_impl(input, bias, fp8_input_store=False, cpu_offload_input=False):
+        if not input.is_cuda:
+            return original(input, bias, fp8_input_store, cpu_offload_input)
+        return liger(input, bias, fp8_input_store, cpu_offload_input)
+
+    bias_swiglu_impl.description = ("Liger-Kernel's Megatron SwiGLU "
+                                    "(liger_kernel.megatron.LigerMegatronSwiGLU, fused gate-up)")
+    return bias_swiglu_impl
+
+
+def swiglu_replacement(original, run):
+    """The patch table's factory (training.megatron_patches, native_swiglu): ours or Liger's
+    Megatron SwiGLU, as training.native.IMPLEMENTATION says."""
+    from training.native import IMPLEMENTATION
+
+    if IMPLEMENTATION["swiglu"] == "liger_megatron":
+        return liger_megatron_bias_swiglu(original)
+    return bias_swiglu(original)
