@@ -1,5 +1,5 @@
-"""The tiny preset trains for real through the launcher on a GPU: falling loss per backend,
-and checkpoint save/resume continuing the same loss curve."""
+"""The tiny preset trains for real through the launcher on a GPU: the recorded loss curve per
+backend, the backends against each other, and checkpoint save/resume continuing the same curve."""
 from __future__ import annotations
 
 import importlib.util
@@ -19,6 +19,18 @@ SAMPLE = REPO / "data" / "shakespeare"
 TIMEOUT_S = 150  # a tiny run takes under a minute on an H200 (43 s for native, 2026-11-30)
 BACKENDS = ["native", "local"] + (["transformer_engine"]
                                   if importlib.util.find_spec("transformer_engine") else [])
+
+# The tiny run's mean loss over iterations 26-30 (30 iterations, LR 1e-3 -> 1e-4, the shipped
+# corpus), as recorded on H200s: 6.197 to 6.199 in seven runs over three sessions, both backends
+# (dev/gpu_logs/2026-11-30_*.log: native 6.199 x4, 6.198, 6.197; local 6.197 x2), from 8.670
+# over iterations 1-5. A deliberate change of what the tiny run trains (recipe, data, init)
+# moves it: record the new value from the GPU log, with the log.
+RECORDED_LATE_LOSS = 6.198
+# 0.05: 25x the recorded spread (0.002), 2% of the 2.47 the run learns.
+LATE_LOSS_TOL = 0.05
+# Backends against each other, in the same call: recorded 0.002 apart (6.199 native, 6.197
+# local, 2026-11-30_s3_h200x2_train_tests.log); 0.02 is 10x that.
+BACKEND_TOL = 0.02
 
 
 def _free_port() -> int:
@@ -62,14 +74,46 @@ def _losses(run: Path) -> dict[int, float]:
     return {m["iteration"]: m["loss"] for m in lines if m.get("loss") is not None}
 
 
+def _mean_loss(losses: dict[int, float], first: int, last: int) -> float:
+    return sum(losses[i] for i in range(first, last + 1)) / (last - first + 1)
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """The tiny 30-iteration run of a backend, trained once per module (the backend test and
+    the comparison share it); a run that failed fails again without training again."""
+    runs: dict[str, Path | BaseException] = {}
+
+    def run(backend: str) -> Path:
+        if backend not in runs:
+            try:
+                runs[backend] = _train(tmp_path_factory.mktemp(backend), f"tiny-{backend}",
+                                       TRANSFORMER_IMPL=backend, TOTAL_ITERS=30)
+            except BaseException as err:  # pytest's skip and fail too
+                runs[backend] = err
+                raise
+        if isinstance(runs[backend], BaseException):
+            raise runs[backend]
+        return runs[backend]
+
+    return run
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_tiny_trains_30_iterations_with_falling_loss(tmp_path, backend):
-    run = _train(tmp_path, f"tiny-{backend}", TRANSFORMER_IMPL=backend, TOTAL_ITERS=30)
+def test_tiny_trains_30_iterations_along_the_recorded_curve(tiny_run, backend):
+    """The late loss (iterations 26-30) within LATE_LOSS_TOL of the recorded 6.198.
+
+    Mutation meant: labels=batch["tokens"] in training/pretrain_gpt.py forward_step (predict
+    the token itself: the loss falls towards 0): the old bound (a fall of more than 1.0 from
+    iterations 1-5) passes it, as it passes a run that keeps only 1.5 of the 2.47 the run
+    learns. Not run by hand: there is no GPU here."""
+    run = tiny_run(backend)
     losses = _losses(run)
     assert sorted(losses) == list(range(1, 31))
-    first, last = sum(losses[i] for i in range(1, 6)) / 5, sum(losses[i] for i in range(26, 31)) / 5
+    first, last = _mean_loss(losses, 1, 5), _mean_loss(losses, 26, 30)
     print(f"\n{backend}: loss {first:.3f} (iters 1-5) -> {last:.3f} (iters 26-30)")
-    assert last < first - 1.0
+    assert abs(last - RECORDED_LATE_LOSS) < LATE_LOSS_TOL, \
+        f"{backend}: late loss {last:.3f}, recorded {RECORDED_LATE_LOSS} +- {LATE_LOSS_TOL}"
     section = json.loads((run / "manifest.json").read_text())["run"]
     summary, timeline = section["summary"], section["timeline"]
     assert summary["measured"] and summary["tokens_per_s_per_gpu"] > 0
@@ -85,6 +129,19 @@ def test_tiny_trains_30_iterations_with_falling_loss(tmp_path, backend):
     assert all(0 < m["mem_peak_fwd_bwd_gib"] <= m["mem_peak_allocated_gib"] and
                0 < m["mem_peak_step_gib"] <= m["mem_peak_allocated_gib"] for m in steps)
     print(f"{backend}: peak GiB by phase {json.dumps(phases)}")
+
+
+def test_backends_learn_the_same_curve(tiny_run):
+    """Every backend's late loss (iterations 26-30) within BACKEND_TOL of the others'.
+
+    Mutation meant: a slip in one backend that still learns, e.g. the native RMSNorm's eps
+    read as 1e-2 instead of the preset's 1e-5 (training/native/norm.py NativeRMSNorm; at
+    init the hidden states' mean square is ~4e-4, so the norm's output shrinks ~5x), which
+    moves the native curve and not the local one. Expected to fail; not run by hand: there is
+    no GPU here."""
+    late = {b: _mean_loss(_losses(tiny_run(b)), 26, 30) for b in BACKENDS}
+    print(f"\nlate loss by backend: {json.dumps(late)}")
+    assert max(late.values()) - min(late.values()) < BACKEND_TOL, late
 
 
 def test_checkpoint_resume_continues_the_loss_curve(tmp_path):
