@@ -8,7 +8,7 @@ import pytest
 
 from training.optimize import levers
 from training.optimize.config import from_manifest
-from training.optimize.inputs import load_run
+from training.optimize.inputs import BadInput, load_run
 
 from .helpers import DRY_ALL_ON, FIXTURE, LOCAL, NATIVE, advise, fixture_levers, write_levers
 
@@ -101,12 +101,20 @@ def test_peers_are_not_levers_and_default_matches_the_registry_default(tmp_path)
 
 
 def test_an_unmeasured_entry_needs_no_source_but_a_measured_one_does(tmp_path):
+    """Mutation caught: training/optimize/levers.py load() taking only a ratio for a
+    measurement (`measured = ratio is not None`): the same entry with the verdict 'slower' and
+    no ratio then loads without a source. The old test checked only the unmeasured half."""
     data = fixture_levers()
     unmeasured = next(e for e in data["levers"] if e["effect"]["verdict"] == "not measured")
     unmeasured.update(source=None, shape=None, hardware=None)
     book = _book(tmp_path, data)
     entry = next(e for e in book.entries if e.verdict == "not measured")
     assert levers.quote(entry).endswith("not measured: fixture; needs DP>1")
+    # a verdict is a measurement, with a ratio or without one: it must say where it comes from
+    assert unmeasured["effect"]["tokens_per_s_ratio"] is None
+    unmeasured["effect"]["verdict"] = "slower"
+    with pytest.raises(BadInput, match=r"has a measurement but no 'source'"):
+        _book(tmp_path, data)
 
 
 REAL = FIXTURE.parents[2] / "docs" / "levers.json"
