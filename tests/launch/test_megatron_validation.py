@@ -68,7 +68,18 @@ def test_each_toggle_state_validates(base_env, name, value):
      "TRANSFORMER_IMPL": "native"},
     {"MODEL_SIZE": "3.1-8B"}, {"PROFILE": "torch"}, {"TRANSFORMER_IMPL": "local"}])
 def test_layouts_and_levers_validate(base_env, toggles):
+    """Megatron validates each layout, and each lever reaches its argument.
+
+    Mutation caught: the FSDP toggle's flag dropped from the registry
+    (training/launch/toggles.py), which validated before (three of these cases asserted
+    nothing but that validation passed)."""
     args = megatron_args(launch(base_env, **toggles))
+    if "FSDP" in toggles:
+        assert args.use_torch_fsdp2
+    if "PROFILE" in toggles:
+        assert args.profile and args.use_pytorch_profiler
+    if "TRANSFORMER_IMPL" in toggles:
+        assert args.transformer_backend == toggles["TRANSFORMER_IMPL"]
     if toggles.get("RECOMPUTE"):
         assert args.recompute_granularity == toggles["RECOMPUTE"]
     if "TP" in toggles:
