@@ -82,7 +82,7 @@ def test_a_crash_keeps_the_points_done(tmp_path):
         return fake(spec)
 
     configs, values = _toggle_configs()
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="machine went away"):
         sweep.run(dict(HEADER, kind="toggles", default_resolved=values), configs, SHAPE,
                   runner, lambda s: 1.0, out, budget_s=1e9, log=lambda _m: None)
     data = json.loads(out.read_text())

@@ -113,9 +113,14 @@ def test_rule_changing_megatron_flags_are_refused_in_closed_only(mlperf_env):
 
 def test_without_the_recipe_only_the_rules_are_checked(mlperf_env):
     """MLPERF_DIVISION through train_llama3.sh: every rule value must be given by hand, and a
-    notice says that mlperf.log and the stop come with run_llama31_8b.sh."""
-    with pytest.raises(Refusals):
+    notice says that mlperf.log and the stop come with run_llama31_8b.sh.
+
+    Mutation caught: training/launch/guards.py mlperf_closed_rules refusing under another
+    guard's name (`raise Refusal("mlperf_rules", ...)`): the old `pytest.raises(Refusals)`
+    took a refusal of any guard."""
+    with pytest.raises(Refusals) as err:
         resolve("llama3", dict(mlperf_env, MLPERF_DIVISION="closed"))
+    assert "mlperf_closed_rules" in {r.guard for r in err.value.refusals}, str(err.value)
     by_hand = {"MODEL_SIZE": "3.1-8B", "ADAM_EPS": "1e-5", "LR_DECAY_ITERS": "1200000",
                "LR": "8e-4", "MIN_LR": "8e-5", "BS": "32", "EVAL_INTERVAL": "384",
                "EVAL_ITERS": "32", "MLPERF_EVAL_EVERY": "12288", "MLPERF_EVAL_SAMPLES": "1024",
