@@ -31,8 +31,8 @@ from pathlib import Path
 
 import torch
 
-from training.metrics import MetricsWriter, Shape, StepRecord, flops_per_token, peak_tflops, \
-    steady_state
+from training.metrics import MetricsWriter, StepRecord, flops_per_token, peak_tflops, steady_state
+from training.run_description import Model
 
 
 class PhasePeaks:
@@ -116,7 +116,7 @@ class RunState:
     @classmethod
     def start(cls, args, precision: str) -> "RunState":
         """After Megatron's initialize (torch.distributed up, args known)."""
-        shape = Shape.from_megatron_args(args)
+        shape = Model.from_megatron_args(args)
         device_name = torch.cuda.get_device_name()
         rank = torch.distributed.get_rank()
         logging_rank = rank == torch.distributed.get_world_size() - 1  # last PP stage: the loss

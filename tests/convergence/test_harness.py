@@ -189,7 +189,7 @@ def test_the_committed_2x2_grid_resolves_through_the_launcher_for_every_cell(tmp
         env = runner.cell_env(grid, cell, tmp_path / "exp", dry_run=True,
                               base={"PATH": os.environ.get("PATH", "")})
         launch = resolve("llama3", env)
-        assert launch.ctx.data_parallel == 2 and launch.settings["SEED"] == 1234
+        assert launch.run.layout.dp == 2 and launch.settings["SEED"] == 1234
         args = megatron_args(launch)
         assert args.adam_eps == float(cell.values["ADAM_EPS"]) and args.lr == 8e-4
         assert args.grad_reduce_in_bf16 == (cell.values["GRAD_REDUCE_IN_BF16"] == "1")

@@ -44,10 +44,10 @@ def megatron_args(result: Launch, validate: bool = True):
     for bucket in ("GPT_ARGS", "TRAIN_ARGS", "DATA_ARGS", "OUTPUT_ARGS", "EXTRA_ARGS"):
         words += result.buckets[bucket]
     words += result.user_args
-    os.environ.setdefault("WORLD_SIZE", str(result.ctx.world_size))
+    os.environ.setdefault("WORLD_SIZE", str(result.run.layout.world_size))
     os.environ.setdefault("RANK", "0")
     args = megatron_parser().parse_args(words)
-    args.rank, args.world_size = 0, result.ctx.world_size
+    args.rank, args.world_size = 0, result.run.layout.world_size
     args._is_global_batch_size_explicitly_specified = True
     if validate:
         platform = result.ctx.caps.info

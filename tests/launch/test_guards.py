@@ -227,7 +227,7 @@ def test_multinode_with_a_real_master_resolves(base_env):
                     GPUS_PER_NODE=8)
     words = result.buckets["DISTRIBUTED_ARGS"]
     assert words[words.index("--master-addr") + 1] == "node-0.cluster"
-    assert result.ctx.world_size == 16
+    assert result.run.layout.world_size == 16
     refused(base_env, "multinode_master_addr", NNODES=2, NODE_RANK=2,
             MASTER_ADDR="node-0.cluster", GPUS_PER_NODE=8)
 

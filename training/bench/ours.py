@@ -17,6 +17,7 @@ from pathlib import Path
 
 from training.launch.toggles import BY_NAME
 from training.metrics import read_metrics
+from training.run_description import RunDescription
 
 from .record import REPO
 
@@ -55,8 +56,8 @@ def precheck(toggles: dict[str, str], family: str = "llama3",
             "values": {name: fmt_value(s.value) for name, s in values.items()},
             "corrections": [{"toggle": name, "value": fmt_value(s.value), "reason": s.reason}
                             for name, s in values.items() if s.source == "guard"],
-            "layout": {"tp": launch.settings["TP"], "pp": launch.settings["PP"],
-                       "dp": launch.ctx.data_parallel, "world_size": launch.ctx.world_size}}
+            "layout": {k: v for k, v in launch.run.layout.to_dict().items()
+                       if k in ("tp", "pp", "dp", "world_size")}}
 
 
 def run_logged(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float,
@@ -132,14 +133,15 @@ def startup_breakdown(point: dict, timeline: dict) -> dict | None:
 def read_run(run: Path) -> dict:
     """A finished run folder -> the fields a benchmark point records."""
     manifest = json.loads((run / "manifest.json").read_text())
+    described = RunDescription.from_dict(manifest)
     metrics = read_metrics(run / "metrics.jsonl")
     steps = [m for m in metrics if "step_time_s" in m]
     summary = (manifest.get("run") or {}).get("summary") or {}
     out = {
         "run_dir": str(run),
-        "backend": manifest["backend"],
-        "precision": manifest["precision"],
-        "layout": manifest["layout"],
+        "backend": described.backend,
+        "precision": described.precision,
+        "layout": described.layout.to_dict(),
         "toggles_resolved": {row["toggle"]: row["value"] for row in manifest["toggles"]},
         "corrections": [{"toggle": row["toggle"], "value": row["value"],
                          "reason": row.get("reason", "")}
@@ -154,18 +156,17 @@ def read_run(run: Path) -> dict:
         "tokens_per_s_per_gpu": summary.get("tokens_per_s_per_gpu"),
         "model_tflops_per_gpu": summary.get("model_tflops_per_gpu"),
         "peak_memory_gib": summary.get("peak_allocated_gib_max_over_ranks"),
-        "optimizer_state": optimizer_state(manifest),
+        "optimizer_state": optimizer_state(described),
     }
     if not summary.get("measured", bool(summary)):
         out["error"] = f"no steady-state figure: {summary.get('reason', 'summary missing')}"
     return out
 
 
-def optimizer_state(manifest: dict) -> str:
-    values = manifest["values"]
-    dist = "sharded over DP (distributed optimizer)" if values.get("DISTRIBUTED_OPTIMIZER") \
+def optimizer_state(run: RunDescription) -> str:
+    dist = "sharded over DP (distributed optimizer)" if run.get("DISTRIBUTED_OPTIMIZER") \
         else "replicated"
-    grads = "bf16" if values.get("GRAD_REDUCE_IN_BF16") else "fp32"
+    grads = "bf16" if run.get("GRAD_REDUCE_IN_BF16") else "fp32"
     return f"fp32 main params + fp32 Adam moments, {dist}; bf16 model params; {grads} grads"
 
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from training.run_description import Layout, divisors
+
 from .capabilities import Capabilities
 from .presets import ModelPreset
 from .recipes import Recipe, platforms_supporting
@@ -32,14 +34,9 @@ class LaunchContext:
     environ: dict[str, str] = field(default_factory=dict)
 
     @property
-    def world_size(self) -> int:
-        return self.settings["NNODES"] * self.settings["GPUS_PER_NODE"]
-
-    @property
-    def data_parallel(self) -> int:
-        s = self.settings
-        model_parallel = s["TP"] * s["PP"] * s["CP"]
-        return max(self.world_size // model_parallel, 1)
+    def layout(self) -> Layout:
+        """World size, data parallelism, micro-batches (training.run_description.Layout)."""
+        return Layout.from_values(self.settings.as_values())
 
     @property
     def backend(self) -> str:
@@ -271,10 +268,6 @@ def context_parallel_backend(ctx: LaunchContext) -> None:
 
 # -- parallel layout ----------------------------------------------------------------------------
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def _nearest(value: int, candidates: list[int]) -> str:
     below = [c for c in candidates if c <= value]
     above = [c for c in candidates if c >= value]
@@ -286,20 +279,21 @@ def _nearest(value: int, candidates: list[int]) -> str:
 def parallel_sizes(ctx: LaunchContext) -> None:
     """TP*PP*CP divides the world, heads and KV groups divide by TP, layers by PP, BS by MBS*DP."""
     s, p = ctx.settings, ctx.preset
-    tp, pp, cp, world = s["TP"], s["PP"], s["CP"], ctx.world_size
+    layout = ctx.layout
+    tp, pp, cp, world = layout.tp, layout.pp, layout.cp, layout.world_size
     for name in ("TP", "PP", "CP", "MBS", "BS", "NNODES", "GPUS_PER_NODE", "TOTAL_ITERS"):
         if s[name] < 1:
             raise Refusal("parallel_sizes", f"{name}={s[name]} must be at least 1.")
-    model_parallel = tp * pp * cp
+    model_parallel = layout.model_parallel
     if world % model_parallel:
-        fits = [d for d in _divisors(world)]
+        fits = divisors(world)
         raise Refusal("parallel_sizes",
                       f"TP*PP*CP={tp}*{pp}*{cp}={model_parallel} does not divide the world size "
                       f"{world} (NNODES*GPUS_PER_NODE). TP*PP*CP must be one of "
                       f"{', '.join(map(str, fits))}.")
     heads, groups = p.num_attention_heads, p.num_query_groups
     if heads % tp or groups % tp:
-        valid = [d for d in _divisors(groups) if heads % d == 0]
+        valid = [d for d in divisors(groups) if heads % d == 0]
         raise Refusal("parallel_sizes",
                       f"TP={tp} must divide the attention heads ({heads}) and query groups "
                       f"({groups}) of {p.name}. Nearest valid TP: {_nearest(tp, valid)}.")
@@ -307,8 +301,8 @@ def parallel_sizes(ctx: LaunchContext) -> None:
     if layers % pp:
         raise Refusal("parallel_sizes",
                       f"PP={pp} must divide NUM_LAYERS={layers}. Nearest valid PP: "
-                      f"{_nearest(pp, _divisors(layers))}.")
-    dp = world // model_parallel
+                      f"{_nearest(pp, divisors(layers))}.")
+    dp = layout.dp
     step = s["MBS"] * dp
     if s["BS"] % step:
         lower = (s["BS"] // step) * step
@@ -442,10 +436,11 @@ def profile_window(ctx: LaunchContext) -> None:
                       f"PROFILE_STEP_START={start} and PROFILE_STEP_END={end} must satisfy "
                       f"0 < start < end <= TOTAL_ITERS={s['TOTAL_ITERS']}.")
     ranks = s["PROFILE_RANKS"].replace(",", " ").split()
-    if not ranks or not all(r.isdigit() and int(r) < ctx.world_size for r in ranks):
+    world = ctx.layout.world_size
+    if not ranks or not all(r.isdigit() and int(r) < world for r in ranks):
         raise Refusal("profile_window",
                       f"PROFILE_RANKS={s['PROFILE_RANKS']!r} must list ranks below the world "
-                      f"size {ctx.world_size}, e.g. PROFILE_RANKS=0.")
+                      f"size {world}, e.g. PROFILE_RANKS=0.")
 
 
 # -- checkpoints and data --------------------------------------------------------------------------

@@ -16,7 +16,9 @@ from .runfolder import git_sha, package_versions, write_json_atomic
 from .settings import fmt_value
 from .toggles import REGISTRY, LAUNCHER
 
-SCHEMA = 1
+# 2: the sections of training.run_description (layout: + microbatches, - fsdp and
+# distributed_optimizer, which are in values; + kernels, platform, tokens_per_step)
+SCHEMA = 2
 
 
 def toggle_rows(launch: Launch) -> list[dict[str, str]]:
@@ -40,22 +42,15 @@ def toggle_rows(launch: Launch) -> list[dict[str, str]]:
 
 
 def launch_manifest(launch: Launch) -> dict:
-    s, ctx = launch.settings, launch.ctx
+    """The run description's sections (family, model, layout, values, ...: read back with
+    training.run_description.RunDescription.from_dict), then how the launch was resolved."""
+    s = launch.settings
     return {
         "schema": SCHEMA,
         "created": _dt.datetime.now().isoformat(timespec="seconds"),
         "host": socket.gethostname(),
         "dry_run": bool(s["DRY_RUN"]),
-        "family": launch.family,
-        "model": {**dataclasses.asdict(ctx.preset), "num_layers": s["NUM_LAYERS"],
-                  "seq_length": s["SEQ_LENGTH"]},
-        "precision": ctx.recipe.name,
-        "backend": s["TRANSFORMER_IMPL"],
-        "layout": {"nnodes": s["NNODES"], "gpus_per_node": s["GPUS_PER_NODE"],
-                   "world_size": ctx.world_size, "tp": s["TP"], "pp": s["PP"], "cp": s["CP"],
-                   "dp": ctx.data_parallel, "mbs": s["MBS"], "global_batch": s["BS"],
-                   "fsdp": bool(s["FSDP"]), "distributed_optimizer": bool(s["DISTRIBUTED_OPTIMIZER"])},
-        "values": {t.name: s.get(t.name) for t in REGISTRY},
+        **launch.run.to_dict(),
         "toggles": toggle_rows(launch),
         "notices": [dataclasses.asdict(n) for n in s.notices],
         "environment": {k: {"value": v, "source": src, "reason": why}
@@ -65,7 +60,6 @@ def launch_manifest(launch: Launch) -> dict:
         "command": launch.command,
         "command_line": launch.command_line,
         "log_dir": str(launch.log_dir),
-        "capabilities": ctx.caps.to_dict(),
         "git_sha": git_sha(REPO_ROOT),
         "versions": {**package_versions(), **launcher_versions()},
     }

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import capabilities as capabilities_mod
+from training.run_description import Model, RunDescription
+
 from .environment import resolve_environment
 from .guards import LaunchContext, run_guards, visible_gpu_count
 from .presets import FAMILIES, preset_for
@@ -33,6 +35,7 @@ class Launch:
     family: str
     settings: Settings
     ctx: LaunchContext
+    run: RunDescription                      # the resolved run, typed (manifest.json holds it)
     buckets: dict[str, list[str]]            # bucket -> Megatron words (and DISTRIBUTED_ARGS)
     emitted: dict[str, list[str]]            # toggle -> the words it contributed
     env: dict[str, tuple[str, str, str]]     # name -> (value, source, reason)
@@ -162,7 +165,10 @@ def resolve(family: str, environ: dict[str, str], words: list[str] | None = None
     env = resolve_environment(caps.info.vendor if caps.info else None, environ,
                               fsdp=bool(settings["FSDP"]), platform=caps.platform,
                               backend=settings["TRANSFORMER_IMPL"])
-    launch = Launch(family, settings, ctx, buckets, emitted, env, passthrough, user_args, log_dir)
+    run = RunDescription(family, Model.of(preset), settings.as_values(), caps.platform,
+                         caps.to_dict())
+    launch = Launch(family, settings, ctx, run, buckets, emitted, env, passthrough, user_args,
+                    log_dir)
     if settings["PROFILE"] == "nsys":
         launch.profiler_prefix = [
             "nsys", "profile", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",

@@ -74,6 +74,10 @@ class Settings:
     def setting(self, name: str) -> Setting:
         return self.values[name]
 
+    def as_values(self) -> dict[str, Any]:
+        """name -> value (what a run description is derived from)."""
+        return {name: setting.value for name, setting in self.values.items()}
+
     def is_explicit(self, name: str) -> bool:
         setting = self.values.get(name)
         return setting is not None and setting.source in USER_SOURCES

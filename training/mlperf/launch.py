@@ -98,7 +98,7 @@ def run_config(launch, rules: rules_mod.Rules) -> dict[str, Any]:
             "eval_every_samples": s["MLPERF_EVAL_EVERY"],
             "eval_samples": s["MLPERF_EVAL_SAMPLES"],
             "org": s.get("MLPERF_ORG"), "platform": s.get("MLPERF_PLATFORM"),
-            "precision": launch.ctx.recipe.name, "ruleset": rules.ruleset,
+            "precision": launch.run.precision, "ruleset": rules.ruleset,
             "config_filename": rules.config_filename}
 
 
