@@ -25,8 +25,12 @@ GROUP_TITLES = {
 
 
 def _flags(toggle) -> str:
+    if toggle.flag and toggle.built:
+        return f"`{toggle.flag}` …"
     if toggle.emitted_by:
-        return f"(built by {toggle.emitted_by})" if not toggle.flag else f"`{toggle.flag}` …"
+        return f"(built by {toggle.emitted_by})"
+    if toggle.emit:
+        return f"(built: {(toggle.emit.__doc__ or '').strip().splitlines()[0]})"
     if toggle.kind == "bool":
         on = " ".join(toggle.on) or "(Megatron default)"
         off = " ".join(toggle.off) or "(nothing)"

@@ -27,10 +27,8 @@ def toggle_rows(launch: Launch) -> list[dict[str, str]]:
     for toggle in REGISTRY:
         setting = launch.settings.setting(toggle.name)
         words = launch.emitted.get(toggle.name)
-        if setting.value is None and not words:
-            flag = "" if toggle.bucket == LAUNCHER or toggle.emitted_by else "-"
-        elif words is None:
-            flag = "" if toggle.bucket == LAUNCHER or toggle.emitted_by else "-"
+        if (setting.value is None and not words) or words is None:
+            flag = "" if toggle.bucket == LAUNCHER or toggle.built else "-"
         else:
             flag = " ".join(words) if words else "(megatron default)"
         rows.append({"toggle": toggle.name, "value": fmt_value(setting.value),

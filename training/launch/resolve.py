@@ -17,13 +17,11 @@ from training.run_description import Model, RunDescription
 from .environment import resolve_environment
 from .guards import LaunchContext, run_guards, visible_gpu_count
 from .presets import FAMILIES, preset_for
-from .recipes import recipe_args, resolve_precision
+from .recipes import resolve_precision
 from .runfolder import default_run_name, new_run_id, run_dir
 from .settings import BadInput, LaunchError, Setting, Settings
-from .toggles import (BY_NAME, DATA_ARGS, DISTRIBUTED_ARGS, EXTRA_ARGS, GPT_ARGS,
-                      MEGATRON_BUCKETS, OUTPUT_ARGS, REGISTRY, TRAIN_ARGS, auto_backend,
-                      auto_native_kernels, backend_flags, closest_toggle, nan_check_flags,
-                      parse_value)
+from .toggles import (BY_NAME, CLOSING_WORDS, DISTRIBUTED_ARGS, MEGATRON_BUCKETS, OUTPUT_ARGS,
+                      REGISTRY, auto_backend, auto_native_kernels, closest_toggle, parse_value)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PRETRAIN_SCRIPT = str(REPO_ROOT / "training" / "pretrain_gpt.py")
@@ -179,7 +177,10 @@ def resolve(family: str, environ: dict[str, str], words: list[str] | None = None
 
 def build_buckets(ctx: LaunchContext, log_dir: Path) -> tuple[dict[str, list[str]],
                                                               dict[str, list[str]]]:
-    s, preset = ctx.settings, ctx.preset
+    """bucket -> words, and toggle -> the words it contributed (the table's flag column).
+    Each bucket: the toggles' value flags (registry order), the run folder's words (OUTPUT),
+    the built flags (each entry's emit, registry order), then CLOSING_WORDS."""
+    s = ctx.settings
     buckets: dict[str, list[str]] = {b: [] for b in (*MEGATRON_BUCKETS, DISTRIBUTED_ARGS)}
     emitted: dict[str, list[str]] = {}
 
@@ -187,76 +188,22 @@ def build_buckets(ctx: LaunchContext, log_dir: Path) -> tuple[dict[str, list[str
         buckets[bucket].extend(words)
         emitted.setdefault(toggle_name, []).extend(words)
 
-    # Simple registry entries: the flag the value maps to, in the entry's bucket.
     for toggle in REGISTRY:
-        if toggle.emitted_by is not None or toggle.bucket not in buckets:
+        if toggle.built or toggle.bucket not in buckets:
             continue
-        if toggle.name == "CROSS_ENTROPY_FUSION_IMPL" and not s["CROSS_ENTROPY_LOSS_FUSION"]:
+        if toggle.when is not None and not toggle.when(s):
             continue
         add(toggle.name, toggle.bucket, toggle.flags_for(s[toggle.name]))
-
-    # Model preset, precision recipe, backend, recompute.
-    add("MODEL_SIZE", GPT_ARGS, preset.gpt_args(s["NUM_LAYERS"], s["SEQ_LENGTH"]))
-    add("SEQ_LENGTH", DATA_ARGS, ["--seq-length", str(s["SEQ_LENGTH"])])
-    add("PRECISION", GPT_ARGS, recipe_args(ctx.recipe, s))
-    backend = s["TRANSFORMER_IMPL"]
-    gpt_words, train_words = backend_flags(backend, ctx.caps.masked_softmax_kernel)
-    add("TRANSFORMER_IMPL", GPT_ARGS, gpt_words + ["--transformer-backend", backend])
-    if train_words:
-        add("TRANSFORMER_IMPL", TRAIN_ARGS, train_words)
-    if backend == "native":
-        add("NATIVE_KERNELS", GPT_ARGS, ["--native-kernels", s["NATIVE_KERNELS"]])
-    if s["MANUAL_GC_INTERVAL"] < 0:
-        raise BadInput(f"MANUAL_GC_INTERVAL={s['MANUAL_GC_INTERVAL']} is negative: use 0 "
-                       "(Python's automatic GC) or N > 0 (collect every N iterations).")
-    if s["MANUAL_GC_INTERVAL"] > 0:
-        add("MANUAL_GC_INTERVAL", TRAIN_ARGS,
-            ["--manual-gc", "--manual-gc-interval", str(s["MANUAL_GC_INTERVAL"])])
-    add("NAN_CHECK", TRAIN_ARGS,
-        ["--nan-check", s["NAN_CHECK"], *nan_check_flags(s["NAN_CHECK"])])
-    recompute = s["RECOMPUTE"]
-    if recompute == "selective":
-        add("RECOMPUTE", GPT_ARGS, ["--recompute-granularity", "selective"])
-    elif recompute == "full":
-        add("RECOMPUTE", GPT_ARGS, ["--recompute-granularity", "full", "--recompute-method",
-                                    "uniform", "--recompute-num-layers", "1"])
-
-    # Data: a real dataset with its tokenizer (one split by SPLIT, or separate train and
-    # validation sets), or mock data.
-    from training.data.check import megatron_tokenizer_args, parse_data_path
-
-    def blend_words(value: str) -> list[str]:
-        words = []
-        for weight, prefix in parse_data_path(value):
-            words += ([repr(weight)] if weight is not None else []) + [prefix]
-        return words
-
-    if s.get("DATA_PATH") and s.get("VALID_DATA_PATH"):
-        add("DATA_PATH", DATA_ARGS, ["--train-data-path", *blend_words(s["DATA_PATH"])])
-        add("VALID_DATA_PATH", DATA_ARGS, ["--valid-data-path", *blend_words(s["VALID_DATA_PATH"])])
-    elif s.get("DATA_PATH"):
-        add("DATA_PATH", DATA_ARGS, ["--data-path", *blend_words(s["DATA_PATH"])])
-        add("SPLIT", DATA_ARGS, ["--split", s["SPLIT"]])
-    else:
-        add("DATA_PATH", DATA_ARGS, ["--mock-data"])
-    if s.get("TOKENIZER_MODEL"):
-        add("TOKENIZER_MODEL", DATA_ARGS, megatron_tokenizer_args(s["TOKENIZER_MODEL"]))
-    else:
-        add("TOKENIZER_MODEL", DATA_ARGS, ["--tokenizer-type", "NullTokenizer",
-                                           "--vocab-size", str(preset.vocab_size)])
-    buckets[DATA_ARGS] += ["--no-create-attention-mask-in-dataloader"]
-
-    # Output: run folder, metrics, TensorBoard, profiling, SIGTERM handling.
-    buckets[OUTPUT_ARGS] += ["--run-dir", str(log_dir), "--tensorboard-dir",
-                             str(log_dir / "tensorboard"), "--log-throughput",
-                             "--log-memory-to-tensorboard"]
-    if s["PROFILE"] != "none":
-        words = ["--profile", "--profile-step-start", str(s["PROFILE_STEP_START"]),
-                 "--profile-step-end", str(s["PROFILE_STEP_END"])]
-        if s["PROFILE"] == "torch":
-            words += ["--use-pytorch-profiler", "--profile-ranks",
-                      *s["PROFILE_RANKS"].replace(",", " ").split()]
-        add("PROFILE", OUTPUT_ARGS, words)
-    buckets[TRAIN_ARGS] += ["--exit-signal-handler"]
-    buckets[EXTRA_ARGS] += ["--distributed-backend", "nccl"]
+    buckets[OUTPUT_ARGS] += run_folder_words(log_dir)
+    for toggle in REGISTRY:
+        for flags in toggle.emit(toggle, ctx) if toggle.emit else ():
+            add(flags.toggle or toggle.name, flags.bucket, flags.words)
+    for bucket, words in CLOSING_WORDS:
+        buckets[bucket] += words
     return buckets, emitted
+
+
+def run_folder_words(log_dir: Path) -> list[str]:
+    """Where the run writes: the run folder (metrics.jsonl, train.log's siblings), TensorBoard."""
+    return ["--run-dir", str(log_dir), "--tensorboard-dir", str(log_dir / "tensorboard"),
+            "--log-throughput", "--log-memory-to-tensorboard"]
