@@ -5,7 +5,6 @@ import pytest
 
 from training.launch import megatron_info
 from training.launch.guards import CHECKPOINT_TRACKER, Refusals
-from training.launch.settings import BadInput
 
 from .helpers import launch
 
@@ -310,20 +309,18 @@ def test_rocm_spellings_resolve_to_precision(base_env, toggles, precision):
      "Use one spelling"),
 ])
 def test_conflicting_spellings_are_refused(base_env, toggles, guard, says):
-    """Each conflict refused by its own guard, with its own advice.
+    """Each conflict refused by its own guard, with its own advice (and with the other guards'
+    refusals, in one report).
 
-    Mutation caught: training/launch/recipes.py raising Refusal("precision_spelling_conflict",
-    ...) (or any other name) for TE_FP8=1 TE_FP4=1; the old assertion, `guard == g and
-    "Use one spelling" in message or guard == "fp8_and_fp4_together"`, passed any refusal
-    for that case."""
-    from training.launch.settings import Refusal
-
-    with pytest.raises(Refusal) as err:
-        launch(base_env, PLATFORM="gb300", **toggles)
-    assert err.value.guard == guard
-    assert says in str(err.value)
+    Mutation caught: a spelling guard refusing under another guard's name (TE_FP8=1 TE_FP4=1
+    as precision_spelling_conflict): `refused` looks the refusal up by the guard's name."""
+    assert says in refused(base_env, guard, PLATFORM="gb300", **toggles)
 
 
-def test_recipe_variable_without_its_switch_is_bad_input(base_env):
-    with pytest.raises(BadInput, match="TE_FP8_RECIPE=tensorwise needs TE_FP8=1"):
-        launch(base_env, TE_FP8_RECIPE="tensorwise")
+def test_recipe_variable_without_its_switch_is_refused_with_the_rest(base_env):
+    """A refusal of the precision's spelling is reported with the other guards' refusals."""
+    with pytest.raises(Refusals) as err:
+        launch(base_env, TE_FP8_RECIPE="tensorwise", TP=3, GPUS_PER_NODE=8)
+    messages = {r.guard: str(r) for r in err.value.refusals}
+    assert "TE_FP8_RECIPE=tensorwise needs TE_FP8=1" in messages["precision_spelling_conflict"]
+    assert "parallel_sizes" in messages

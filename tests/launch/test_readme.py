@@ -12,11 +12,16 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def test_readme_tables_are_generated_from_the_registry():
+    from training.mlperf import docs as mlperf_docs
+    from training.mlperf.layer import TOGGLES, llama31_8b
+
     assert docs.main(["--check"]) == 0, "README.md is stale: run python -m training.launch.docs"
+    assert mlperf_docs.main(["--check"]) == 0, \
+        "README.md is stale: run python -m training.mlperf.docs"
     text = README.read_text()
-    for toggle in REGISTRY:
+    for toggle in (*REGISTRY, *TOGGLES):
         assert f"| `{toggle.name}` |" in text
-    for fn in GUARDS:
+    for fn in (*GUARDS, *llama31_8b().guards):
         assert f"| `{fn.__name__}` |" in text
 
 

@@ -1,7 +1,9 @@
 """README tables generated from the registry and the guards (one source of truth).
 
-`python -m training.launch.docs` rewrites the blocks between the markers in README.md;
-`--check` exits 1 when README.md is out of date (a test runs it).
+`python -m training.launch.docs` rewrites the core's blocks between the markers in README.md;
+`--check` exits 1 when README.md is out of date (a test runs it). A recipe layer renders its
+own toggles and guards with the same functions into blocks of its own
+(`python -m training.mlperf.docs`).
 """
 from __future__ import annotations
 
@@ -38,10 +40,10 @@ def _flags(toggle) -> str:
     return f"`{toggle.flag} VALUE`" if toggle.flag else ""
 
 
-def toggles_table() -> str:
+def toggles_table(toggles=REGISTRY) -> str:
     lines = []
     group = None
-    for toggle in REGISTRY:
+    for toggle in toggles:
         if toggle.group != group:
             group = toggle.group
             lines += ["", f"**{GROUP_TITLES.get(group, group)}**", "",
@@ -55,9 +57,9 @@ def toggles_table() -> str:
     return "\n".join(lines).strip()
 
 
-def guards_table() -> str:
+def guards_table(guards=None) -> str:
     lines = ["| guard | rule |", "|---|---|"]
-    for fn in GUARDS:
+    for fn in GUARDS if guards is None else guards:
         doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
         lines.append(f"| `{fn.__name__}` | {doc} |")
     return "\n".join(lines)
@@ -66,8 +68,8 @@ def guards_table() -> str:
 BLOCKS = {"toggles": toggles_table, "guards": guards_table}
 
 
-def render(text: str) -> str:
-    for name, make in BLOCKS.items():
+def render(text: str, blocks=None) -> str:
+    for name, make in (BLOCKS if blocks is None else blocks).items():
         pattern = re.compile(rf"(<!-- {name}:begin -->\n)(?:.*?\n)?(<!-- {name}:end -->)", re.S)
         if not pattern.search(text):
             raise SystemExit(f"README.md has no <!-- {name}:begin --> ... <!-- {name}:end --> block")
@@ -75,16 +77,17 @@ def render(text: str) -> str:
     return text
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.launch.docs")
+def main(argv: list[str] | None = None, blocks=None,
+         prog: str = "python -m training.launch.docs") -> int:
+    parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--check", action="store_true", help="exit 1 if README.md is stale")
     parser.add_argument("--readme", type=Path, default=README)
     args = parser.parse_args(argv)
     current = args.readme.read_text()
-    fresh = render(current)
+    fresh = render(current, blocks)
     if args.check:
         if fresh != current:
-            print("README.md is out of date: run `python -m training.launch.docs`", file=sys.stderr)
+            print(f"README.md is out of date: run `{prog}`", file=sys.stderr)
             return 1
         return 0
     args.readme.write_text(fresh)

@@ -1,27 +1,34 @@
 """Named rules that refuse a launch or correct a setting, each with its reason.
 
-A guard is a function of the launch context. It either
+A guard is a function of the launch context (what resolve.prepare read and derived: the
+settings, the capabilities, the preset, the precision recipe, the run folder, the datasets).
+It derives nothing itself, so the order the guards run in changes no result (a test runs
+them reversed). It either
   - raises Refusal(name, message): the launch stops, the message says what to do instead, or
   - calls ctx.settings.correct(...): the value changes and the table shows the guard and why, or
   - calls ctx.settings.warn(...): the launch goes on with a visible warning.
 A default a guard turns off is a correction; an explicit user value a guard cannot honour is
 a refusal (never a silent override), except where a crash is certain (mxfp4's BF16 grad
 buffer), which overrides loudly. All guards run; every refusal is reported together.
+Where two rules could set the same value, one of them owns it (FSDP's rule owns the
+optimizer and fusion toggles under FSDP=1), so their order cannot matter.
+
+A recipe layer (training/launch/layers.py) adds guards of its own; they run after these.
 """
 from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from training.run_description import Layout, divisors
 
 from .capabilities import Capabilities
 from .presets import ModelPreset
-from .recipes import Recipe, platforms_supporting
+from .recipes import Recipe, platforms_supporting, spelling_conflict
 from .settings import LaunchError, Refusal, Settings
-from .toggles import default_metrics_warmup_iters
+from .toggles import REGISTRY, Toggle
 
 
 @dataclass
@@ -32,6 +39,16 @@ class LaunchContext:
     recipe: Recipe
     family: str
     environ: dict[str, str] = field(default_factory=dict)
+    toggles: tuple[Toggle, ...] = REGISTRY           # the core's, then the layers' entries
+    guards: tuple[Callable[["LaunchContext"], None], ...] = ()   # the core's, then the layers'
+    user_args: list[str] = field(default_factory=list)   # EXTRA_MEGATRON_ARGS + the --flags
+    extra_args: list[str] = field(default_factory=list)  # EXTRA_MEGATRON_ARGS, split
+    run_name: str = ""                               # the run folder's name (EXP_NAME or derived)
+    log_dir: Path | None = None                      # the run folder
+    datasets: Any = None                # DATA_PATH's headers, the DataPathError, or None (mock)
+    lookalikes: list[str] = field(default_factory=list)  # unknown names close to a toggle's
+    passthrough: dict[str, str] = field(default_factory=dict)  # unknown KEY=VALUE words
+    recipe_values: list = field(default_factory=list)    # what the recipe layers set
 
     @property
     def layout(self) -> Layout:
@@ -59,9 +76,10 @@ def guard(fn: Callable[[LaunchContext], None]) -> Callable[[LaunchContext], None
     return fn
 
 
-def run_guards(ctx: LaunchContext) -> None:
+def run_guards(ctx: LaunchContext, guards=None) -> None:
+    """Every guard (default: the core's), then every refusal together."""
     refusals = []
-    for fn in GUARDS:
+    for fn in GUARDS if guards is None else guards:
         try:
             fn(ctx)
         except Refusal as refusal:
@@ -77,6 +95,42 @@ def _off_or_refuse(ctx: LaunchContext, name: str, guard_name: str, why: str, ins
     if ctx.settings.is_explicit(name):
         raise Refusal(guard_name, f"{name}=1 cannot run here: {why}. {instead}")
     ctx.settings.correct(name, False, guard_name, why)
+
+
+# -- input -------------------------------------------------------------------------------------
+
+@guard
+def strict_toggle_names(ctx: LaunchContext) -> None:
+    """STRICT=1: a variable or word that looks like a mistyped toggle is refused."""
+    if ctx.lookalikes and ctx.settings.get("STRICT"):
+        raise Refusal("strict_toggle_names", "STRICT=1: unknown toggle-like variables:\n  "
+                      + "\n  ".join(ctx.lookalikes))
+
+
+@guard
+def fp8_and_fp4_together(ctx: LaunchContext) -> None:
+    """TE_FP8=1 with TE_FP4=1 names two recipes at once."""
+    s = ctx.settings
+    if s.get("TE_FP8") and s.get("TE_FP4"):
+        raise Refusal("fp8_and_fp4_together",
+                      "TE_FP8=1 and TE_FP4=1 together: FP8 and FP4 recipes cannot be combined. "
+                      "Pick one, e.g. PRECISION=fp8 or PRECISION=mxfp4.")
+
+
+@guard
+def precision_spelling_conflict(ctx: LaunchContext) -> None:
+    """PRECISION and ROCm Megatron-LM's TE_FP8/TE_FP4 spelling must agree; a *_RECIPE needs its switch."""
+    s = ctx.settings
+    for recipe_var, switch in (("TE_FP8_RECIPE", "TE_FP8"), ("TE_FP4_RECIPE", "TE_FP4")):
+        if s.get(recipe_var) is not None and not s.get(switch):
+            raise Refusal("precision_spelling_conflict",
+                          f"{recipe_var}={s.get(recipe_var)} needs {switch}=1 (or use "
+                          "PRECISION=... alone).")
+    said = spelling_conflict(s)
+    if said:
+        raise Refusal("precision_spelling_conflict",
+                      f"PRECISION={s['PRECISION']} disagrees with {said}. Use one spelling: "
+                      "unset the TE_FP8/TE_FP4 variables or PRECISION.")
 
 
 # -- backend and kernels ------------------------------------------------------------------------
@@ -173,8 +227,8 @@ def precision_only_knobs(ctx: LaunchContext) -> None:
 def mxfp4_bf16_grad_buffer(ctx: LaunchContext) -> None:
     """AMD's a4w4 wgrad GEMM writes BF16 only: an FP32 grad buffer crashes under mxfp4."""
     s = ctx.settings
-    if ctx.recipe.name == "mxfp4" and s["GRADIENT_ACCUMULATION_FUSION"] \
-            and not s["GRAD_REDUCE_IN_BF16"]:
+    fusion = s["GRADIENT_ACCUMULATION_FUSION"] and not s["FSDP"]   # FSDP turns it off
+    if ctx.recipe.name == "mxfp4" and fusion and not s["GRAD_REDUCE_IN_BF16"]:
         s.correct("GRAD_REDUCE_IN_BF16", True, "mxfp4_bf16_grad_buffer",
                   "mxfp4 + gradient-accumulation fusion needs the BF16 grad buffer: the a4w4 "
                   "wgrad GEMM emits BF16 only ('gemm_a4w4_asm only support BFloat16 output "
@@ -204,8 +258,8 @@ def fsdp_constraints(ctx: LaunchContext) -> None:
 def grad_accum_fusion_kernel(ctx: LaunchContext) -> None:
     """The fused wgrad needs a kernel: TE's, apex's, or the native backend's own."""
     backend = ctx.backend
-    if backend in ("transformer_engine", "native"):
-        return
+    if backend in ("transformer_engine", "native") or ctx.settings["FSDP"]:
+        return                  # under FSDP=1, fsdp_constraints owns the fusion
     if not ctx.caps.apex_fused_wgrad:
         _off_or_refuse(ctx, "GRADIENT_ACCUMULATION_FUSION", "grad_accum_fusion_kernel",
                        "the local backend needs apex's fused_weight_gradient_mlp_cuda, "
@@ -314,13 +368,9 @@ def parallel_sizes(ctx: LaunchContext) -> None:
 
 @guard
 def sequence_parallel(ctx: LaunchContext) -> None:
-    """Sequence parallel follows TP (on when TP>1); asked for at TP=1 it is turned off."""
+    """Sequence parallel asked for at TP=1 is turned off (unset, it follows TP: derived)."""
     s = ctx.settings
-    if s.get("SEQUENCE_PARALLEL") is None:
-        s.put("SEQUENCE_PARALLEL", s["TP"] > 1, "derived",
-              "on with TP>1 (activations sharded along the sequence)" if s["TP"] > 1
-              else "off with TP=1")
-    elif s["SEQUENCE_PARALLEL"] and s["TP"] == 1:
+    if s["SEQUENCE_PARALLEL"] and s["TP"] == 1:
         s.correct("SEQUENCE_PARALLEL", False, "sequence_parallel",
                   "sequence parallel needs TP>1; Megatron would disable it at TP=1")
 
@@ -329,7 +379,7 @@ def sequence_parallel(ctx: LaunchContext) -> None:
 def local_norm_sequence_parallel(ctx: LaunchContext) -> None:
     """Megatron's local spec uses torch norms, which assert `not sequence_parallel`."""
     s = ctx.settings
-    if ctx.backend == "local" and s["SEQUENCE_PARALLEL"]:
+    if ctx.backend == "local" and s["SEQUENCE_PARALLEL"] and s["TP"] > 1:  # TP=1: no SP anyway
         if s.is_explicit("SEQUENCE_PARALLEL"):
             raise Refusal("local_norm_sequence_parallel",
                           "SEQUENCE_PARALLEL=1 with TRANSFORMER_IMPL=local: Megatron's torch-norm "
@@ -343,6 +393,8 @@ def local_norm_sequence_parallel(ctx: LaunchContext) -> None:
 def optimizer_overlap(ctx: LaunchContext) -> None:
     """The overlapped param all-gather needs the distributed optimizer and overlapped grad reduce."""
     s = ctx.settings
+    if s["FSDP"]:
+        return                  # under FSDP=1, fsdp_constraints owns the param gather
     if s["OVERLAP_PARAM_GATHER"] and not (s["DISTRIBUTED_OPTIMIZER"] and s["OVERLAP_GRAD_REDUCE"]):
         _off_or_refuse(ctx, "OVERLAP_PARAM_GATHER", "optimizer_overlap",
                        "overlapping the param all-gather needs DISTRIBUTED_OPTIMIZER=1 and "
@@ -405,19 +457,14 @@ def adam_eps_at_high_lr(ctx: LaunchContext) -> None:
 
 @guard
 def schedule(ctx: LaunchContext) -> None:
-    """Warm-up below the run length, MIN_LR not above LR; derived warm-up windows."""
+    """Warm-up below the run length, MIN_LR not above LR, a steady-state window to measure."""
     s = ctx.settings
     iters = s["TOTAL_ITERS"]
-    if s.get("WARMUP_ITERS") is None:
-        s.put("WARMUP_ITERS", max(iters // 10, 0), "derived", "10% of TOTAL_ITERS")
     if s["WARMUP_ITERS"] >= iters:
         raise Refusal("schedule", f"WARMUP_ITERS={s['WARMUP_ITERS']} must be below "
                                   f"TOTAL_ITERS={iters}.")
     if s["MIN_LR"] > s["LR"]:
         raise Refusal("schedule", f"MIN_LR={s['MIN_LR']:g} is above LR={s['LR']:g}.")
-    if s.get("METRICS_WARMUP_ITERS") is None:
-        s.put("METRICS_WARMUP_ITERS", default_metrics_warmup_iters(iters), "derived",
-              "20% of TOTAL_ITERS, between 2 and 10")
     if s["METRICS_WARMUP_ITERS"] >= iters:
         s.warn("schedule", f"METRICS_WARMUP_ITERS={s['METRICS_WARMUP_ITERS']} >= TOTAL_ITERS="
                            f"{iters}: no steady-state window, throughput will be reported as "
@@ -477,15 +524,8 @@ def data_path(ctx: LaunchContext) -> None:
         raise Refusal("data_path", "VALID_DATA_PATH needs DATA_PATH (the training set) too.")
     if not path:
         return
-    from training.data.check import DataPathError, check_data_paths
-
-    try:
-        infos = check_data_paths([path] + ([valid] if valid else []), s.get("TOKENIZER_MODEL"))
-    except DataPathError as err:
-        raise Refusal("data_path", str(err)) from None
-    if s.get("TOKENIZER_MODEL") is None:
-        s.put("TOKENIZER_MODEL", infos[0].tokenizer_model, "derived",
-              "the tokenizer the dataset was built with")
+    if isinstance(ctx.datasets, Exception):       # resolve.prepare read the headers
+        raise Refusal("data_path", str(ctx.datasets))
     if valid and s.is_explicit("SPLIT"):
         s.warn("data_path", "SPLIT has no effect with VALID_DATA_PATH (separate sets).")
 
@@ -515,22 +555,34 @@ def visible_gpu_count(caps: Capabilities, environ: dict[str, str]) -> int:
     return caps.gpu_count
 
 
-# -- MLPerf (training/mlperf/rules.py, examples/mlperf/llama31_8b/config.yaml) -------------------
+# -- run folder, training loop, environment ---------------------------------------------------
 
 @guard
-def mlperf_closed_rules(ctx: LaunchContext) -> None:
-    """MLPERF_DIVISION=closed: a break of a llama31_8b closed rule is refused (open: warned); the evaluation knobs must agree."""
-    if ctx.settings.get("MLPERF_DIVISION") is None:
-        return
-    from training.mlperf.rules import findings
+def run_folder(ctx: LaunchContext) -> None:
+    """EXP_NAME is one folder name (the run folder is EXPERIMENT_DIR/EXP_NAME/precision/RUN_ID)."""
+    name = ctx.run_name
+    if "/" in name or name in (".", ".."):
+        raise Refusal("run_folder", f"EXP_NAME={name!r} must be a single folder name (no '/').")
 
-    found = findings(ctx.settings, ctx.environ)
-    for text in found.warnings:
-        ctx.settings.warn("mlperf_closed_rules", text)
-    for text in found.infos:
-        ctx.settings.info("mlperf_closed_rules", text)
-    if found.refusals:
-        raise Refusal("mlperf_closed_rules", " ".join(found.refusals))
+
+@guard
+def manual_gc_interval(ctx: LaunchContext) -> None:
+    """MANUAL_GC_INTERVAL is 0 (Python's automatic GC) or a positive interval."""
+    interval = ctx.settings["MANUAL_GC_INTERVAL"]
+    if interval < 0:
+        raise Refusal("manual_gc_interval",
+                      f"MANUAL_GC_INTERVAL={interval} is negative: use 0 (Python's automatic "
+                      "GC) or N > 0 (collect every N iterations).")
+
+
+@guard
+def environment(ctx: LaunchContext) -> None:
+    """FSDP=1 with CUDA_DEVICE_MAX_CONNECTIONS=1 set in your environment is refused (FSDP2 asserts)."""
+    if ctx.settings["FSDP"] and ctx.environ.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
+        raise Refusal("environment",
+                      "FSDP=1 but CUDA_DEVICE_MAX_CONNECTIONS=1 is set in your environment: "
+                      "Megatron's torch FSDP2 path asserts it is unset or above 1. "
+                      "Unset it (unset CUDA_DEVICE_MAX_CONNECTIONS) or use FSDP=0.")
 
 
 __all__ = ["GUARDS", "LaunchContext", "Refusals", "run_guards", "visible_gpu_count",

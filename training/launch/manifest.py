@@ -14,7 +14,7 @@ from training.versions import launcher_versions
 from .resolve import REPO_ROOT, Launch
 from .runfolder import git_sha, package_versions, write_json_atomic
 from .settings import fmt_value
-from .toggles import REGISTRY, LAUNCHER
+from .toggles import LAUNCHER
 
 # 2: the sections of training.run_description (layout: + microbatches, - fsdp and
 # distributed_optimizer, which are in values; + kernels, platform, tokens_per_step)
@@ -22,9 +22,10 @@ SCHEMA = 2
 
 
 def toggle_rows(launch: Launch) -> list[dict[str, str]]:
-    """One row per registry entry, in registry order: the table and the manifest share it."""
+    """One row per registry entry (the core's, then the recipe layers'), in registry order:
+    the table and the manifest share it."""
     rows = []
-    for toggle in REGISTRY:
+    for toggle in launch.toggles:
         setting = launch.settings.setting(toggle.name)
         words = launch.emitted.get(toggle.name)
         if (setting.value is None and not words) or words is None:

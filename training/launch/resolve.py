@@ -1,7 +1,13 @@
-"""Environment + KEY=VALUE words -> a resolved, checked launch.
+"""Environment + KEY=VALUE words (+ recipe layers) -> a resolved, checked launch.
 
-The order: registry defaults -> model preset -> user values (env, then KEY=VALUE words) ->
-platform capabilities -> precision recipe -> backend -> guards -> buckets -> run folder.
+The order, in three steps:
+  prepare   registry defaults -> user values (env, then KEY=VALUE words) -> each recipe
+            layer's values (source "recipe"; never over a user's) -> model preset (never over
+            a user's or a layer's) -> derive, once: capabilities, GPUs, precision, backend,
+            sequence parallel, warm-ups, the dataset's tokenizer, the run folder
+  guards    every named rule of the core and the layers, on what prepare derived: all
+            refusals reported together; a guard may correct a value, with its reason
+  assemble  buckets, environment, the run description, the Launch
 Everything a user sees in the table comes from the Settings this builds.
 """
 from __future__ import annotations
@@ -10,18 +16,21 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
-from . import capabilities as capabilities_mod
 from training.run_description import Model, RunDescription
 
+from . import capabilities as capabilities_mod
 from .environment import resolve_environment
-from .guards import LaunchContext, run_guards, visible_gpu_count
+from .guards import GUARDS, LaunchContext, run_guards, visible_gpu_count
+from .layers import RecipeLayer, RecipeValue, apply_layers, registry_with
 from .presets import FAMILIES, preset_for
-from .recipes import resolve_precision
+from .recipes import derive_precision
 from .runfolder import default_run_name, new_run_id, run_dir
-from .settings import BadInput, LaunchError, Setting, Settings
-from .toggles import (BY_NAME, CLOSING_WORDS, DISTRIBUTED_ARGS, MEGATRON_BUCKETS, OUTPUT_ARGS,
-                      REGISTRY, auto_backend, auto_native_kernels, closest_toggle, parse_value)
+from .settings import BadInput, Setting, Settings
+from .toggles import (CLOSING_WORDS, DISTRIBUTED_ARGS, MEGATRON_BUCKETS, OUTPUT_ARGS, Toggle,
+                      auto_backend, auto_native_kernels, closest_toggle,
+                      default_metrics_warmup_iters, parse_value)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PRETRAIN_SCRIPT = str(REPO_ROOT / "training" / "pretrain_gpt.py")
@@ -41,6 +50,12 @@ class Launch:
     user_args: list[str]                     # raw --flags after the script name
     log_dir: Path
     profiler_prefix: list[str] = field(default_factory=list)  # nsys wrapper, if any
+    recipe_values: list[RecipeValue] = field(default_factory=list)  # what the layers set
+
+    @property
+    def toggles(self) -> tuple[Toggle, ...]:
+        """The registry of this launch: the core's entries, then the layers' own."""
+        return self.ctx.toggles
 
     @property
     def command(self) -> list[str]:
@@ -73,10 +88,13 @@ def split_words(words: list[str]) -> tuple[dict[str, str], list[str]]:
     return assignments, flags
 
 
-def _initial_settings(family: str, environ: dict[str, str], assignments: dict[str, str]
-                      ) -> tuple[Settings, dict[str, str]]:
+def _initial_settings(family: str, toggles: tuple[Toggle, ...], environ: dict[str, str],
+                      assignments: dict[str, str]
+                      ) -> tuple[Settings, dict[str, str], list[str]]:
+    """Defaults and the user's values; (settings, passthrough words, lookalike names)."""
+    by_name = {t.name: t for t in toggles}
     settings = Settings()
-    for toggle in REGISTRY:
+    for toggle in toggles:
         settings.values[toggle.name] = Setting(toggle.name, toggle.default, "default")
     settings.values["MODEL_SIZE"] = Setting("MODEL_SIZE", FAMILIES[family][1], "default")
 
@@ -84,29 +102,27 @@ def _initial_settings(family: str, environ: dict[str, str], assignments: dict[st
     lookalikes: list[str] = []
     for source, values in (("env", environ), ("cli", assignments)):
         for name, raw in values.items():
-            toggle = BY_NAME.get(name)
+            toggle = by_name.get(name)
             if toggle is not None:
                 if raw == "" and source == "env":
                     continue  # VAR= in the environment means unset
                 settings.values[name] = Setting(name, parse_value(toggle, raw), source)
                 continue
-            close = closest_toggle(name) if _ENV_NAME.match(name) else None
+            close = closest_toggle(name, by_name) if _ENV_NAME.match(name) else None
             if close is not None:
                 lookalikes.append(f"{name} is not a toggle; did you mean {close}? ({source})")
             if source == "cli":
                 passthrough[name] = raw
-    if lookalikes and settings.get("STRICT"):
-        raise BadInput("STRICT=1: unknown toggle-like variables:\n  " + "\n  ".join(lookalikes))
     for text in lookalikes:
         settings.warn("unknown_toggle", text)
     for name in passthrough:
-        if closest_toggle(name) is None:
+        if closest_toggle(name, by_name) is None:
             settings.info("passthrough_env", f"{name} is not a toggle: exported to the run's "
                                              "environment as given.")
-    return settings, passthrough
+    return settings, passthrough, lookalikes
 
 
-def _resolve_backend(settings: Settings, caps: capabilities_mod.Capabilities) -> None:
+def _derive_backend(settings: Settings, caps: capabilities_mod.Capabilities) -> None:
     if settings["TRANSFORMER_IMPL"] == "auto":
         backend, why = auto_backend(caps.transformer_engine)
         settings.values["TRANSFORMER_IMPL"] = Setting(
@@ -117,11 +133,63 @@ def _resolve_backend(settings: Settings, caps: capabilities_mod.Capabilities) ->
                                                     f"auto: {why}")
 
 
-def resolve(family: str, environ: dict[str, str], words: list[str] | None = None) -> Launch:
+def _derive_gpus(settings: Settings, caps: capabilities_mod.Capabilities,
+                 environ: dict[str, str]) -> None:
+    if settings.get("GPUS_PER_NODE") is not None:
+        return
+    count = visible_gpu_count(caps, environ)
+    if count:
+        settings.put("GPUS_PER_NODE", count, "platform", f"GPUs visible ({caps.source})")
+    else:
+        settings.put("GPUS_PER_NODE", 1, "platform",
+                     "no GPU visible: a DRY_RUN assumes 1 (set GPUS_PER_NODE or PLATFORM)")
+
+
+def _derive_schedule(settings: Settings) -> None:
+    """Sequence parallel follows TP; the LR and metrics warm-ups follow the run's length."""
+    s = settings
+    if s.get("SEQUENCE_PARALLEL") is None:
+        s.put("SEQUENCE_PARALLEL", s["TP"] > 1, "derived",
+              "on with TP>1 (activations sharded along the sequence)" if s["TP"] > 1
+              else "off with TP=1")
+    iters = s["TOTAL_ITERS"]
+    if s.get("WARMUP_ITERS") is None:
+        s.put("WARMUP_ITERS", max(iters // 10, 0), "derived", "10% of TOTAL_ITERS")
+    if s.get("METRICS_WARMUP_ITERS") is None:
+        s.put("METRICS_WARMUP_ITERS", default_metrics_warmup_iters(iters), "derived",
+              "20% of TOTAL_ITERS, between 2 and 10")
+
+
+def _derive_datasets(settings: Settings) -> list | Exception | None:
+    """The datasets' headers (the data_path guard refuses a problem); TOKENIZER_MODEL, when
+    unset, is the one they were built with."""
+    path, valid = settings.get("DATA_PATH"), settings.get("VALID_DATA_PATH")
+    if not path:
+        return None
+    from training.data.check import DataPathError, check_data_paths
+
+    try:
+        infos = check_data_paths([path] + ([valid] if valid else []),
+                                 settings.get("TOKENIZER_MODEL"))
+    except DataPathError as err:
+        return err
+    if settings.get("TOKENIZER_MODEL") is None:
+        settings.put("TOKENIZER_MODEL", infos[0].tokenizer_model, "derived",
+                     "the tokenizer the dataset was built with")
+    return infos
+
+
+def prepare(family: str, environ: dict[str, str], words: list[str] | None = None,
+            layers: Sequence[RecipeLayer] = ()) -> LaunchContext:
+    """The user's input, the layers' values and everything derived from them: what the guards
+    look at. Raises BadInput only for input that cannot be read (a value of the wrong type, an
+    unknown family or MODEL_SIZE, a stray word); every refusal is a guard's."""
     if family not in FAMILIES:
         raise BadInput(f"unknown family {family!r}: use one of {', '.join(FAMILIES)}.")
+    toggles = registry_with(layers)
     assignments, user_args = split_words(words or [])
-    settings, passthrough = _initial_settings(family, environ, assignments)
+    settings, passthrough, lookalikes = _initial_settings(family, toggles, environ, assignments)
+    applied = apply_layers(layers, settings, toggles)
 
     preset = preset_for(family, settings["MODEL_SIZE"])
     settings.put("NUM_LAYERS", preset.num_layers, "preset", preset.name)
@@ -130,49 +198,61 @@ def resolve(family: str, environ: dict[str, str], words: list[str] | None = None
         settings.put(name, value, "preset", preset.name)
 
     caps = capabilities_mod.resolve(settings["PLATFORM"])
-    if settings.get("GPUS_PER_NODE") is None:
-        count = visible_gpu_count(caps, environ)
-        if count:
-            settings.put("GPUS_PER_NODE", count, "platform", f"GPUs visible ({caps.source})")
-        else:
-            settings.put("GPUS_PER_NODE", 1, "platform",
-                         "no GPU visible: a DRY_RUN assumes 1 (set GPUS_PER_NODE or PLATFORM)")
-
-    recipe = resolve_precision(settings)
-    _resolve_backend(settings, caps)
-    ctx = LaunchContext(settings, caps, preset, recipe, family, dict(environ))
-    run_guards(ctx)
+    _derive_gpus(settings, caps, environ)
+    recipe = derive_precision(settings)
+    _derive_backend(settings, caps)
+    _derive_schedule(settings)
+    datasets = _derive_datasets(settings)
 
     name = settings.get("EXP_NAME") or default_run_name(
         preset.name, settings["NUM_LAYERS"], preset.num_layers, settings["NNODES"],
         settings["GPUS_PER_NODE"], settings["TP"], settings["PP"], settings["CP"],
         settings["MBS"], settings["BS"], settings["SEQ_LENGTH"])
-    if "/" in name or name in (".", ".."):
-        raise BadInput(f"EXP_NAME={name!r} must be a single folder name (no '/').")
     if settings.get("RUN_ID") is None:
         settings.put("RUN_ID", new_run_id(), "derived", "timestamp of this launch")
     log_dir = run_dir(settings["EXPERIMENT_DIR"], name, recipe.name, settings["RUN_ID"])
     if not log_dir.is_absolute():
         log_dir = (Path.cwd() / log_dir)
+    try:
+        extra = shlex.split(settings.get("EXTRA_MEGATRON_ARGS") or "")
+    except ValueError as err:
+        raise BadInput(f"EXTRA_MEGATRON_ARGS cannot be split into words: {err}.") from None
 
-    extra = shlex.split(settings.get("EXTRA_MEGATRON_ARGS") or "")
-    user_args = extra + user_args
-    buckets, emitted = build_buckets(ctx, log_dir)
-    if extra:
-        emitted["EXTRA_MEGATRON_ARGS"] = extra
-    env = resolve_environment(caps.info.vendor if caps.info else None, environ,
+    return LaunchContext(settings, caps, preset, recipe, family, dict(environ),
+                         toggles=toggles, guards=(*GUARDS, *(g for layer in layers for g in layer.guards)),
+                         user_args=extra + user_args, extra_args=extra, run_name=name,
+                         log_dir=log_dir, datasets=datasets, lookalikes=lookalikes,
+                         passthrough=passthrough, recipe_values=applied)
+
+
+def assemble(ctx: LaunchContext) -> Launch:
+    """The checked launch: buckets, the run's environment, its description."""
+    settings, caps = ctx.settings, ctx.caps
+    buckets, emitted = build_buckets(ctx, ctx.log_dir)
+    if ctx.extra_args:
+        emitted["EXTRA_MEGATRON_ARGS"] = ctx.extra_args
+    env = resolve_environment(caps.info.vendor if caps.info else None, ctx.environ,
                               fsdp=bool(settings["FSDP"]), platform=caps.platform,
                               backend=settings["TRANSFORMER_IMPL"])
-    run = RunDescription(family, Model.of(preset), settings.as_values(), caps.platform,
+    run = RunDescription(ctx.family, Model.of(ctx.preset), settings.as_values(), caps.platform,
                          caps.to_dict())
-    launch = Launch(family, settings, ctx, run, buckets, emitted, env, passthrough, user_args,
-                    log_dir)
+    launch = Launch(ctx.family, settings, ctx, run, buckets, emitted, env, ctx.passthrough,
+                    ctx.user_args, ctx.log_dir, recipe_values=ctx.recipe_values)
     if settings["PROFILE"] == "nsys":
         launch.profiler_prefix = [
             "nsys", "profile", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
             "--trace=cuda,nvtx,osrt", "--trace-fork-before-exec=true", "--force-overwrite=true",
-            "-o", str(log_dir / "profile" / f"nsys_node{settings['NODE_RANK']}")]
+            "-o", str(ctx.log_dir / "profile" / f"nsys_node{settings['NODE_RANK']}")]
     return launch
+
+
+def resolve(family: str, environ: dict[str, str], words: list[str] | None = None,
+            layers: Sequence[RecipeLayer] = ()) -> Launch:
+    """prepare -> every guard (core and layers') -> assemble. Raises LaunchError (BadInput,
+    or Refusals with every guard's refusal) with one message for the user."""
+    ctx = prepare(family, environ, words, layers)
+    run_guards(ctx, ctx.guards)
+    return assemble(ctx)
 
 
 def build_buckets(ctx: LaunchContext, log_dir: Path) -> tuple[dict[str, list[str]],
@@ -188,14 +268,14 @@ def build_buckets(ctx: LaunchContext, log_dir: Path) -> tuple[dict[str, list[str
         buckets[bucket].extend(words)
         emitted.setdefault(toggle_name, []).extend(words)
 
-    for toggle in REGISTRY:
+    for toggle in ctx.toggles:
         if toggle.built or toggle.bucket not in buckets:
             continue
         if toggle.when is not None and not toggle.when(s):
             continue
         add(toggle.name, toggle.bucket, toggle.flags_for(s[toggle.name]))
     buckets[OUTPUT_ARGS] += run_folder_words(log_dir)
-    for toggle in REGISTRY:
+    for toggle in ctx.toggles:
         for flags in toggle.emit(toggle, ctx) if toggle.emit else ():
             add(flags.toggle or toggle.name, flags.bucket, flags.words)
     for bucket, words in CLOSING_WORDS:

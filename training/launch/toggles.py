@@ -162,11 +162,6 @@ def _by_value(table: dict[Any, tuple[str, ...]]) -> Emit:
 def _manual_gc_flags(toggle: Toggle, ctx) -> list[Flags]:
     """N > 0: `--manual-gc --manual-gc-interval N`"""
     interval = ctx.settings[toggle.name]
-    if interval < 0:
-        from .settings import BadInput
-
-        raise BadInput(f"MANUAL_GC_INTERVAL={interval} is negative: use 0 (Python's automatic "
-                       "GC) or N > 0 (collect every N iterations).")
     return [Flags(toggle.bucket, ["--manual-gc", "--manual-gc-interval", str(interval)])] \
         if interval > 0 else []
 
@@ -366,6 +361,9 @@ REGISTRY: tuple[Toggle, ...] = (
            "Linear warm-up iterations (default: 10% of TOTAL_ITERS).", flag="--lr-warmup-iters"),
     Toggle("LR_DECAY_STYLE", "choice", "cosine", TRAIN_ARGS, "Learning-rate decay.",
            flag="--lr-decay-style", choices=("cosine", "linear", "constant", "WSD")),
+    Toggle("LR_DECAY_ITERS", "int", None, TRAIN_ARGS,
+           "Iterations the LR decay spans (Megatron's default: TOTAL_ITERS).",
+           flag="--lr-decay-iters"),
     Toggle("ADAM_EPS", "float", 1e-8, TRAIN_ARGS,
            "AdamW epsilon (Megatron's default 1e-8; the MLPerf llama3.1-8B recipe uses 1e-5).",
            flag="--adam-eps"),
@@ -456,29 +454,6 @@ REGISTRY: tuple[Toggle, ...] = (
     _bool("STRICT", False, LAUNCHER, "Unknown toggle-like variables are errors, not warnings.",
           group="launcher"),
 
-    # -- MLPerf (examples/mlperf/llama31_8b: config.yaml gives the recipe's values) ----------------
-    Toggle("MLPERF_DIVISION", "choice", None, LAUNCHER,
-           "MLPerf llama31_8b run: closed refuses a break of the benchmark's rules (guard "
-           "mlperf_closed_rules), open warns; unset = an ordinary run. run_llama31_8b.sh sets "
-           "closed and adds mlperf.log, the in-order evaluation set and the stop at the target.",
-           choices=("closed", "open"), group="mlperf"),
-    Toggle("MLPERF_TARGET_LOSS", "float", None, LAUNCHER,
-           "Stop at the first evaluation with eval loss <= this (closed: 3.3).", group="mlperf"),
-    Toggle("MLPERF_EVAL_EVERY", "int", None, LAUNCHER,
-           "Training sequences between evaluations (closed: 12288); EVAL_INTERVAL = "
-           "ceil(this / BS).", group="mlperf"),
-    Toggle("MLPERF_EVAL_SAMPLES", "int", None, LAUNCHER,
-           "Validation sequences per evaluation, the first ones of the set in file order "
-           "(closed: 1024); EVAL_ITERS = ceil(this / BS).", group="mlperf"),
-    Toggle("LR_DECAY_ITERS", "int", None, TRAIN_ARGS,
-           "Iterations the LR decay spans (Megatron's default: TOTAL_ITERS); the MLPerf "
-           "llama31_8b schedule spans 1,200,000 whatever TOTAL_ITERS is.",
-           flag="--lr-decay-iters", group="mlperf"),
-    Toggle("MLPERF_ORG", "str", None, LAUNCHER,
-           "submission_org in mlperf.log (default: 'unspecified').", group="mlperf"),
-    Toggle("MLPERF_PLATFORM", "str", None, LAUNCHER,
-           "submission_platform in mlperf.log (default: nodes x GPUs x device name).",
-           group="mlperf"),
 )
 
 BY_NAME: dict[str, Toggle] = {t.name: t for t in REGISTRY}
@@ -535,9 +510,10 @@ def nan_check_flags(value: str) -> list[str]:
     return ["--no-check-for-nan-in-loss-and-grad"] if value == "step" else []
 
 
-def closest_toggle(name: str) -> str | None:
-    """The registry name closest to a (mistyped) variable, if any is close."""
-    matches = difflib.get_close_matches(name, BY_NAME, n=1, cutoff=0.8)
+def closest_toggle(name: str, names=None) -> str | None:
+    """The registry name (of `names`, default the core's) closest to a (mistyped) variable."""
+    matches = difflib.get_close_matches(name, BY_NAME if names is None else names, n=1,
+                                        cutoff=0.8)
     return matches[0] if matches else None
 
 
