@@ -38,12 +38,14 @@ def flops_per_token(model: Model, causal: bool = True) -> float:
 
 
 def peak_tflops(device_name: str | None, precision: str = "bf16") -> float | None:
-    """Dense peak for MFU: fp8/fp4 recipes compute their GEMMs at the fp8 rate."""
-    from training.platforms import peak_tflops as _peak
+    """Dense peak TFLOP/s for MFU (training.platforms' table; None when the GPU is not in it):
+    fp8/fp4 recipes compute their GEMMs at the fp8 rate."""
+    from training.platforms import platform_for_device_name
 
-    if not device_name:
+    platform = platform_for_device_name(device_name) if device_name else None
+    if platform is None:
         return None
-    return _peak(device_name, fp8=precision != "bf16")
+    return platform.peak_bf16_tflops if precision == "bf16" else platform.peak_fp8_tflops
 
 
 @dataclass

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from training.launch import image
+from training.deploy import image
 
 from .conftest import REPO
 
@@ -58,15 +58,15 @@ def test_install_steps_in_order_and_this_package_without_dependencies(dockerfile
         assert index >= 0, f"{vendor}: no step with {needle!r}"
         return index
 
-    order = [first("python3 -m training.launch.image check "),
+    order = [first("python3 -m training.deploy.image check "),
              first("training.versions --require torch,transformer-engine"),
              first("snapshot /tmp/base-versions.json"),
-             first("pip list --format=freeze | python3 -m training.launch.image constraints"),
+             first("pip list --format=freeze | python3 -m training.deploy.image constraints"),
              first("pip install -c /tmp/gpu-stack.txt -r /tmp/requirements.txt"),
              first("pip install --no-deps -r /tmp/no-deps.txt"),
              first("pip install --no-deps -e ."),
              first("training.versions unchanged /tmp/base-versions.json torch transformer-engine"),
-             first("training.launch.image check-megatron")]
+             first("training.deploy.image check-megatron")]
     assert order == sorted(order), f"{vendor}: steps out of order"
     for line in joined.replace("&&", "\n").splitlines():
         if "pip install" in line:

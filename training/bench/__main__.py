@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from training import REPO_ROOT
+
 from . import catalog, plan, record, suites, sweep
 from .shape import BenchShape, hardware_tag
 from .table import table
@@ -196,7 +198,7 @@ def cmd_levers(args) -> int:
     from .levers import write_docs
 
     bench_dir = Path(args.bench_dir) if args.bench_dir else record.BENCH_DIR
-    docs = Path(args.docs_dir) if args.docs_dir else record.REPO / "docs"
+    docs = Path(args.docs_dir) if args.docs_dir else REPO_ROOT / "docs"
     doc = write_docs(bench_dir, docs)
     counts: dict[str, int] = {}
     for lever in doc["levers"]:
@@ -297,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     lv.set_defaults(fn=cmd_levers)
 
     rd = sub.add_parser("readme", help="regenerate README.md's perf-table block")
-    rd.add_argument("--readme", default=str(record.REPO / "README.md"))
+    rd.add_argument("--readme", default=str(REPO_ROOT / "README.md"))
     rd.add_argument("--bench-dir", default=None)
     rd.set_defaults(fn=cmd_readme)
 

@@ -15,11 +15,10 @@ import time
 import warnings
 from pathlib import Path
 
+from training import REPO_ROOT
 from training.launch.toggles import BY_NAME
 from training.metrics import read_metrics
 from training.run_description import RunDescription
-
-from .record import REPO
 
 # Registry toggles that may come from the caller's environment; every other toggle in the
 # environment is dropped so a stray GRAD_REDUCE_IN_BF16=0 in a shell cannot skew a baseline.
@@ -61,7 +60,7 @@ def precheck(toggles: dict[str, str], family: str = "llama3",
 
 
 def run_logged(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float,
-               cwd: Path = REPO) -> tuple[int, bool]:
+               cwd: Path = REPO_ROOT) -> tuple[int, bool]:
     """Run cmd with its output in `log`; on timeout end its whole process group (torchrun
     and its workers). Returns (returncode, timed_out)."""
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -92,7 +91,7 @@ def run_point(label: str, toggles: dict[str, str], experiment_dir: Path, log_dir
     run_id = f"{int(time.time() * 1000)}"
     env.update(EXPERIMENT_DIR=str(experiment_dir), EXP_NAME=label, RUN_ID=run_id)
     log = log_dir / f"{label}.log"
-    script = REPO / "examples" / "llama" / f"train_{family}.sh"
+    script = REPO_ROOT / "examples" / "llama" / f"train_{family}.sh"
     started = time.time()
     returncode, timed_out = run_logged(["bash", str(script)], env, log, timeout_s)
     ended = time.time()

@@ -12,11 +12,13 @@ import re
 import sys
 from pathlib import Path
 
+from training import REPO_ROOT
+
 from .guards import GUARDS
 from .settings import fmt_value
 from .toggles import LAUNCHER, REGISTRY
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = REPO_ROOT / "README.md"
 GROUP_TITLES = {
     "performance": "Performance toggles (default on; `=0` disables)",
     "model": "Model", "precision": "Precision", "backend": "Backend", "parallel": "Parallelism",

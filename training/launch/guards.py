@@ -411,7 +411,7 @@ def multinode_master_addr(ctx: LaunchContext) -> None:
     if s["NNODES"] <= 1:
         return
     addr = s["MASTER_ADDR"]
-    if not s.is_explicit("MASTER_ADDR") or _is_loopback(addr):
+    if not s.is_explicit("MASTER_ADDR") or is_loopback(addr):
         raise Refusal("multinode_master_addr",
                       f"NNODES={s['NNODES']} needs MASTER_ADDR set to node 0's reachable "
                       f"address (got {addr!r}). Set MASTER_ADDR=<node-0 hostname or IP>; "
@@ -432,7 +432,8 @@ def multinode_run_id(ctx: LaunchContext) -> None:
                "RUN_ID on every node (launchers/slurm/ sets it from the job id).")
 
 
-def _is_loopback(addr: str) -> bool:
+def is_loopback(addr: str) -> bool:
+    """localhost, or an address of the loopback range (other nodes cannot reach it)."""
     if addr in ("localhost", "localhost.localdomain", "ip6-localhost"):
         return True
     try:
@@ -586,4 +587,4 @@ def environment(ctx: LaunchContext) -> None:
 
 
 __all__ = ["GUARDS", "LaunchContext", "Refusals", "run_guards", "visible_gpu_count",
-           "CHECKPOINT_TRACKER"]
+           "is_loopback", "CHECKPOINT_TRACKER"]

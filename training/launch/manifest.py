@@ -9,9 +9,10 @@ import dataclasses
 import datetime as _dt
 import socket
 
+from training import REPO_ROOT
 from training.versions import launcher_versions
 
-from .resolve import REPO_ROOT, Launch
+from .resolve import Launch
 from .runfolder import git_sha, package_versions, write_json_atomic
 from .settings import fmt_value
 from .toggles import LAUNCHER

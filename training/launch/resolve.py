@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from training import REPO_ROOT
 from training.run_description import Model, RunDescription
 
 from . import capabilities as capabilities_mod
@@ -32,7 +33,6 @@ from .toggles import (CLOSING_WORDS, DISTRIBUTED_ARGS, MEGATRON_BUCKETS, OUTPUT_
                       auto_backend, auto_native_kernels, closest_toggle,
                       default_metrics_warmup_iters, parse_value)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 PRETRAIN_SCRIPT = str(REPO_ROOT / "training" / "pretrain_gpt.py")
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from training import REPO_ROOT
+
 CONFIG = REPO_ROOT / "examples" / "mlperf" / "llama31_8b" / "config.yaml"
 
 

@@ -18,11 +18,12 @@ import json
 import sys
 from pathlib import Path
 
+from training import REPO_ROOT
+
 from .config import from_manifest
 from .inputs import BadInput, load_run
 from .memory import OVERHEAD_GIB, error_pct, estimate, phase_errors
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RUNS = ("tests/data/runs/h200_l8_native", "tests/data/runs/h200_l8_local",
                 "tests/data/runs/h200x2_l32_native",
                 "tests/data/runs/h200x2_l32_native_full_recompute",

@@ -5,21 +5,21 @@ Engine, apex, Triton and flash-attention built for their CUDA or ROCm; pyproject
 torch==2.11.0 for the CPU/venv setup. So the image build
 
   1. checks the base: Python >= 3.12 (megatron-core 0.19.2 requires it), torch and
-     Transformer Engine import                        (`python -m training.launch.image check`)
+     Transformer Engine import                        (`python -m training.deploy.image check`)
   2. snapshots the stack                              (`python -m training.versions snapshot`)
   3. installs pyproject's other pins with the image's GPU packages frozen as constraints:
-       pip list --format=freeze | python -m training.launch.image constraints > /tmp/gpu-stack.txt
-       python -m training.launch.image requirements  > /tmp/requirements.txt
+       pip list --format=freeze | python -m training.deploy.image constraints > /tmp/gpu-stack.txt
+       python -m training.deploy.image requirements  > /tmp/requirements.txt
        pip install -c /tmp/gpu-stack.txt -r /tmp/requirements.txt
      a requirement that would replace one of them fails the build instead;
      GPU-kernel packages whose own dependency is torch/triton (liger-kernel) are installed
      with --no-deps, so pip never pulls a CUDA wheel of triton into a ROCm image
-                                                      (`python -m training.launch.image no-deps`)
+                                                      (`python -m training.deploy.image no-deps`)
   4. installs this package itself with --no-deps
   5. checks torch, Transformer Engine and apex are unchanged since the snapshot
                                                       (`python -m training.versions unchanged`)
      and that `import megatron.core` finds the pinned megatron-core
-                                                      (`python -m training.launch.image check-megatron`)
+                                                      (`python -m training.deploy.image check-megatron`)
 """
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ import re
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from training import REPO_ROOT
+
 MIN_PYTHON = (3, 12)
 # Provided by the base image, built for its CUDA/ROCm: never installed from pyproject.
 IMAGE_PROVIDED = ("torch",)
