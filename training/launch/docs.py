@@ -55,7 +55,7 @@ def toggles_table(toggles=REGISTRY) -> str:
             "bool": "0/1", "int": "integer", "float": "number", "str": "text",
             "path": "path", "choice": ""}[toggle.kind]
         lines.append(f"| `{toggle.name}` | {fmt_value(toggle.default)} | {values} | "
-                     f"{_flags(toggle)} | {toggle.bucket} | {toggle.help} |")
+                     f"{_flags(toggle)} | {toggle.bucket} | {toggle.description} |")
     return "\n".join(lines).strip()
 
 

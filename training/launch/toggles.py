@@ -82,6 +82,15 @@ class Toggle:
     aliases: tuple[str, ...] = field(default=())
     when: Callable[[Any], bool] | None = None   # settings -> whether the value flag applies
     emit: Emit | None = None                    # built flags (see the class docstring)
+    levers: bool = False           # docs/levers.md has rows that measure it (a test checks)
+
+    @property
+    def description(self) -> str:
+        """What the knob does, and where its measured effect is (never the figures: they
+        live in docs/levers.json, regenerated from the benchmarks)."""
+        if not self.levers:
+            return self.help
+        return f"{self.help} Measured: docs/levers.md, `{self.name}` rows."
 
     @property
     def built(self) -> bool:
@@ -112,7 +121,8 @@ def _bool(name, default, bucket, help, on=(), off=(), **kw) -> Toggle:
 
 
 def _perf(name, bucket, help, on=(), off=()) -> Toggle:
-    return _bool(name, True, bucket, help, on=on, off=off, group="performance", perf=True)
+    return _bool(name, True, bucket, help, on=on, off=off, group="performance", perf=True,
+                 levers=True)
 
 
 # -- built flags: each entry's emit (registry order below is the order they are added) ---------
@@ -236,8 +246,9 @@ REGISTRY: tuple[Toggle, ...] = (
           "(TE, apex's fused wgrad, or the native backend's cuBLAS beta=1 GEMM).",
           off=("--no-gradient-accumulation-fusion",)),
     _perf("GRAD_REDUCE_IN_BF16", GPT_ARGS,
-          "Gradient buffer and data-parallel reduce in bf16 instead of fp32 "
-          "(convergence-neutral at lr 8e-4 in a controlled 2x2; set 0 if sensitive).",
+          "Gradient buffer and data-parallel reduce in bf16 instead of fp32: half the gradient "
+          "memory and reduce traffic (its convergence check: docs/convergence.md; set 0 if a "
+          "run is sensitive to it).",
           on=("--grad-reduce-in-bf16",)),
     _perf("DDP_AVERAGE_IN_COLLECTIVE", EXTRA_ARGS,
           "Average gradients inside the reduce collective instead of pre-scaling.",
@@ -257,12 +268,10 @@ REGISTRY: tuple[Toggle, ...] = (
     Toggle("CE_CHUNK_MEM", "int", 8, GPT_ARGS,
            "Chunking of the native backend's fused linear cross-entropy (Liger kernels, TP=1): "
            "each chunk's transient logits stay under N x tokens x hidden (Liger's "
-           "chunk_mem_const). 1, Liger's default, makes 32 chunks of 256 tokens at Llama 3's "
-           "128k vocabulary and seq 8192, each adding its product into the whole bf16 "
-           "output-weight gradient; 8 makes 4 chunks of 2048 (about 0.5 GB more transient "
-           "memory, 8x fewer passes over that gradient; its measured effect: docs/levers.md, "
-           "CE_CHUNK_MEM rows). Inert outside the native Liger path at TP=1.",
-           flag="--ce-chunk-mem", group="performance"),
+           "chunk_mem_const). A larger N makes fewer, larger chunks: fewer passes over the "
+           "bf16 output-weight gradient, each chunk adding its product into it, for more "
+           "transient memory; 1 is Liger's default. Inert outside the native Liger path at TP=1.",
+           flag="--ce-chunk-mem", group="performance", levers=True),
 
     # -- model and precision -----------------------------------------------------------------
     Toggle("MODEL_SIZE", "str", None, GPT_ARGS,
@@ -271,11 +280,11 @@ REGISTRY: tuple[Toggle, ...] = (
     Toggle("NUM_LAYERS", "int", None, GPT_ARGS, "Override the preset's layer count.",
            flag="--num-layers", group="model", emitted_by="MODEL_SIZE"),
     Toggle("SEQ_LENGTH", "int", None, DATA_ARGS, "Sequence length (preset default).",
-           flag="--seq-length", group="model", emit=_value_flag),
+           flag="--seq-length", group="model", emit=_value_flag, levers=True),
     Toggle("PRECISION", "choice", "bf16", GPT_ARGS,
            "Precision recipe; the run folder is tagged by it.",
            choices=("bf16", "fp8", "fp8_tensorwise", "mxfp8", "mxfp4", "nvfp4"),
-           group="precision", emit=_precision_flags),
+           group="precision", emit=_precision_flags, levers=True),
     _bool("TE_FP8", None, LAUNCHER, "ROCm Megatron-LM spelling: 1 = an fp8 recipe "
           "(TE_FP8_RECIPE picks which). Conflicts with PRECISION are refused.", group="precision"),
     Toggle("TE_FP8_RECIPE", "choice", None, LAUNCHER,
@@ -304,26 +313,27 @@ REGISTRY: tuple[Toggle, ...] = (
            "local (Megatron's local spec); auto picks TE where it imports, else native.",
            flag="--transformer-backend",
            choices=("auto", "transformer_engine", "native", "local"), group="backend",
-           emit=_backend_flags),
+           emit=_backend_flags, levers=True),
     Toggle("NATIVE_KERNELS", "choice", "auto", GPT_ARGS,
            "Native backend kernels: liger (Triton) or torch; auto = liger where installed.",
            flag="--native-kernels", choices=("auto", "liger", "torch"), group="backend",
-           emit=_native_kernels_flags),
+           emit=_native_kernels_flags, levers=True),
     Toggle("RECOMPUTE", "choice", "none", GPT_ARGS,
            "Activation recompute: none, selective (attention core), full (every layer).",
            choices=("none", "selective", "full"), group="model",
-           emit=_by_value(_RECOMPUTE_WORDS)),
+           emit=_by_value(_RECOMPUTE_WORDS), levers=True),
     Toggle("MANUAL_GC_INTERVAL", "int", 0, TRAIN_ARGS,
            "0: Python's automatic garbage collector. N > 0: Megatron's manual GC (automatic "
            "collection off, one gc.collect() every N iterations, between steps): no collection "
            "pause inside a step, the same moment on every rank.",
-           group="training", emit=_manual_gc_flags),
+           group="training", emit=_manual_gc_flags, levers=True),
     Toggle("NAN_CHECK", "choice", "step", TRAIN_ARGS,
            "Where a NaN/Inf gradient stops the run: step (the global gradient norm and loss, "
            "once per iteration, before a checkpoint can save them) or bucket (Megatron's check "
            "of each gradient bucket before its reduce: names the bucket, costs a host-GPU "
            "sync per bucket in every backward).",
-           choices=("step", "bucket"), group="training", emit=_nan_check_flags),
+           choices=("step", "bucket"), group="training", emit=_nan_check_flags,
+           levers=True),
     _bool("DETERMINISTIC", False, GPT_ARGS, "Megatron's deterministic mode (slower).",
           on=("--deterministic-mode",), group="model"),
 
@@ -340,17 +350,17 @@ REGISTRY: tuple[Toggle, ...] = (
           on=("--use-torch-fsdp2",), group="parallel"),
     _bool("DISTRIBUTED_OPTIMIZER", True, EXTRA_ARGS,
           "Shard optimizer state over data-parallel ranks.",
-          on=("--use-distributed-optimizer",), group="parallel"),
+          on=("--use-distributed-optimizer",), group="parallel", levers=True),
     _bool("OVERLAP_GRAD_REDUCE", True, EXTRA_ARGS,
           "Overlap the gradient reduce with the backward pass.",
-          on=("--overlap-grad-reduce",), group="parallel"),
+          on=("--overlap-grad-reduce",), group="parallel", levers=True),
     _bool("OVERLAP_PARAM_GATHER", True, EXTRA_ARGS,
           "Overlap the parameter all-gather with the forward pass (distributed optimizer).",
-          on=("--overlap-param-gather",), group="parallel"),
+          on=("--overlap-param-gather",), group="parallel", levers=True),
 
     # -- training loop ------------------------------------------------------------------------
     Toggle("MBS", "int", 1, TRAIN_ARGS, "Micro-batch size per GPU.",
-           flag="--micro-batch-size"),
+           flag="--micro-batch-size", levers=True),
     Toggle("BS", "int", 128, TRAIN_ARGS, "Global batch size (sequences per optimizer step).",
            flag="--global-batch-size"),
     Toggle("TOTAL_ITERS", "int", 20, TRAIN_ARGS, "Training iterations.", flag="--train-iters"),

@@ -224,7 +224,7 @@ def defaults(inputs: RunInputs, book: LeverBook | None = None,
             continue                    # only the native backend uses them
         value, source = str(row.get("value")), row.get("source")
         good = rules.CONFIRM_TOGGLES.get(name, ("1",))
-        what = BY_NAME[name].help if name in BY_NAME else ""
+        what = BY_NAME[name].description if name in BY_NAME else ""
         item = {"toggle": name, "value": value, "source": source,
                 "reason": row.get("reason") or "", "what": what}
         if value in good:
@@ -435,7 +435,7 @@ def _user_off_candidates(inputs: RunInputs) -> list[tuple[str, str]]:
     for name in names:
         row = rows.get(name)
         if row and str(row.get("value")) == "0" and row.get("source") in USER_SOURCES:
-            out.append((name, BY_NAME[name].help if name in BY_NAME else ""))
+            out.append((name, BY_NAME[name].description if name in BY_NAME else ""))
     return out
 
 
