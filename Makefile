@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml Makefile
 
 # Runs the default Llama 3 recipe on the GPUs of this node (DRY_RUN=1 to only print the launch).
 train: setup
-	@PYTHON=$(PY) $(PY) -m training.launch.gpu_check || exit 2
+	@PYTHON=$(PY) $(PY) -m training.deploy.gpu_check || exit 2
 	PYTHON=$(PY) bash examples/llama/train_llama3.sh
 
 # The whole CPU test suite, then shellcheck on every shell script.

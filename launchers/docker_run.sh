@@ -9,12 +9,12 @@
 # Toggles you set (TP=2, DATA_PATH=..., NNODES=...) reach the script inside; the repository and
 # the data, tokenizer and checkpoint folders are mounted at the same paths. DOCKER_IMAGE picks the
 # image (default training:cuda / training:rocm, built from docker/), DOCKER_ENV names extra
-# variables to pass (e.g. DOCKER_ENV=HF_TOKEN). training/launch/docker.py builds the command;
+# variables to pass (e.g. DOCKER_ENV=HF_TOKEN). training/deploy/docker.py builds the command;
 # docs/launch.md explains every flag.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../examples/lib/launch.sh"   # PYTHON, PYTHONPATH
 
-plan=$("$PYTHON" -m training.launch.docker "$@") || exit $?
+plan=$("$PYTHON" -m training.deploy.docker "$@") || exit $?
 eval "$plan"   # DOCKER_CMD (array), DOCKER_LINE, DRY_RUN
 
 if [ "$DRY_RUN" = 1 ]; then

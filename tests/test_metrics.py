@@ -7,12 +7,13 @@ import sys
 import pytest
 
 from training.launch.presets import PRESETS
-from training.metrics import Shape, StepRecord, flops_per_token, peak_tflops, steady_state
+from training.metrics import StepRecord, flops_per_token, peak_tflops, steady_state
+from training.run_description import Model
 from training.platforms import platform_for_device_name
 
 
-def shape(name: str, layers: int | None = None, seq: int | None = None) -> Shape:
-    return Shape.from_preset(PRESETS[name], layers, seq)
+def shape(name: str, layers: int | None = None, seq: int | None = None) -> Model:
+    return Model.of(PRESETS[name], layers, seq)
 
 
 def test_llama3_8b_flops_per_token():
@@ -33,7 +34,7 @@ def test_flops_match_megatrons_num_floating_point_operations(base_env, name, seq
     args = megatron_args(launch(base_env, family=family, MODEL_SIZE=size, SEQ_LENGTH=seq))
     args.padded_vocab_size = PRESETS[name].vocab_size
     megatron = num_floating_point_operations(args, batch_size=4) / (4 * seq)
-    assert flops_per_token(Shape.from_megatron_args(args)) == pytest.approx(megatron, rel=1e-9)
+    assert flops_per_token(Model.from_megatron_args(args)) == pytest.approx(megatron, rel=1e-9)
 
 
 def test_steady_state_is_the_harmonic_mean_after_warmup():

@@ -1,41 +1,179 @@
-"""The project's own argument groups, added on top of Megatron's parser.
+"""The project's own argument groups, added on top of Megatron's parser, and the launcher's
+derivations for a plain `torchrun training/pretrain_gpt.py` invocation.
 
-Group titles are routed to buckets by training.launch.toggles.GROUP_TO_BUCKET.
+Group titles are routed to buckets by training.launch.toggles.GROUP_TO_BUCKET. Every argument
+here that a toggle sets takes that toggle's registry default, so the launcher and a plain
+invocation start from the same values; `as_the_launcher()` then derives what the launcher
+derives from them (the same functions of training.launch.toggles), so a plain
+`torchrun training/pretrain_gpt.py <model flags>` runs what `train_llama3.sh` would run with
+those flags. The launcher passes every value explicitly: for its invocation nothing changes.
+The launcher's guards (corrections of combinations, refusals) do not run under torchrun: a
+combination they would correct fails there as Megatron or this project's code fails it.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 
-from training.launch.toggles import BY_NAME
+from training.launch.toggles import (BY_NAME, auto_backend, auto_native_kernels, backend_flags,
+                                     default_metrics_warmup_iters, nan_check_flags)
 
-BACKENDS = ("transformer_engine", "native", "local")
+# Our arguments a toggle sets: argparse dest -> registry entry.
+TOGGLE_OF = {
+    "fused_single_qkv_rope": "FUSED_SINGLE_QKV_ROPE",
+    "transformer_backend": "TRANSFORMER_IMPL",
+    "native_kernels": "NATIVE_KERNELS",
+    "ce_chunk_mem": "CE_CHUNK_MEM",
+    "nan_check": "NAN_CHECK",
+    "metrics_warmup_iters": "METRICS_WARMUP_ITERS",
+}
+
+
+def _default(dest: str):
+    return BY_NAME[TOGGLE_OF[dest]].default
+
+
+def _choices(dest: str) -> tuple[str, ...]:
+    return BY_NAME[TOGGLE_OF[dest]].choices
 
 
 def add_training_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     model = parser.add_argument_group(title="launcher: model")
     # megatron-core 0.19.2 has TransformerConfig.fused_single_qkv_rope but no flag for it;
     # core_transformer_config_from_args copies any args attribute named like a config field.
-    model.add_argument("--fused-single-qkv-rope", action="store_true",
+    model.add_argument("--fused-single-qkv-rope", action=argparse.BooleanOptionalAction,
+                       default=_default("fused_single_qkv_rope"),
                        help="Apply RoPE to the packed QKV tensor in one kernel (no split/concat).")
-    model.add_argument("--transformer-backend", choices=BACKENDS, default="transformer_engine",
+    model.add_argument("--transformer-backend", choices=_choices("transformer_backend"),
+                       default=_default("transformer_backend"),
                        help="Layer spec: transformer_engine (Megatron's TE spec), native (SDPA + "
-                            "Liger/torch kernels, this project's), local (Megatron's local spec).")
-    model.add_argument("--native-kernels", choices=("liger", "torch"), default="liger",
-                       help="Kernels of the native backend: Liger-Kernel (Triton) or plain torch.")
-    model.add_argument("--ce-chunk-mem", type=int, default=BY_NAME["CE_CHUNK_MEM"].default,
+                            "Liger/torch kernels, this project's), local (Megatron's local "
+                            "spec); auto: transformer_engine where it imports, else native.")
+    model.add_argument("--native-kernels", choices=_choices("native_kernels"),
+                       default=_default("native_kernels"),
+                       help="Kernels of the native backend: Liger-Kernel (Triton) or plain "
+                            "torch; auto: liger where installed.")
+    model.add_argument("--ce-chunk-mem", type=int, default=_default("ce_chunk_mem"),
                        help="Liger fused linear cross-entropy's chunk_mem_const: each chunk's "
-                            "logits stay under N x tokens x hidden (native backend, TP=1). The "
-                            "launcher always passes its CE_CHUNK_MEM toggle; its default here.")
+                            "logits stay under N x tokens x hidden (native backend, TP=1).")
 
     train = parser.add_argument_group(title="launcher: training")
-    train.add_argument("--nan-check", choices=("step", "bucket"), default="bucket",
+    train.add_argument("--nan-check", choices=_choices("nan_check"),
+                       default=_default("nan_check"),
                        help="step: stop at the first iteration whose loss or global gradient "
-                            "norm is NaN/Inf (with --no-check-for-nan-in-loss-and-grad); bucket: "
+                            "norm is NaN/Inf (Megatron's per-bucket check off); bucket: "
                             "Megatron's per-bucket check only.")
 
     run = parser.add_argument_group(title="launcher: run")
     run.add_argument("--run-dir", type=str, default=None,
                      help="Run folder: metrics.jsonl and the manifest's run section go here.")
-    run.add_argument("--metrics-warmup-iters", type=int, default=3,
-                     help="Iterations left out of the steady-state figures.")
+    run.add_argument("--metrics-warmup-iters", type=int,
+                     default=_default("metrics_warmup_iters"),
+                     help="Iterations left out of the steady-state figures (default: 20%% of "
+                          "--train-iters, between 2 and 10).")
     return parser
+
+
+@functools.cache
+def megatron_parser() -> argparse.ArgumentParser:
+    """megatron-core's parser with our arguments, as megatron.training.arguments.parse_args
+    builds it."""
+    from megatron.training.arguments import add_megatron_arguments
+
+    parser = argparse.ArgumentParser(description="Megatron-LM Arguments", allow_abbrev=False)
+    add_megatron_arguments(parser)
+    return add_training_args(parser)
+
+
+class ArgumentConflict(ValueError):
+    """An explicit Megatron flag contradicts what our arguments imply."""
+
+
+def _given(argv: list[str], flag: str) -> str | None:
+    """The value given for a value flag in argv (the last one), or None."""
+    value = None
+    for i, word in enumerate(argv):
+        if word == flag and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif word.startswith(flag + "="):
+            value = word.split("=", 1)[1]
+    return value
+
+
+def as_the_launcher(argv: list[str], caps=None) -> tuple[list[str], list[str]]:
+    """(argv with the launcher's derivations added, one note per derivation).
+
+    Our arguments left at auto or unset get the value the launcher would give them (appended,
+    so they replace an explicit 'auto'); the Megatron flags the backend and the NaN check imply
+    are prepended unless argv gives them, so an explicit flag keeps its value, and an explicit
+    value that contradicts the backend raises ArgumentConflict. `caps`: the node's
+    capabilities (training.launch.capabilities.detect() when None and needed)."""
+    args = megatron_parser().parse_args(argv)
+    notes: list[str] = []
+    after: list[str] = []
+    before: list[str] = []
+
+    def capabilities():
+        nonlocal caps
+        if caps is None:
+            from training.launch.capabilities import detect
+
+            caps = detect()
+        return caps
+
+    backend = args.transformer_backend
+    if backend == "auto":
+        backend, why = auto_backend(capabilities().transformer_engine)
+        after += ["--transformer-backend", backend]
+        notes.append(f"--transformer-backend {backend} (auto: {why})")
+    if args.native_kernels == "auto" and backend == "native":  # read by that backend only
+        kernels, why = auto_native_kernels(capabilities().liger)
+        after += ["--native-kernels", kernels]
+        notes.append(f"--native-kernels {kernels} (auto: {why})")
+    if args.metrics_warmup_iters is None:
+        warmup = default_metrics_warmup_iters(args.train_iters)
+        after += ["--metrics-warmup-iters", str(warmup)]
+        notes.append(f"--metrics-warmup-iters {warmup} (20% of --train-iters, between 2 "
+                     "and 10)")
+
+    softmax_kernel = backend != "local" or capabilities().masked_softmax_kernel
+    gpt_words, train_words = backend_flags(backend, softmax_kernel)
+    by_backend = f"--transformer-backend {backend}"
+    implied = [(gpt_words, by_backend)]                 # ["--transformer-impl", value]
+    implied += [([word], by_backend) for word in train_words]
+    implied += [([word], f"--nan-check {args.nan_check}")
+                for word in nan_check_flags(args.nan_check)]
+    for words, because in implied:
+        flag = words[0]
+        if len(words) == 2:                             # a value flag
+            given = _given(argv, flag)
+            if given is not None and given != words[1]:
+                raise ArgumentConflict(f"{flag} {given} contradicts {because}, which runs "
+                                       f"with {flag} {words[1]}: drop {flag}.")
+            if given is not None:
+                continue
+        elif flag in argv:
+            continue
+        before += words
+        notes.append(f"{' '.join(words)} (implied by {because})")
+    return before + argv + after, notes
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m training.arguments parse <words>`: parse the words as pretrain_gpt.py does
+    (Megatron's parser with ours) and run nothing; argparse's message and exit 2 on a word it
+    rejects. The ROCm image's build runs it on the launcher's MI355X launch
+    (`python -m training.deploy.image check-megatron rocm`)."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] != "parse":
+        print("usage: python -m training.arguments parse <Megatron and launcher flags>",
+              file=sys.stderr)
+        return 2
+    megatron_parser().parse_args(args[1:])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,27 +1,29 @@
 """Measurements inside Megatron's training loop, without a loop of our own.
 
-Megatron's `train()` calls the module-level functions `train_step` and `training_log` each
-iteration; `install()` wraps them:
+Megatron's `train()` calls module-level functions of megatron.training.training each
+iteration; the replacements below take their place through the patch table
+(training.megatron_patches), bound to the run (training.run.Run):
+  setup_model_and_optimizer  starts the run's measurements (RunState), then splits the peak
+                memory at the optimizer's zero_grad and step (PhasePeaks)
   train_step    timed with a device synchronisation on both sides: the step time is the
                 forward, backward, gradient reduce and optimizer step of one global batch,
                 data loading included, logging/eval/checkpointing excluded
   training_log  after Megatron's own logging, one line per iteration to <run>/metrics.jsonl
                 (loss, grad norm, lr, step time, tokens/s/GPU, model TFLOP/s/GPU, MFU,
-                peak memory) and the same scalars to TensorBoard
-  evaluate      the validation loss, with its iteration, to metrics.jsonl
-  optimizer.step, optimizer.zero_grad  (install_memory_phases) torch's peak-memory counter
-                read and reset around them: each iteration's peak splits into forward/backward,
-                optimizer step, and what runs between steps (PhasePeaks)
+                peak memory) and the same scalars to TensorBoard; NAN_CHECK=step's stop
+  evaluate, evaluate_and_print_results  the validation loss, with its iteration, to
+                metrics.jsonl and to the loop listeners
+  train         the loop listeners told when training starts and ends
 `finish()` (after pretrain returns) computes the steady-state summary, takes the peak memory
 over all ranks, prints the summary and stores it in manifest.json.
 
-Loop listeners (`install(..., listeners=[...])`, e.g. training.mlperf.events.MLPerfRun) are told
-when training starts and ends (Megatron's `train`) and around each evaluation, with the eval
-loss on every rank; one that returns True from on_eval_end stops training after that
-iteration (`stop_after_this_evaluation`).
+Loop listeners (Run.listeners, e.g. training.mlperf.events.MLPerfRun) are told when training
+starts and ends and around each evaluation, with the eval loss on every rank; one that returns
+True from on_eval_end stops training after that iteration (`stop_after_this_evaluation`).
 """
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -29,8 +31,8 @@ from pathlib import Path
 
 import torch
 
-from training.metrics import MetricsWriter, Shape, StepRecord, flops_per_token, peak_tflops, \
-    steady_state
+from training.metrics import MetricsWriter, StepRecord, flops_per_token, peak_tflops, steady_state
+from training.run_description import Model
 
 
 class PhasePeaks:
@@ -93,6 +95,8 @@ class PhasePeaks:
 
 @dataclass
 class RunState:
+    """The loop's measurements of one run (training.run.Run.loop), from Megatron's set-up on."""
+
     run_dir: Path | None
     warmup_iters: int
     tokens_per_step: int
@@ -104,123 +108,138 @@ class RunState:
     is_logging_rank: bool
     records: list[StepRecord] = field(default_factory=list)
     last_step_time: float | None = None
-    eval_iteration: int | None = None
     profile_window: tuple[int, int] = (0, -1)
     nan_check_step: bool = False
     first_step_start: float | None = None  # epoch seconds: where start-up ends
     memory: PhasePeaks = field(default_factory=PhasePeaks)
 
+    @classmethod
+    def start(cls, args, precision: str) -> "RunState":
+        """After Megatron's initialize (torch.distributed up, args known)."""
+        shape = Model.from_megatron_args(args)
+        device_name = torch.cuda.get_device_name()
+        rank = torch.distributed.get_rank()
+        logging_rank = rank == torch.distributed.get_world_size() - 1  # last PP stage: the loss
+        run_dir = Path(args.run_dir) if args.run_dir else None
+        return cls(
+            run_dir=run_dir, warmup_iters=args.metrics_warmup_iters,
+            tokens_per_step=args.global_batch_size * args.seq_length,
+            world_size=args.world_size, flops_token=flops_per_token(shape),
+            peak=peak_tflops(device_name, precision), device_name=device_name,
+            writer=MetricsWriter(run_dir / "metrics.jsonl" if (run_dir and logging_rank)
+                                 else None),
+            is_logging_rank=logging_rank,
+            profile_window=((args.profile_step_start, args.profile_step_end + 1)
+                            if args.profile else (0, -1)),
+            nan_check_step=args.nan_check == "step")
 
-_state: RunState | None = None
+
+# -- replacements of Megatron's loop functions (the entries of training.megatron_patches):
+#    each takes Megatron's original and the run, and returns the function put in its place --
+
+def measured_setup(original, run):
+    """setup_model_and_optimizer: start the run's measurements (torch.distributed is up, the
+    model not yet built), print the stack's versions, then after the set-up split the peak
+    memory at the optimizer's zero_grad and step, and with PROFILE=torch range its step."""
+    from training.profiling import ranges
+    from training.versions import collect_versions
+
+    def setup_model_and_optimizer(*a, **kw):
+        run.loop = RunState.start(run.args, run.precision)
+        if torch.distributed.get_rank() == 0:
+            print("run versions:", json.dumps(collect_versions()), flush=True)
+        model, optimizer, scheduler = original(*a, **kw)
+        if optimizer is not None:
+            run.loop.memory.wrap(optimizer)
+            if ranges.ranges_enabled():
+                range_optimizer_step(optimizer)
+        return model, optimizer, scheduler
+
+    return setup_model_and_optimizer
 
 
-def install(args, precision: str, listeners=()) -> RunState:
-    """Wrap Megatron's train_step and training_log (and, with listeners, train and the
-    evaluation). Call after initialize (args known)."""
-    global _state
-    from megatron.training import training
+def timed_train_step(original, run):
+    """train_step, timed with a device synchronisation on both sides."""
 
-    shape = Shape.from_megatron_args(args)
-    device_name = torch.cuda.get_device_name()
-    rank = torch.distributed.get_rank()
-    logging_rank = rank == torch.distributed.get_world_size() - 1  # last PP stage holds the loss
-    run_dir = Path(args.run_dir) if args.run_dir else None
-    _state = RunState(
-        run_dir=run_dir, warmup_iters=args.metrics_warmup_iters,
-        tokens_per_step=args.global_batch_size * args.seq_length,
-        world_size=args.world_size, flops_token=flops_per_token(shape),
-        peak=peak_tflops(device_name, precision), device_name=device_name,
-        writer=MetricsWriter(run_dir / "metrics.jsonl" if (run_dir and logging_rank) else None),
-        is_logging_rank=logging_rank,
-        profile_window=((args.profile_step_start, args.profile_step_end + 1)
-                        if args.profile else (0, -1)),
-        nan_check_step=getattr(args, "nan_check", "bucket") == "step")
-
-    original_step, original_log = training.train_step, training.training_log
-
-    def timed_train_step(*a, **kw):
+    def train_step(*a, **kw):
+        state = run.loop
         torch.cuda.synchronize()
-        if _state.first_step_start is None:
-            _state.first_step_start = time.time()
+        if state.first_step_start is None:
+            state.first_step_start = time.time()
         start = time.perf_counter()
-        out = original_step(*a, **kw)
+        out = original(*a, **kw)
         torch.cuda.synchronize()
-        _state.last_step_time = time.perf_counter() - start
+        state.last_step_time = time.perf_counter() - start
         return out
 
-    def logged_training_log(loss_dict, total_loss_dict, learning_rate, iteration, loss_scale,
-                            report_memory_flag, skipped_iter, grad_norm, *a, **kw):
-        result = original_log(loss_dict, total_loss_dict, learning_rate, iteration, loss_scale,
-                              report_memory_flag, skipped_iter, grad_norm, *a, **kw)
-        _on_iteration(iteration, loss_dict, learning_rate, grad_norm, skipped_iter)
-        if _state.nan_check_step:
+    return train_step
+
+
+def logged_training_log(original, run):
+    """training_log: after Megatron's logging, our line of metrics.jsonl and TensorBoard's
+    scalars; with NAN_CHECK=step, the stop at a non-finite loss or gradient norm."""
+
+    def training_log(loss_dict, total_loss_dict, learning_rate, iteration, loss_scale,
+                     report_memory_flag, skipped_iter, grad_norm, *a, **kw):
+        result = original(loss_dict, total_loss_dict, learning_rate, iteration, loss_scale,
+                          report_memory_flag, skipped_iter, grad_norm, *a, **kw)
+        _on_iteration(run.loop, iteration, loss_dict, learning_rate, grad_norm, skipped_iter)
+        if run.loop.nan_check_step:
             check_finite(iteration, loss_dict.get("lm loss"), grad_norm)
         return result
 
-    original_eval_print, original_eval = training.evaluate_and_print_results, training.evaluate
+    return training_log
 
-    def eval_and_print(prefix, forward_step_func, data_iterator, model, iteration, *a, **kw):
-        _state.eval_iteration = iteration
-        return original_eval_print(prefix, forward_step_func, data_iterator, model, iteration,
-                                   *a, **kw)
 
-    def recorded_evaluate(*a, **kw):
-        result = original_eval(*a, **kw)
+def listened_evaluate_and_print(original, run):
+    """evaluate_and_print_results: the evaluation's iteration for the eval-loss record, the
+    listeners told around it (with the loss on every rank), and a listener's stop."""
+
+    def evaluate_and_print_results(prefix, forward_step_func, data_iterator, model, iteration,
+                                   *a, **kw):
+        run.eval_iteration, run.eval_loss = iteration, None
+        for listener in run.listeners:
+            listener.on_eval_start(run.args, iteration)
+        result = original(prefix, forward_step_func, data_iterator, model, iteration, *a, **kw)
+        if run.listeners:
+            loss = _loss_on_every_rank(run.eval_loss)
+            stop = [listener.on_eval_end(run.args, iteration, loss)
+                    for listener in run.listeners]
+            if any(stop):
+                stop_after_this_evaluation(run.args, iteration)
+        return result
+
+    return evaluate_and_print_results
+
+
+def recorded_evaluate(original, run):
+    """evaluate: its loss kept for the listeners and written to metrics.jsonl."""
+
+    def evaluate(*a, **kw):
+        result = original(*a, **kw)
         losses = result[0] or {}
-        if "lm loss" in losses:
-            record_eval(_state.eval_iteration, float(losses["lm loss"]))
+        run.eval_loss = float(losses["lm loss"]) if "lm loss" in losses else None
+        if run.eval_loss is not None and run.loop is not None:
+            record_eval(run.loop, run.eval_iteration, run.eval_loss)
         return result
 
-    training.train_step = timed_train_step
-    training.training_log = logged_training_log
-    training.evaluate_and_print_results = eval_and_print
-    training.evaluate = recorded_evaluate
-    if listeners:
-        wrap_loop(training, args, list(listeners))
-    return _state
+    return evaluate
 
 
-def wrap_loop(training, args, listeners: list) -> None:
-    """Tell the listeners about Megatron's train() and each evaluation; stop when one asks.
+def listened_train(original, run):
+    """train: the listeners told when training starts and ends (also on SIGTERM's exit: the
+    run ends unfinished, status aborted)."""
 
-    A listener has on_train_start(args), on_eval_start(args, iteration),
-    on_eval_end(args, iteration, loss) -> bool (True: stop), on_train_end(args). `training` is
-    megatron.training.training (or a stand-in with the same functions, in tests)."""
-    original_train = training.train
-    original_eval_print = training.evaluate_and_print_results
-    original_eval = training.evaluate
-    last = {"loss": None}
-
-    def evaluate_keeping_loss(*a, **kw):
-        result = original_eval(*a, **kw)
-        losses = result[0] or {}
-        last["loss"] = float(losses["lm loss"]) if "lm loss" in losses else None
-        return result
-
-    def listened_eval_print(prefix, forward_step_func, data_iterator, model, iteration, *a, **kw):
-        for listener in listeners:
-            listener.on_eval_start(args, iteration)
-        last["loss"] = None
-        result = original_eval_print(prefix, forward_step_func, data_iterator, model, iteration,
-                                     *a, **kw)
-        loss = _loss_on_every_rank(last["loss"])
-        stop = [listener.on_eval_end(args, iteration, loss) for listener in listeners]
-        if any(stop):
-            stop_after_this_evaluation(args, iteration)
-        return result
-
-    def listened_train(*a, **kw):
-        for listener in listeners:
-            listener.on_train_start(args)
+    def train(*a, **kw):
+        for listener in run.listeners:
+            listener.on_train_start(run.args)
         try:
-            return original_train(*a, **kw)
-        finally:  # also on SIGTERM's sys.exit: the run ends, unfinished (status aborted)
-            for listener in listeners:
-                listener.on_train_end(args)
+            return original(*a, **kw)
+        finally:
+            for listener in run.listeners:
+                listener.on_train_end(run.args)
 
-    training.evaluate = evaluate_keeping_loss
-    training.evaluate_and_print_results = listened_eval_print
-    training.train = listened_train
+    return train
 
 
 def stop_after_this_evaluation(args, iteration: int) -> None:
@@ -268,8 +287,8 @@ def check_finite(iteration: int, loss, grad_norm) -> None:
             "that went non-finite, rerun with NAN_CHECK=bucket.")
 
 
-def _on_iteration(iteration: int, loss_dict: dict, lr, grad_norm, skipped: int) -> None:
-    s = _state
+def _on_iteration(s: RunState, iteration: int, loss_dict: dict, lr, grad_norm,
+                  skipped: int) -> None:
     if s.last_step_time is None:
         return
     step = StepRecord(iteration, s.last_step_time, s.tokens_per_step)
@@ -307,10 +326,10 @@ def _on_iteration(iteration: int, loss_dict: dict, lr, grad_norm, skipped: int) 
         _tensorboard(record, iteration)
 
 
-def record_eval(iteration: int, loss: float) -> None:
-    """Evaluation loss (called by forward-step's eval hook) into metrics.jsonl."""
-    if _state is not None and _state.is_logging_rank:
-        _state.writer.write({"iteration": iteration, "eval_loss": loss, "time": time.time()})
+def record_eval(s: RunState, iteration: int | None, loss: float) -> None:
+    """An evaluation's loss into metrics.jsonl."""
+    if s.is_logging_rank:
+        s.writer.write({"iteration": iteration, "eval_loss": loss, "time": time.time()})
 
 
 def _tensorboard(record: dict, iteration: int) -> None:
@@ -325,14 +344,8 @@ def _tensorboard(record: dict, iteration: int) -> None:
             writer.add_scalar(f"throughput/{key}", record[key], iteration)
 
 
-def first_step_start() -> float | None:
-    """Epoch seconds at which the first training step began (None before any step)."""
-    return _state.first_step_start if _state is not None else None
-
-
-def finish() -> dict | None:
+def finish(s: RunState | None) -> dict | None:
     """Steady-state summary; collective (every rank calls it). Returns it on the logging rank."""
-    s = _state
     if s is None:
         return None
     summary = steady_state(s.records, s.warmup_iters, s.world_size, s.flops_token, s.peak)
@@ -356,36 +369,20 @@ def finish() -> dict | None:
     return summary if s.is_logging_rank else None
 
 
-def install_memory_phases(optimizer) -> None:
-    """Split the peak memory at Megatron's zero_grad and optimizer step (PhasePeaks)."""
-    if _state is None or optimizer is None:
-        return
-    _state.memory.wrap(optimizer)
+def range_optimizer_step(optimizer) -> None:
+    """PROFILE=torch: a named range around the optimizer step (the object Megatron built)."""
+    from training.profiling.ranges import RANGE_OPTIMIZER
+
+    optimizer.step = ranged(optimizer.step, None, RANGE_OPTIMIZER)
 
 
-def install_ranges(optimizer) -> None:
-    """With PROFILE=torch: named ranges around the phases Megatron runs (backward, grad reduce,
-    param gather, optimizer step), so the trace report can attribute time to them."""
-    from megatron.core.distributed import param_and_grad_buffer
-    from megatron.core.pipeline_parallel import schedules
+def ranged(original, run, range_name: str):
+    """`original` inside a named range of the trace (PROFILE=torch): the replacement of the
+    Megatron functions the profile entries of training.megatron_patches name."""
+    from training.profiling.ranges import train_range
 
-    from training.profiling.ranges import (RANGE_BACKWARD, RANGE_GRAD_REDUCE, RANGE_OPTIMIZER,
-                                           RANGE_PARAM_GATHER, train_range)
+    def in_range(*a, **kw):
+        with train_range(range_name):
+            return original(*a, **kw)
 
-    def wrap(owner, name: str, range_name: str) -> None:
-        original = getattr(owner, name)
-
-        def ranged(*a, **kw):
-            with train_range(range_name):
-                return original(*a, **kw)
-
-        setattr(owner, name, ranged)
-
-    wrap(schedules, "backward_step", RANGE_BACKWARD)
-    bucket_group = param_and_grad_buffer._ParamAndGradBucketGroup
-    for name in ("start_grad_sync", "finish_grad_sync"):
-        wrap(bucket_group, name, RANGE_GRAD_REDUCE)
-    for name in ("start_param_sync", "finish_param_sync"):
-        wrap(bucket_group, name, RANGE_PARAM_GATHER)
-    if optimizer is not None:
-        wrap(optimizer, "step", RANGE_OPTIMIZER)
+    return in_range

@@ -22,51 +22,30 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-
-@dataclass(frozen=True)
-class Shape:
-    num_layers: int
-    hidden_size: int
-    ffn_hidden_size: int
-    num_attention_heads: int
-    num_query_groups: int
-    vocab_size: int
-    seq_length: int
-
-    @classmethod
-    def from_preset(cls, preset, num_layers: int | None = None,
-                    seq_length: int | None = None) -> "Shape":
-        """A model preset (training.launch.presets), optionally cut or stretched."""
-        return cls(num_layers or preset.num_layers, preset.hidden_size, preset.ffn_hidden_size,
-                   preset.num_attention_heads, preset.num_query_groups, preset.vocab_size,
-                   seq_length or preset.seq_length)
-
-    @classmethod
-    def from_megatron_args(cls, args) -> "Shape":
-        groups = args.num_query_groups if args.group_query_attention else args.num_attention_heads
-        return cls(args.num_layers, args.hidden_size, args.ffn_hidden_size,
-                   args.num_attention_heads, groups, args.padded_vocab_size, args.seq_length)
+from training.run_description import Model
 
 
-def flops_per_token(shape: Shape, causal: bool = True) -> float:
+def flops_per_token(model: Model, causal: bool = True) -> float:
     """Training FLOPs per token (forward + backward), Megatron's convention."""
-    h, f, s = shape.hidden_size, shape.ffn_hidden_size, shape.seq_length
-    kv_ratio = shape.num_query_groups / shape.num_attention_heads
+    h, f, s = model.hidden_size, model.ffn_hidden_size, model.seq_length
+    kv_ratio = model.num_query_groups / model.num_attention_heads
     qkv = 2 * h * (h + 2 * h * kv_ratio)
     proj = 2 * h * h
     attention = (2 if causal else 4) * s * h
     mlp = 6 * h * f
-    logits = 2 * h * shape.vocab_size
-    return 3 * (shape.num_layers * (qkv + proj + attention + mlp) + logits)
+    logits = 2 * h * model.vocab_size
+    return 3 * (model.num_layers * (qkv + proj + attention + mlp) + logits)
 
 
 def peak_tflops(device_name: str | None, precision: str = "bf16") -> float | None:
-    """Dense peak for MFU: fp8/fp4 recipes compute their GEMMs at the fp8 rate."""
-    from training.platforms import peak_tflops as _peak
+    """Dense peak TFLOP/s for MFU (training.platforms' table; None when the GPU is not in it):
+    fp8/fp4 recipes compute their GEMMs at the fp8 rate."""
+    from training.platforms import platform_for_device_name
 
-    if not device_name:
+    platform = platform_for_device_name(device_name) if device_name else None
+    if platform is None:
         return None
-    return _peak(device_name, fp8=precision != "bf16")
+    return platform.peak_bf16_tflops if precision == "bf16" else platform.peak_fp8_tflops
 
 
 @dataclass
@@ -125,14 +104,14 @@ def read_metrics(path: Path) -> list[dict]:
 
 # -- CLI --------------------------------------------------------------------------------------
 
-def _shape_from_preset(model: str, seq_length: int | None, num_layers: int | None) -> Shape:
+def _model_of_preset(model: str, seq_length: int | None, num_layers: int | None) -> Model:
     from training.launch.presets import PRESETS
 
     by_lower = {name.lower(): p for name, p in PRESETS.items()}
     preset = by_lower.get(model.lower())
     if preset is None:
         raise SystemExit(f"error: unknown model {model!r}: use one of {', '.join(PRESETS)}")
-    return Shape.from_preset(preset, num_layers, seq_length)
+    return Model.of(preset, num_layers, seq_length)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     flops.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
-    shape = _shape_from_preset(args.model, args.seq_length, args.num_layers)
+    shape = _model_of_preset(args.model, args.seq_length, args.num_layers)
     value = flops_per_token(shape)
     if args.json:
         print(json.dumps({"shape": asdict(shape), "flops_per_token": value}))

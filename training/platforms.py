@@ -57,10 +57,3 @@ def platform_for_device_name(device_name: str) -> Platform | None:
             return platform
     return None
 
-
-def peak_tflops(device_name: str, fp8: bool = False) -> float | None:
-    """Dense peak TFLOP/s for a device name, or None when the GPU is not in the table."""
-    platform = platform_for_device_name(device_name)
-    if platform is None:
-        return None
-    return platform.peak_fp8_tflops if fp8 else platform.peak_bf16_tflops

@@ -1,10 +1,13 @@
 """GPT pretraining under torchrun: megatron.training's pretrain with this project's providers.
 
-Run by examples/*/train_*.sh (torchrun ... training/pretrain_gpt.py <Megatron args>). Megatron
-owns the loop (distributed optimizer, overlap, checkpointing, evaluation, signal handling);
-this file provides the model (backend spec from training.specs), the datasets, the forward
-step, and the run folder's metrics and manifest section. It re-decides nothing the launcher
-resolved: a backend or kernel that cannot be built here is an error, not a fallback.
+Run by examples/*/train_*.sh (torchrun ... training/pretrain_gpt.py <Megatron args>), or by a
+plain torchrun, which gets the launcher's defaults (training.arguments.as_the_launcher).
+Megatron owns the loop (distributed optimizer, overlap, checkpointing, evaluation, signal
+handling); this file provides the model (backend spec from training.specs), the datasets, the
+forward step, and the run folder's metrics and manifest section. What we change inside
+Megatron is one table (training.megatron_patches), bound to one object holding the run's
+state (training.run.Run). It re-decides nothing the launcher resolved: a backend or kernel
+that cannot be built here is an error, not a fallback.
 """
 from __future__ import annotations
 
@@ -26,20 +29,6 @@ import torch  # noqa: E402
 
 _TORCH_IMPORTED = time.time()  # torch alone vs Megatron and ours (the start-up timeline)
 
-_OUTPUT_PROCESSOR = None  # fused linear cross-entropy (native backend, TP=1), set in main()
-_MLPERF = None            # training.mlperf.events.MLPerfRun when MLPERF_RUN is set, set in main()
-
-
-def skip_dataset_helper_compile() -> None:
-    """megatron.training's initialize runs `make -C megatron/core/datasets` to build the C++
-    dataset helpers; the PyPI wheel ships them prebuilt (helpers_cpp) and no Makefile, so a
-    stock run exits with "Failed to compile the C++ dataset helper functions". Verify the
-    prebuilt module imports, then make the compile step a no-op."""
-    from megatron.core.datasets import helpers_cpp  # noqa: F401 - raises if really missing
-    from megatron.core.datasets import utils as dataset_utils
-
-    dataset_utils.compile_helpers = lambda: None
-
 
 def model_provider(pre_process=True, post_process=True, config=None, pg_collection=None,
                    vp_stage=None):
@@ -58,7 +47,8 @@ def build_gpt_model(args, config, pre_process=True, post_process=True, pg_collec
 
     from training import specs
 
-    decoder_spec = specs.decoder_spec(args.transformer_backend, config, vp_stage=vp_stage)
+    decoder_spec = specs.decoder_spec(args.transformer_backend, config, vp_stage=vp_stage,
+                                      kernels=args.native_kernels)
     kwargs = {"vp_stage": vp_stage} if vp_stage is not None else {}
     return GPTModel(
         config=config,
@@ -80,7 +70,7 @@ def build_gpt_model(args, config, pre_process=True, post_process=True, pg_collec
     )
 
 
-def datasets_provider(train_val_test_num_samples, vp_stage=None):
+def datasets_provider(run, train_val_test_num_samples, vp_stage=None):
     from megatron.core.datasets.blended_megatron_dataset_builder import \
         BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig, MockGPTDataset
@@ -103,7 +93,7 @@ def datasets_provider(train_val_test_num_samples, vp_stage=None):
         create_attention_mask=args.create_attention_mask_in_dataloader,
     )
     dataset_class = MockGPTDataset if args.mock_data else GPTDataset
-    if _MLPERF is not None:  # every evaluation reads the same first sequences, in file order
+    if run.mlperf is not None:  # every evaluation reads the same first sequences, in file order
         from training.mlperf.valid_data import in_order_validation
 
         dataset_class = in_order_validation(dataset_class,
@@ -112,9 +102,6 @@ def datasets_provider(train_val_test_num_samples, vp_stage=None):
                                         lambda: True, config).build()
 
 
-# Every rank builds its own data iterators (tensor-parallel ranks read the same samples), so
-# no broadcast of batches within the TP group is needed.
-datasets_provider.is_distributed = True
 
 
 def loss_func(loss_mask: torch.Tensor, output_tensor: torch.Tensor):
@@ -128,7 +115,7 @@ def loss_func(loss_mask: torch.Tensor, output_tensor: torch.Tensor):
     return loss, num_tokens, {"lm loss": report}
 
 
-def forward_step(data_iterator, model, return_schedule_plan: bool = False):
+def forward_step(run, data_iterator, model, return_schedule_plan: bool = False):
     from megatron.core import parallel_state
     from megatron.training import get_timers
 
@@ -150,12 +137,12 @@ def forward_step(data_iterator, model, return_schedule_plan: bool = False):
     with train_range(RANGE_FORWARD):
         output = model(batch["tokens"], batch["position_ids"], batch.get("attention_mask"),
                        labels=batch["labels"], loss_mask=batch["loss_mask"],
-                       output_processor=_OUTPUT_PROCESSOR)
+                       output_processor=run.output_processor)
     return output, partial(loss_func, batch["loss_mask"])
 
 
 # The stack seen by the run (torch, CUDA/ROCm, NCCL/RCCL, driver, TE, apex, Liger, Megatron):
-# printed at start on rank 0, stored in manifest.json's run section.
+# printed at start on rank 0 (the set-up patch), stored in manifest.json's run section.
 from training.versions import collect_versions as run_versions  # noqa: E402
 
 
@@ -163,66 +150,56 @@ def main() -> None:
     # A run that hangs tells where: `kill -USR1 <pid>` (or `pkill -USR1 -f pretrain_gpt.py`)
     # prints every thread's Python stack to the log and the run goes on.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    skip_dataset_helper_compile()
     from megatron.core.enums import ModelType
     from megatron.training import pretrain
     from megatron.training.argument_utils import pretrain_cfg_container_from_args
     from megatron.training.arguments import parse_and_validate_args
 
-    from training import loop_hooks, specs
+    from training import loop_hooks, megatron_patches, specs
     from training.arguments import add_training_args
-    from training.native.optimizer import make_torch_adam_checkpoints_load
+    from training.mlperf import events as mlperf_events
     from training.profiling import ranges
+    from training.run import Run
 
     imports_done = time.time()
-    make_torch_adam_checkpoints_load()  # every backend: a resume without it fails
-    args = parse_and_validate_args(extra_args_provider=add_training_args)
     rank = int(os.environ.get("RANK", "0"))
-    global _MLPERF
-    from training.mlperf import events as mlperf_events
+    sys.argv[1:] = argv_as_the_launcher(sys.argv[1:], rank)
+    args = parse_and_validate_args(extra_args_provider=add_training_args)
+    run = Run(args=args, precision=_precision_of(args), rank=rank)
+    run.mlperf = mlperf_events.start(args)  # MLPERF_RUN set: mllog's init_start on rank 0
 
-    _MLPERF = mlperf_events.start(args)  # MLPERF_RUN set: mllog's init_start on rank 0
-    precision = _precision_of(args)
-
-    setup = None
+    megatron_patches.apply(run, groups=("run", "profile"))
     if args.transformer_backend == "native":
-        setup = specs.install_native(args.native_kernels, args.gradient_accumulation_fusion,
-                                     args.fused_single_qkv_rope)
-        if args.cross_entropy_loss_fusion and args.tensor_model_parallel_size == 1:
-            from training.native.cross_entropy import make_output_processor
-
-            global _OUTPUT_PROCESSOR
-            _OUTPUT_PROCESSOR = make_output_processor(args.native_kernels, args.ce_chunk_mem)
-            setup.parts["cross_entropy"] = (
-                f"Liger fused linear cross-entropy (chunk_mem_const {args.ce_chunk_mem})"
-                if args.native_kernels == "liger" else "chunked torch fused linear cross-entropy")
-        elif args.cross_entropy_loss_fusion:
-            setup.parts["cross_entropy"] = "Megatron's vocab-parallel fused cross-entropy (TP>1)"
-        else:
-            setup.parts["cross_entropy"] = "Megatron's unfused cross-entropy (logits materialised)"
+        run.native = specs.install_native(run)
+        run.output_processor = _output_processor(args)
+        run.native.parts["cross_entropy"] = _cross_entropy_part(args, run.output_processor)
         if rank == 0:
-            print("native backend:", json.dumps(setup.parts, indent=1), flush=True)
+            print("native backend:", json.dumps(run.native.parts, indent=1), flush=True)
     elif args.transformer_backend == "transformer_engine":
-        setup = specs.install_transformer_engine(args.gradient_accumulation_fusion)
+        run.transformer_engine = specs.install_transformer_engine(run)
         if rank == 0:
-            print("transformer_engine backend:", json.dumps(setup.parts, indent=1), flush=True)
+            print("transformer_engine backend:", json.dumps(run.transformer_engine.parts,
+                                                            indent=1), flush=True)
     ranges.enable_ranges(bool(args.profile and args.use_pytorch_profiler))
 
     cfg = pretrain_cfg_container_from_args(args)
-    _install_hooks_after_init(args, precision)
-    pretrain(cfg, datasets_provider, ModelType.encoder_or_decoder, forward_step,
+    datasets = partial(datasets_provider, run)
+    # Every rank builds its own data iterators (tensor-parallel ranks read the same samples),
+    # so no broadcast of batches within the TP group is needed.
+    datasets.is_distributed = True
+    pretrain(cfg, datasets, ModelType.encoder_or_decoder, partial(forward_step, run),
              model_provider=model_provider)
 
     training_done = time.time()
-    summary = loop_hooks.finish()
+    summary = loop_hooks.finish(run.loop)
     if summary is not None:
         timeline = {"worker_start": _WORKER_START, "torch_imported": _TORCH_IMPORTED,
                     "imports_done": imports_done,
-                    "first_step_start": loop_hooks.first_step_start(),
+                    "first_step_start": run.loop.first_step_start,
                     "training_done": training_done}
-        _report(args, summary, setup, timeline)
-    if _MLPERF is not None:
-        _MLPERF.log.close()
+        _report(args, summary, run, timeline)
+    if run.mlperf is not None:
+        run.mlperf.log.close()
     # Megatron leaves the process groups to the interpreter's exit, where torch warns
     # ("destroy_process_group() was not called before program exit, which can leak
     # resources", in every run's log on the H200s): end them here.
@@ -230,28 +207,38 @@ def main() -> None:
         torch.distributed.destroy_process_group()
 
 
-def _install_hooks_after_init(args, precision: str) -> None:
-    """loop_hooks needs torch.distributed; pretrain initialises it, then builds the model.
-    Megatron's `setup_model_and_optimizer` is a module-level call in pretrain: install the
-    hooks just before it runs."""
-    from megatron.training import training
+def _output_processor(args):
+    """The native backend's fused linear cross-entropy at TP=1 (GPTModel's output processor),
+    or None: Megatron's own cross-entropy."""
+    if not (args.cross_entropy_loss_fusion and args.tensor_model_parallel_size == 1):
+        return None
+    from training.native.cross_entropy import make_output_processor
 
-    from training import loop_hooks
-    from training.profiling import ranges
+    return make_output_processor(args.native_kernels, args.ce_chunk_mem)
 
-    original = training.setup_model_and_optimizer
 
-    def setup_then_hook(*a, **kw):
-        loop_hooks.install(args, precision, listeners=[_MLPERF] if _MLPERF is not None else [])
-        if torch.distributed.get_rank() == 0:
-            print("run versions:", json.dumps(run_versions()), flush=True)
-        model, optimizer, scheduler = original(*a, **kw)
-        loop_hooks.install_memory_phases(optimizer)
-        if ranges.ranges_enabled():
-            loop_hooks.install_ranges(optimizer)
-        return model, optimizer, scheduler
+def _cross_entropy_part(args, processor) -> str:
+    if processor is not None:
+        return processor.description
+    if args.cross_entropy_loss_fusion:
+        return "Megatron's vocab-parallel fused cross-entropy (TP>1)"
+    return "Megatron's unfused cross-entropy (logits materialised)"
 
-    training.setup_model_and_optimizer = setup_then_hook
+
+def argv_as_the_launcher(argv: list[str], rank: int) -> list[str]:
+    """A plain `torchrun training/pretrain_gpt.py` gets what the launcher derives
+    (training.arguments.as_the_launcher); shown on rank 0. A contradiction exits 2."""
+    from training.arguments import ArgumentConflict, as_the_launcher
+
+    try:
+        argv, notes = as_the_launcher(argv)
+    except ArgumentConflict as err:
+        print(f"pretrain_gpt.py: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from None
+    if notes and rank == 0:
+        print("pretrain_gpt.py, as the launcher derives them:\n  " + "\n  ".join(notes),
+              flush=True)
+    return argv
 
 
 def _precision_of(args) -> str:
@@ -261,7 +248,7 @@ def _precision_of(args) -> str:
                         args.fp4_recipe if getattr(args, "fp4", None) else None)
 
 
-def _report(args, summary: dict, setup, timeline: dict) -> None:
+def _report(args, summary: dict, state, timeline: dict) -> None:
     from training.launch.runfolder import update_manifest
 
     if summary.get("measured"):
@@ -276,10 +263,10 @@ def _report(args, summary: dict, setup, timeline: dict) -> None:
         print(f"[summary] throughput not measured: {summary['reason']}", flush=True)
     if args.run_dir:
         run = Path(args.run_dir)
-        te = setup is not None and setup.kernels == "transformer_engine"
+        native, te = state.native, state.transformer_engine
         update_manifest(run, "run", {"versions": run_versions(), "summary": summary,
-                                     "native": setup.parts if setup and not te else None,
-                                     "transformer_engine": setup.parts if te else None,
+                                     "native": native.parts if native else None,
+                                     "transformer_engine": te.parts if te else None,
                                      "timeline": timeline})
         _collect_profile(run)
 

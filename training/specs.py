@@ -3,12 +3,15 @@
   transformer_engine  Megatron's TE spec (fused LayerNorm-linear, TE attention, fp8/fp4)
   local               Megatron's local spec, unchanged (torch norms, unfused attention)
   native              the local spec's linears and MLP, with SDPA core attention and the
-                      native RMSNorm; plus, installed into Megatron by install_native():
-                      fused QKV RoPE, a one-pass SwiGLU, gradient-accumulation fusion and
-                      a fused AdamW without apex/TE, and the fused linear cross-entropy as
-                      the model's output processor
+                      native RMSNorm; plus, put into Megatron by install_native() through
+                      the patch table (training.megatron_patches, which states what the
+                      native backend uses where TE or apex is importable): fused QKV RoPE,
+                      a one-pass SwiGLU, gradient-accumulation fusion, a fused AdamW and
+                      foreach clipping ops; and the fused linear cross-entropy as the
+                      model's output processor (pretrain_gpt)
 Nothing here re-decides a setting: the launcher resolved backend, kernels and toggles, and
-this module builds exactly that, or fails loudly.
+this module builds exactly that, or fails loudly. NativeSetup names what is in place (the
+objects in Megatron's modules and the spec's classes), not the flags that asked for them.
 """
 from __future__ import annotations
 
@@ -24,7 +27,24 @@ class NativeSetup:
     parts: dict[str, str] = field(default_factory=dict)
 
 
-def layer_spec(backend: str, config):
+def norm_class(kernels: str):
+    """The native backend's RMSNorm class for NATIVE_KERNELS (torch or liger; for liger, ours
+    or Liger-Kernel's Megatron module, as training.native.IMPLEMENTATION says)."""
+    from training.native import IMPLEMENTATION
+    from training.native import norm
+
+    if kernels == "torch":
+        return norm.NativeRMSNorm
+    if kernels != "liger":
+        raise ValueError(f"unknown kernels {kernels!r}")
+    from liger_kernel.transformers.functional import liger_rms_norm  # noqa: F401 - installed?
+
+    if IMPLEMENTATION["rmsnorm"] == "liger_megatron":
+        return norm.liger_megatron_rms_norm()
+    return norm.LigerRMSNorm
+
+
+def layer_spec(backend: str, config, kernels: str = "torch"):
     from megatron.core.models.gpt.gpt_layer_specs import (
         get_gpt_layer_local_spec, get_gpt_layer_with_transformer_engine_spec)
 
@@ -38,71 +58,76 @@ def layer_spec(backend: str, config):
     if backend != "native":
         raise ValueError(f"unknown backend {backend!r}")
     from training.native.attention import SDPAttention
-    from training.native.norm import NativeRMSNorm
 
     spec = copy.deepcopy(spec)
     sub = spec.submodules
-    sub.input_layernorm = NativeRMSNorm
-    sub.pre_mlp_layernorm = NativeRMSNorm
+    sub.input_layernorm = norm_class(kernels)
+    sub.pre_mlp_layernorm = norm_class(kernels)
     sub.self_attention.submodules.core_attention = SDPAttention
     return spec
 
 
-def install_native(kernels: str, gradient_accumulation_fusion: bool,
-                   fused_single_qkv_rope: bool) -> NativeSetup:
-    """Install the native backend's kernels into Megatron (before the model is built)."""
-    from training.native import multi_tensor, norm, optimizer, rope, swiglu, wgrad
+def install_native(run) -> NativeSetup:
+    """Put the native backend's kernels into Megatron (before the model and optimizer are
+    built) through the patch table, and name what is in place. `run`: training.run.Run (its
+    args: native_kernels, gradient_accumulation_fusion, fused_single_qkv_rope)."""
+    from training import megatron_patches
+    from training.megatron_patches import describe, in_place
+    from training.native.attention import SDPAttention
 
-    setup = NativeSetup(kernels=kernels)
-    norm.configure(kernels)
-    setup.parts["rmsnorm"] = ("Liger-Kernel Triton RMSNorm" if kernels == "liger"
-                              else "torch RMSNorm (fp32 statistics)")
-    setup.parts["attention"] = "torch SDPA, cuDNN > flash > memory-efficient"
-    if fused_single_qkv_rope:
-        setup.parts["qkv_rope"] = rope.install(kernels)
-    else:
-        setup.parts["qkv_rope"] = "Megatron's unfused RoPE (FUSED_SINGLE_QKV_ROPE=0)"
-    setup.parts["swiglu"] = (swiglu.install() if kernels == "liger"
-                             else "Megatron's fused SwiGLU (torch)")
-    setup.parts["optimizer"] = optimizer.install()
-    setup.parts["multi_tensor"] = multi_tensor.install()
-    if gradient_accumulation_fusion:
-        setup.parts["wgrad"] = wgrad.install()
-    else:
-        setup.parts["wgrad"] = "autograd weight gradient, added to main_grad by DDP hooks"
+    args = run.args
+    megatron_patches.apply(run, groups=("native",))
+    setup = NativeSetup(kernels=args.native_kernels)
+    norm = norm_class(args.native_kernels)
+    setup.parts["rmsnorm"] = (f"{describe(norm)} (Triton, Liger-Kernel's kernel)"
+                              if args.native_kernels == "liger"
+                              else f"{describe(norm)} (torch, fp32 statistics)")
+    setup.parts["attention"] = f"{describe(SDPAttention)} (torch SDPA, cuDNN > flash > " \
+                               "memory-efficient)"
+    setup.parts["qkv_rope"] = (in_place("native_qkv_rope") if args.fused_single_qkv_rope
+                               else "Megatron's unfused RoPE (--no-fused-single-qkv-rope)")
+    setup.parts["swiglu"] = in_place("native_swiglu")
+    setup.parts["optimizer"] = in_place("native_adam")
+    setup.parts["multi_tensor"] = (f"l2 norm: {in_place('native_l2_norm')}; scale: "
+                                   f"{in_place('native_clip_scale')}")
+    setup.parts["wgrad"] = (in_place("native_wgrad") if args.gradient_accumulation_fusion
+                            else "autograd weight gradient, added to main_grad by DDP hooks")
     return setup
 
 
-def install_transformer_engine(gradient_accumulation_fusion: bool) -> NativeSetup:
-    """What the TE spec needs from us before the model is built. Its linears accumulate their
-    weight gradients with TE's own kernel; the output layer is Megatron's own
-    ColumnParallelLinear, which with gradient-accumulation fusion calls apex's
+def install_transformer_engine(run) -> NativeSetup:
+    """What the TE spec takes from us before the model is built, and what is in place. Its
+    linears accumulate their weight gradients with TE's own kernel; the output layer is
+    Megatron's own ColumnParallelLinear, which with gradient-accumulation fusion calls apex's
     fused_weight_gradient_mlp_cuda even under the TE spec (and fails where apex is absent):
-    it gets the native backend's cuBLAS accumulate instead (the guard grad_accum_fusion_kernel
-    chose the same)."""
-    from training.native import wgrad
+    there the patch table gives it the native cuBLAS accumulate (native_wgrad; the guard
+    grad_accum_fusion_kernel chose the same). The optimizer is what Megatron built (TE's
+    FusedAdam)."""
+    from training import megatron_patches
+    from training.megatron_patches import in_place
 
+    args = run.args
+    megatron_patches.apply(run, groups=("native",))   # under TE only the wgrad entries hold
     setup = NativeSetup(kernels="transformer_engine")
-    if gradient_accumulation_fusion:
+    if args.gradient_accumulation_fusion:
         setup.parts["wgrad_te_linears"] = "Transformer Engine (fuse_wgrad_accumulation)"
-        setup.parts["wgrad_megatron_linears"] = wgrad.install()
+        setup.parts["wgrad_megatron_linears"] = in_place("native_wgrad")
     else:
         setup.parts["wgrad"] = "autograd weight gradient, added to main_grad by DDP hooks"
+    setup.parts["optimizer"] = in_place("native_adam")
     return setup
 
 
-def decoder_spec(backend: str, config, vp_stage=None):
+def decoder_spec(backend: str, config, vp_stage=None, kernels: str = "torch"):
     """What GPTModel takes as transformer_layer_spec: a layer spec, or for the native backend
     the block's submodules, so the final norm is the native RMSNorm too (Megatron's default
     torch-norm wrapper refuses sequence parallel)."""
-    layer = layer_spec(backend, config)
+    layer = layer_spec(backend, config, kernels)
     if backend != "native":
         return layer
     from megatron.core.transformer.transformer_block import (TransformerBlockSubmodules,
                                                              get_num_layers_to_build)
 
-    from training.native.norm import NativeRMSNorm
-
     return TransformerBlockSubmodules(
         layer_specs=[layer] * get_num_layers_to_build(config, vp_stage=vp_stage),
-        layer_norm=NativeRMSNorm)
+        layer_norm=norm_class(kernels))

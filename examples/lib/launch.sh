@@ -36,3 +36,13 @@ print_buckets() {
     fi
     mkdir -p "$LOG_DIR"
 }
+
+# exec_torchrun: this node's output is teed into LOG_FILE, then the launch replaces the shell:
+#   [nsys ...] torchrun DISTRIBUTED_ARGS training/pretrain_gpt.py GPT_ARGS TRAIN_ARGS DATA_ARGS
+#       OUTPUT_ARGS EXTRA_ARGS USER_ARGS
+exec_torchrun() {
+    exec > >(tee -a "$LOG_FILE") 2>&1
+    exec "${PROFILER_PREFIX[@]}" torchrun "${DISTRIBUTED_ARGS[@]}" "$REPO_ROOT/training/pretrain_gpt.py" \
+        "${GPT_ARGS[@]}" "${TRAIN_ARGS[@]}" "${DATA_ARGS[@]}" "${OUTPUT_ARGS[@]}" "${EXTRA_ARGS[@]}" \
+        "${USER_ARGS[@]}"
+}

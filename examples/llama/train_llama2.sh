@@ -14,8 +14,4 @@ source "$(dirname "${BASH_SOURCE[0]}")/../lib/launch.sh"
 
 resolve_launch llama2 "$@"
 print_buckets   # exits here when DRY_RUN=1
-
-exec > >(tee -a "$LOG_FILE") 2>&1
-exec "${PROFILER_PREFIX[@]}" torchrun "${DISTRIBUTED_ARGS[@]}" "$REPO_ROOT/training/pretrain_gpt.py" \
-    "${GPT_ARGS[@]}" "${TRAIN_ARGS[@]}" "${DATA_ARGS[@]}" "${OUTPUT_ARGS[@]}" "${EXTRA_ARGS[@]}" \
-    "${USER_ARGS[@]}"
+exec_torchrun   # torchrun ... pretrain_gpt.py GPT_ARGS TRAIN_ARGS DATA_ARGS OUTPUT_ARGS EXTRA_ARGS

@@ -13,7 +13,7 @@ fi
 SCRIPT=$1
 shift
 
-exports=$("$PYTHON" -m training.launch.cluster slurm-env) || exit $?
+exports=$("$PYTHON" -m training.deploy.cluster slurm-env) || exit $?
 eval "$exports"
 
 if [ -n "${DOCKER_IMAGE:-}" ]; then

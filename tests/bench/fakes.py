@@ -85,15 +85,6 @@ def fake_precheck(refuse: dict[str, str] | None = None,
     return precheck
 
 
-# What the launcher's guards say on the H200 image (no Transformer Engine), by lever.
-NO_TE_REFUSALS = {
-    **{f"PRECISION={name}": f"[low_precision_needs_te] PRECISION={name} computes in "
-                            "Transformer Engine layers, but the backend is native"
-       for name in RECIPES if name != "bf16"},
-    "TRANSFORMER_IMPL=transformer_engine": "[backend_available] transformer_engine does not "
-                                           "import here",
-}
-
 HEADER = {"name": "fake", "created": "2026-11-30T12:00:00", "command": "python -m training.bench x",
           "git_sha": "abc123", "host": "test", "gpu": {"name": "NVIDIA H200", "count": 1,
                                                        "driver": "580.0"},

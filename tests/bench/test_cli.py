@@ -2,6 +2,7 @@
 `all` (skipping complete parts, slots, budget), `table`."""
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -9,9 +10,10 @@ import pytest
 
 from training.bench import __main__ as cli
 from training.bench import plan, sweep
+from training.bench.ours import precheck
 from training.bench.sweep import Config
 
-from .fakes import NO_TE_REFUSALS, FakeRunner, fake_precheck
+from .fakes import FakeRunner
 
 BENCH = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
 TAG = "llama3-8B-8L_seq8192"
@@ -19,12 +21,18 @@ FIRST_PEERS = BENCH / "earlier" / f"peers_h200_{TAG}_1repeat.json"  # fixed figu
 
 
 @pytest.fixture
-def fake_tools(monkeypatch, tmp_path):
+def fake_tools(monkeypatch, tmp_path, base_env):
+    """The fake runner, with the real precheck: the launcher's own resolve and guards on this
+    node (no GPU, no Transformer Engine, as the H200 image the benchmarks ran on has none).
+
+    Mutation caught: the guard renamed in training/launch/guards.py (`low_precision_needs_te`
+    -> `low_precision_needs_transformer_engine`): the plan test's "[low_precision_needs_te]"
+    is then missing. With the fake precheck (a hand-copied guard name) it passed."""
     runner = FakeRunner(speed={"default": 35000.0, "native": 35000.0, "hf": 32000.0,
                                "hf_liger": 35200.0, "GRAD_REDUCE_IN_BF16": 34000.0})
 
     def tools(_args):
-        return (fake_precheck(refuse=NO_TE_REFUSALS), lambda side: None, runner,
+        return (functools.partial(precheck, environ=base_env), lambda side: None, runner,
                 plan.calibrate(BENCH))
 
     monkeypatch.setattr(cli, "_tools", tools)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -34,16 +35,50 @@ def test_the_launchers_refusal_is_recorded_instead_of_a_number(tmp_path):
     assert "tokens_per_s_per_gpu" not in point
 
 
-def test_a_run_past_its_limit_is_ended_with_its_children(tmp_path):
+def _wait_for(condition, limit_s: float = 30.0) -> bool:
+    """Poll until `condition()` holds; False if it still does not after `limit_s` (a bound
+    on a failure, not on speed)."""
+    deadline = time.monotonic() + limit_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_run_past_its_limit_is_ended_with_its_children(tmp_path, monkeypatch):
+    """The limit expires as an event, not on the wall clock: the run's first wait times out
+    once the run has started its child (the pid file is written), however loaded the host.
+    Then the child must end (it would sleep 120 s).
+
+    Mutation caught: training/bench/ours.py run_logged signalling only the launcher
+    (`os.kill(proc.pid, sig)` for `os.killpg(proc.pid, sig)`): the child outlives it. The old
+    version of this test raced: a 1.5 s real limit against bash starting its child, and a
+    0.2 s sleep before asking whether the child was gone."""
+    import subprocess
+
     pidfile = tmp_path / "child.pid"
-    started = time.monotonic()
+
+    class StartedThenLate(subprocess.Popen):
+        first = True
+
+        def wait(self, timeout=None):
+            if StartedThenLate.first and timeout is not None:
+                StartedThenLate.first = False
+                assert _wait_for(lambda: pidfile.exists() and pidfile.read_text().strip())
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            return super().wait(timeout)
+
+    monkeypatch.setattr(subprocess, "Popen", StartedThenLate)
     rc, timed_out = run_logged(["bash", "-c", f"sleep 120 & echo $! > {pidfile}; wait"],
                                dict(os.environ), tmp_path / "hang.log", timeout_s=1.5)
     assert timed_out and rc != 0
-    assert time.monotonic() - started < 30
     child = int(pidfile.read_text())
-    time.sleep(0.2)
-    assert not _alive(child)
+    try:
+        assert _wait_for(lambda: not _alive(child)), f"child {child} outlived the run"
+    finally:
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
 
 
 def _alive(pid: int) -> bool:

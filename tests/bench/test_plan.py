@@ -10,10 +10,10 @@ import pytest
 from training.bench import plan, sweep
 from training.bench.__main__ import parts_for
 from training.bench.catalog import select
+from training.bench.ours import precheck
 from training.bench.shape import BenchShape
 from training.bench.suites import peer_configs, toggle_configs
 
-from .fakes import NO_TE_REFUSALS, fake_precheck
 
 BENCH = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
 BUDGET_S = 510  # `bench all`'s default: 9 minutes less start-up and the header/probes
@@ -47,10 +47,14 @@ def test_estimate_grows_with_steps_and_slow_variants():
 
 
 @pytest.mark.parametrize("gpus", [1, 2])
-def test_every_part_of_bench_all_fits_one_command(gpus):
+def test_every_part_of_bench_all_fits_one_command(gpus, base_env):
+    """With the real precheck on this node (no Transformer Engine, as the H200 image): the
+    levers the launcher refuses are not planned."""
     cal = plan.calibrate(BENCH)
     shape = BenchShape(gpus=gpus)
-    pre = fake_precheck(refuse=NO_TE_REFUSALS)
+
+    def pre(toggles):
+        return precheck(toggles, environ=base_env)
     for kind, part, keys in parts_for(gpus):
         if kind == "toggles":
             configs, _ = toggle_configs(shape, select(shape, None, None, list(keys)), pre)
@@ -62,11 +66,11 @@ def test_every_part_of_bench_all_fits_one_command(gpus):
         assert {s.repeat for s in specs} == {0, 1, 2}
 
 
-def test_format_plan_lists_runs_total_and_refusals():
+def test_format_plan_lists_runs_total_and_refusals(base_env):
     cal = plan.calibrate(BENCH)
     shape = BenchShape()
     configs, _ = toggle_configs(shape, select(shape, ["GRAD_REDUCE_IN_BF16"], ["precision"]),
-                                fake_precheck(refuse=NO_TE_REFUSALS))
+                                lambda toggles: precheck(toggles, environ=base_env))
     specs = sweep.order(configs, shape)
     text = plan.format_plan("[toggles] x", specs, [(c.id, c.status, c.message)
                                                    for c in configs if not c.runnable], cal, 60)

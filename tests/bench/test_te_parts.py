@@ -30,10 +30,21 @@ def h200(base_env):
 
 
 def test_megatrons_defaults_are_the_values_that_emit_no_flag():
+    """...or, for a toggle that emits a flag either way, Megatron's own TransformerConfig
+    default (FUSED_SINGLE_QKV_ROPE: Megatron has no flag for it, our argument sets the field)."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from training.arguments import TOGGLE_OF
+    from training.bench.catalog import MEGATRON_FIELD_DEFAULTS
+
     env = megatron_defaults()
+    field_of = {toggle: dest for dest, toggle in TOGGLE_OF.items()}
     for name, value in env.items():
         toggle = BY_NAME[name]
-        if toggle.kind == "bool":
+        if name in MEGATRON_FIELD_DEFAULTS:
+            default = TransformerConfig.__dataclass_fields__[field_of[name]].default
+            assert value == str(int(default)), name
+        elif toggle.kind == "bool":
             assert toggle.flags_for(value == "1") == [], name
     assert {t.name for t in PERF_TOGGLES} <= set(env)
     assert env["GRADIENT_ACCUMULATION_FUSION"] == "1"       # Megatron's own default is on
@@ -116,12 +127,14 @@ def test_te_parts_fit_two_device_calls_at_two_repeats(h200):
 
 
 def test_bench_all_te_lists_only_the_te_parts_and_writes_nothing_without_te(tmp_path, capsys,
-                                                                         monkeypatch):
+                                                                         monkeypatch, base_env):
     """Here (no TE) every TE part has nothing to measure: none is written, so the TE session
-    still finds them undone."""
-    from .fakes import NO_TE_REFUSALS, fake_precheck
+    still finds them undone. The real precheck: the launcher's resolve and guards on this node."""
+    import functools
 
-    monkeypatch.setattr(cli, "_tools", lambda _a: (fake_precheck(refuse=NO_TE_REFUSALS),
+    from training.bench.ours import precheck
+
+    monkeypatch.setattr(cli, "_tools", lambda _a: (functools.partial(precheck, environ=base_env),
                                                     lambda side: None, FakeRunner(),
                                                     plan.calibrate(BENCH)))
     monkeypatch.setattr(cli.record, "BENCH_DIR", tmp_path / "committed")

@@ -24,7 +24,6 @@ set -euo pipefail
 echo "$EXP_NAME BS=${BS:-unset}" >> "$CALLS"
 [ "${DRY_RUN:-0}" = 1 ] && { echo "dry run"; exit 0; }
 [ "${FAIL_EPS:-none}" = "${ADAM_EPS}" ] && { echo "CUDA out of memory" >&2; exit 1; }
-sleep "${SLEEP:-0}"
 exec "$PY" - <<'EOF'
 import json, math, os, pathlib
 run = pathlib.Path(os.environ["EXPERIMENT_DIR"], os.environ["EXP_NAME"], "bf16", os.environ["RUN_ID"])
@@ -123,15 +122,36 @@ def test_a_failing_cell_is_reported_and_the_others_judged(fake_env, monkeypatch)
     assert got["ADAM_EPS=1e-08 GRAD_REDUCE_IN_BF16=0"][0] == "converged"
 
 
+class CellClock:
+    """A fake clock for the harness: each cell the stand-in launcher starts takes 100 s.
+
+    It reads the stand-in's call log, so time moves when (and only when) a cell runs, whatever
+    the machine's load; the budgets below are then exact, and the real timeout a cell gets
+    from the remaining budget (150 s) is never reached."""
+
+    def __init__(self, tmp_path):
+        self.tmp_path = tmp_path
+
+    def time(self) -> float:
+        return 100.0 * len(calls(self.tmp_path))
+
+
 def test_the_time_budget_leaves_cells_for_the_next_invocation(fake_env, monkeypatch):
-    monkeypatch.setenv("SLEEP", "1")
+    """Mutation caught: training/convergence/__main__.py starting a cell while any budget is
+    left (`remaining <= 0` alone, not `remaining < 1.1 * max(walls)`): the second cell then
+    starts with 50 s left. The old version of this test slept 1 s per cell against a real
+    1.5 s budget, which is also the real timeout of the first cell: a race on a loaded host."""
+    monkeypatch.setattr(cli, "time", CellClock(fake_env))
+    monkeypatch.setattr(runner, "time", CellClock(fake_env))
     grid_file(fake_env)
-    assert run_cli(fake_env, "--budget-s", "1.5") == 3
+    assert run_cli(fake_env, "--budget-s", "150") == 3
     assert len(calls(fake_env)) == 1
-    assert run_cli(fake_env, "--budget-s", "1.5") == 3       # resumes: one more cell
+    assert run_cli(fake_env, "--budget-s", "150") == 3       # resumes: one more cell
     assert len(calls(fake_env)) == 2
-    assert run_cli(fake_env, "--budget-s", "30") == 0
+    assert run_cli(fake_env, "--budget-s", "3000") == 0
     assert len(calls(fake_env)) == 4
+    result = json.loads((fake_env / "out" / "t2x2.json").read_text())
+    assert [c["wall_s"] for c in result["cells"]] == [None, None, 100.0, 100.0]  # 2 read back
 
 
 @pytest.mark.parametrize("change,message", [
@@ -169,7 +189,7 @@ def test_the_committed_2x2_grid_resolves_through_the_launcher_for_every_cell(tmp
         env = runner.cell_env(grid, cell, tmp_path / "exp", dry_run=True,
                               base={"PATH": os.environ.get("PATH", "")})
         launch = resolve("llama3", env)
-        assert launch.ctx.data_parallel == 2 and launch.settings["SEED"] == 1234
+        assert launch.run.layout.dp == 2 and launch.settings["SEED"] == 1234
         args = megatron_args(launch)
         assert args.adam_eps == float(cell.values["ADAM_EPS"]) and args.lr == 8e-4
         assert args.grad_reduce_in_bf16 == (cell.values["GRAD_REDUCE_IN_BF16"] == "1")

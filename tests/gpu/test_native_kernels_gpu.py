@@ -23,8 +23,7 @@ def test_fused_qkv_rope_triton_matches_torch(groups, per_group, head_dim, seq, b
     freqs = torch.outer(torch.arange(seq, device="cuda").float(), inv)
     emb = torch.cat([freqs, freqs], -1)[:, None, None, :]
     split = [per_group * head_dim, head_dim, head_dim]
-    rope.configure("liger")
-    fused = rope.apply_fused_qkv_rotary_pos_emb(mixed, emb, emb, split)
+    fused = rope.fused_qkv_rope("liger")(mixed, emb, emb, split)
     reference = rope.rope_torch(mixed, emb, emb, per_group, head_dim)
     grads = [torch.randn_like(t) for t in reference]
     for ours, ref in zip(fused, reference):
@@ -151,7 +150,8 @@ def test_megatron_gradient_clipping_with_foreach_ops_makes_no_gradient_copy():
     from megatron.core.optimizer import clip_grads
     from megatron.core.optimizer import optimizer as megatron_optimizer
 
-    from training.native import multi_tensor
+    from tests.model.parity import native_run
+    from training import megatron_patches
 
     own_group = not dist.is_initialized()
     if own_group:
@@ -184,7 +184,9 @@ def test_megatron_gradient_clipping_with_foreach_ops_makes_no_gradient_copy():
             return extra
 
         local_extra = clip_peak("Megatron's local ops")
-        assert multi_tensor.install().startswith("torch foreach")
+        megatron_patches.apply(native_run("liger"), names=("native_l2_norm",
+                                                           "native_clip_scale"))
+        assert "foreach" in megatron_patches.in_place("native_l2_norm")
         foreach_extra = clip_peak("foreach ops")
         assert local_extra >= largest * 4  # the temporary this replaces
         assert foreach_extra < 1 << 20, f"{foreach_extra} bytes beyond the gradients"

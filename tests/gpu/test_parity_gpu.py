@@ -4,11 +4,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-import torch
 
 from training.launch.presets import PRESETS
 
-from tests.model.parity import build_pair, compare
+from tests.model.parity import bf16_parity, check_bf16_parity
 
 pytestmark = pytest.mark.gpu
 
@@ -17,17 +16,19 @@ pytestmark = pytest.mark.gpu
                                              ("local", "torch")])
 @pytest.mark.parametrize("preset_name,layers", [("tiny", 2), ("llama3-8B", 2)])
 def test_bf16_parity_on_gpu(backend, kernels, preset_name, layers):
-    check_bf16_parity(backend, kernels, preset_name, layers)
+    """Bound: check_bf16_parity (tests/model/parity.py, where its basis is stated): our bf16
+    logits within 3x HF's own bf16 rounding error of HF's, measured in the same call; the
+    same bound runs on the CPU in tests/model/test_hf_parity.py.
 
-
-def check_bf16_parity(backend: str, kernels: str, preset_name: str, layers: int) -> None:
-    """Our GPTModel with HF's weights against HF Llama: logits and loss, one tolerance for
-    every backend."""
+    Mutation caught: the RoPE sine's sign flipped (training/native/rope.py: _rotate for the
+    torch kernels, `sin` negated in _qkv_rope_fwd for liger): 7.3x at the tiny preset (CPU,
+    torch kernels). The old bound, mean error < 0.05 * max(mean |logit|, 1), floored at 0.05
+    where the tiny preset's logits average 0.25, and passed it (0.0125)."""
     preset = dataclasses.replace(PRESETS[preset_name], num_layers=layers)
-    hf_model, gpt = build_pair(preset, layers, backend, kernels, "cuda", torch.bfloat16)
-    result = compare(hf_model, gpt, preset.vocab_size, batch=2, seq=1024, device="cuda")
+    result = bf16_parity(preset, layers, backend, kernels, "cuda", batch=2, seq=1024)
     print(f"\n{preset_name}/{backend}/{kernels}: max abs err {result['max_abs_err']:.3e}, "
-          f"mean abs err {result['mean_abs_err']:.3e} (mean |logit| {result['logit_scale']:.3f}),"
-          f" loss HF {result['loss_hf']:.5f} ours {result['loss_ours']:.5f}")
-    assert result["mean_abs_err"] < 0.05 * max(result["logit_scale"], 1.0)
-    assert result["loss_rel_err"] < 1e-3
+          f"mean abs err {result['mean_abs_err']:.3e} (mean |logit| {result['logit_scale']:.3f}, "
+          f"HF's own bf16 error {result['baseline_abs_err']:.3e}, ratio "
+          f"{result['mean_abs_err'] / result['baseline_abs_err']:.2f}), "
+          f"loss HF {result['loss_hf']:.5f} ours {result['loss_ours']:.5f}")
+    check_bf16_parity(result)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 
 from training.launch.resolve import Launch, resolve
@@ -15,16 +14,10 @@ def launch(env: dict, family: str = "llama3", words: list[str] | None = None, **
     return resolve(family, merged, words)
 
 
-@functools.cache
 def megatron_parser() -> argparse.ArgumentParser:
-    from megatron.training.arguments import add_megatron_arguments
+    from training.arguments import megatron_parser as parser
 
-    from training.arguments import add_training_args
-
-    parser = argparse.ArgumentParser(allow_abbrev=False)
-    add_megatron_arguments(parser)
-    add_training_args(parser)
-    return parser
+    return parser()
 
 
 def flag_groups() -> dict[str, str]:
@@ -51,10 +44,10 @@ def megatron_args(result: Launch, validate: bool = True):
     for bucket in ("GPT_ARGS", "TRAIN_ARGS", "DATA_ARGS", "OUTPUT_ARGS", "EXTRA_ARGS"):
         words += result.buckets[bucket]
     words += result.user_args
-    os.environ.setdefault("WORLD_SIZE", str(result.ctx.world_size))
+    os.environ.setdefault("WORLD_SIZE", str(result.run.layout.world_size))
     os.environ.setdefault("RANK", "0")
     args = megatron_parser().parse_args(words)
-    args.rank, args.world_size = 0, result.ctx.world_size
+    args.rank, args.world_size = 0, result.run.layout.world_size
     args._is_global_batch_size_explicitly_specified = True
     if validate:
         platform = result.ctx.caps.info

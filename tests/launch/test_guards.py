@@ -7,7 +7,6 @@ import dataclasses
 
 from training.launch import capabilities, megatron_info
 from training.launch.guards import CHECKPOINT_TRACKER, Refusals
-from training.launch.settings import BadInput
 
 from .helpers import launch
 
@@ -149,7 +148,7 @@ def test_stock_record_is_what_the_installed_megatron_core_offers():
     assert megatron_info.asked().choices == megatron_info.STOCK.choices
     assert megatron_info.installed() is megatron_info.STOCK   # the pinned wheel: no parser needed
     assert megatron_info.STOCK_VERSION in megatron_info.asked().name
-    from training.launch.image import pinned_version, pyproject_requirements
+    from training.deploy.image import pinned_version, pyproject_requirements
 
     assert pinned_version("megatron-core", pyproject_requirements()) == megatron_info.STOCK_VERSION
 
@@ -346,7 +345,7 @@ def test_multinode_with_a_real_master_resolves(base_env):
                     GPUS_PER_NODE=8)
     words = result.buckets["DISTRIBUTED_ARGS"]
     assert words[words.index("--master-addr") + 1] == "node-0.cluster"
-    assert result.ctx.world_size == 16
+    assert result.run.layout.world_size == 16
     refused(base_env, "multinode_master_addr", NNODES=2, NODE_RANK=2,
             MASTER_ADDR="node-0.cluster", GPUS_PER_NODE=8)
 
@@ -422,21 +421,26 @@ def test_rocm_spellings_resolve_to_precision(base_env, toggles, precision):
     assert result.log_dir.parent.name == precision
 
 
-@pytest.mark.parametrize("toggles,guard", [
-    ({"TE_FP8": 1, "PRECISION": "bf16"}, "precision_spelling_conflict"),
-    ({"TE_FP8": 0, "PRECISION": "fp8"}, "precision_spelling_conflict"),
-    ({"TE_FP8": 1, "TE_FP4": 1}, "fp8_and_fp4_together"),
-    ({"TE_FP4": 1, "TE_FP4_RECIPE": "mxfp4", "PRECISION": "nvfp4"}, "precision_spelling_conflict"),
+@pytest.mark.parametrize("toggles,guard,says", [
+    ({"TE_FP8": 1, "PRECISION": "bf16"}, "precision_spelling_conflict", "Use one spelling"),
+    ({"TE_FP8": 0, "PRECISION": "fp8"}, "precision_spelling_conflict", "Use one spelling"),
+    ({"TE_FP8": 1, "TE_FP4": 1}, "fp8_and_fp4_together", "Pick one"),
+    ({"TE_FP4": 1, "TE_FP4_RECIPE": "mxfp4", "PRECISION": "nvfp4"}, "precision_spelling_conflict",
+     "Use one spelling"),
 ])
-def test_conflicting_spellings_are_refused(base_env, toggles, guard):
-    from training.launch.settings import Refusal
+def test_conflicting_spellings_are_refused(base_env, toggles, guard, says):
+    """Each conflict refused by its own guard, with its own advice (and with the other guards'
+    refusals, in one report).
 
-    with pytest.raises(Refusal) as err:
-        launch(base_env, PLATFORM="gb300", **toggles)
-    assert err.value.guard == guard and "Use one spelling" in str(err.value) or \
-        guard == "fp8_and_fp4_together"
+    Mutation caught: a spelling guard refusing under another guard's name (TE_FP8=1 TE_FP4=1
+    as precision_spelling_conflict): `refused` looks the refusal up by the guard's name."""
+    assert says in refused(base_env, guard, PLATFORM="gb300", **toggles)
 
 
-def test_recipe_variable_without_its_switch_is_bad_input(base_env):
-    with pytest.raises(BadInput, match="TE_FP8_RECIPE=tensorwise needs TE_FP8=1"):
-        launch(base_env, TE_FP8_RECIPE="tensorwise")
+def test_recipe_variable_without_its_switch_is_refused_with_the_rest(base_env):
+    """A refusal of the precision's spelling is reported with the other guards' refusals."""
+    with pytest.raises(Refusals) as err:
+        launch(base_env, TE_FP8_RECIPE="tensorwise", TP=3, GPUS_PER_NODE=8)
+    messages = {r.guard: str(r) for r in err.value.refusals}
+    assert "TE_FP8_RECIPE=tensorwise needs TE_FP8=1" in messages["precision_spelling_conflict"]
+    assert "parallel_sizes" in messages

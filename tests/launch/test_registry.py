@@ -14,7 +14,8 @@ PERF_FLAGS = {
     "GRAD_REDUCE_IN_BF16": ("GPT_ARGS", ["--grad-reduce-in-bf16"], []),
     "DDP_AVERAGE_IN_COLLECTIVE": ("EXTRA_ARGS", ["--ddp-average-in-collective"], []),
     "CROSS_ENTROPY_LOSS_FUSION": ("GPT_ARGS", ["--cross-entropy-loss-fusion"], []),
-    "FUSED_SINGLE_QKV_ROPE": ("GPT_ARGS", ["--fused-single-qkv-rope"], []),
+    "FUSED_SINGLE_QKV_ROPE": ("GPT_ARGS", ["--fused-single-qkv-rope"],
+                              ["--no-fused-single-qkv-rope"]),
 }
 
 
@@ -114,3 +115,23 @@ def test_extra_megatron_args_from_the_environment(base_env):
                     words=["--log-params-norm"])
     assert result.user_args == ["--ckpt-step", "25", "--manual-gc", "--log-params-norm"]
     assert result.command[-4:] == ["--ckpt-step", "25", "--manual-gc", "--log-params-norm"]
+
+
+def test_each_toggle_says_how_its_flags_are_built():
+    """A value flag, an emit of its own, or the entry whose emit builds it."""
+    for toggle in REGISTRY:
+        if toggle.emitted_by and toggle.emitted_by != "passthrough":
+            owner = BY_NAME[toggle.emitted_by]
+            assert owner.emit is not None, (toggle.name, owner.name)
+        if toggle.emit is not None:
+            assert toggle.emit.__doc__, f"{toggle.name}: its emit needs a one-line docstring"
+
+
+def test_the_bucket_builder_has_no_toggle_specific_case():
+    import inspect
+
+    from training.launch import resolve
+
+    source = inspect.getsource(resolve.build_buckets)
+    assert [name for name in BY_NAME if f'"{name}"' in source] == []
+

@@ -7,7 +7,8 @@ import subprocess
 
 import pytest
 
-from training.launch import cluster
+from training.deploy import cluster
+from training.launch.runfolder import node_log_name
 from training.launch.settings import LaunchError
 
 from .conftest import REPO, RECORDER, SLURM_TWO_NODES, subprocess_env, write_tool
@@ -88,8 +89,8 @@ def test_scontrol_missing_is_a_clear_error(monkeypatch):
 
 
 def test_node_log_names():
-    assert cluster.node_log_name(1, 0) == "train.log"
-    assert [cluster.node_log_name(2, r) for r in (0, 1)] == ["train.node0.log", "train.node1.log"]
+    assert node_log_name(1, 0) == "train.log"
+    assert [node_log_name(2, r) for r in (0, 1)] == ["train.node0.log", "train.node1.log"]
 
 
 # -- python: the srun line -------------------------------------------------------------------------
@@ -245,7 +246,7 @@ def test_slurm_env_runs_with_the_standard_library_only(tmp_path, fake_bin):
     import sys
 
     env = subprocess_env(tmp_path, fake_bin, PYTHONPATH=str(REPO), **SLURM_TWO_NODES)
-    proc = subprocess.run([sys.executable, "-S", "-m", "training.launch.cluster", "slurm-env"],
+    proc = subprocess.run([sys.executable, "-S", "-m", "training.deploy.cluster", "slurm-env"],
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "export MASTER_ADDR=gpu001\n" in proc.stdout

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from training.launch import docker as D
+from training.deploy import docker as D
 from training.launch.settings import LaunchError
 
 from .conftest import REPO, RECORDER, subprocess_env, write_tool
@@ -198,7 +198,7 @@ def test_runs_with_the_standard_library_only(tmp_path):
     import sys
 
     env = subprocess_env(tmp_path, DRY_RUN=1, PLATFORM="mi355x", PYTHONPATH=str(REPO))
-    proc = subprocess.run([sys.executable, "-S", "-m", "training.launch.docker"], env=env,
+    proc = subprocess.run([sys.executable, "-S", "-m", "training.deploy.docker"], env=env,
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "DOCKER_CMD=(docker run" in proc.stdout

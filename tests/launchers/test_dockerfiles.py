@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from training.launch import image
+from training.deploy import image
 
 from .conftest import REPO
 
@@ -58,15 +58,15 @@ def test_install_steps_in_order_and_this_package_without_dependencies(dockerfile
         assert index >= 0, f"{vendor}: no step with {needle!r}"
         return index
 
-    order = [first("python3 -m training.launch.image check "),
+    order = [first("python3 -m training.deploy.image check "),
              first("training.versions --require torch,transformer-engine"),
              first("snapshot /tmp/base-versions.json"),
-             first("pip list --format=freeze | python3 -m training.launch.image constraints"),
+             first("pip list --format=freeze | python3 -m training.deploy.image constraints"),
              first("pip install -c /tmp/gpu-stack.txt -r /tmp/requirements.txt"),
              first("pip install --no-deps -r /tmp/no-deps.txt"),
              first("pip install --no-deps -e ."),
              first("training.versions unchanged /tmp/base-versions.json torch transformer-engine"),
-             first("training.launch.image check-megatron")]
+             first("training.deploy.image check-megatron")]
     assert order == sorted(order), f"{vendor}: steps out of order"
     for line in joined.replace("&&", "\n").splitlines():
         if "pip install" in line:
@@ -174,7 +174,7 @@ def test_fork_check_passes_for_the_recorded_fork_and_parses_the_mxfp4_launch():
     from training.launch import megatron_info
 
     seen = []
-    assert image.check_megatron_fork(megatron_info.ROCM_FORK, seen.append) == []
+    assert image.check_megatron_fork(megatron_info.ROCM_FORK, seen.append, lambda: True) == []
     [words] = seen
     assert words[words.index("--fp4-recipe") + 1] == "mxfp4"
     assert "--grad-reduce-in-bf16" in words and "--transformer-backend" in words
@@ -194,8 +194,26 @@ def test_fork_check_fails_when_the_parser_rejects_a_launcher_flag():
     def rejecting(words):
         raise SystemExit(2)
 
-    [problem] = image.check_megatron_fork(megatron_info.ROCM_FORK, rejecting)
+    [problem] = image.check_megatron_fork(megatron_info.ROCM_FORK, rejecting, lambda: True)
     assert "rejects the launcher's MI355X mxfp4 launch" in problem
+
+
+def test_fork_check_fails_when_a_patch_target_is_missing():
+    from training.launch import megatron_info
+
+    [problem] = image.check_megatron_fork(megatron_info.ROCM_FORK, lambda words: None,
+                                          lambda: False)
+    assert "patch table" in problem
+
+
+def test_the_run_side_checks_run_against_the_installed_megatron_core():
+    """What the ROCm image's build runs in processes of their own (deployment imports nothing
+    of the run side): the patch table's targets and the launcher's words through the run's
+    parser, here against the pinned megatron-core."""
+    image._parse_as_the_run(["--transformer-backend", "native", "--nan-check", "step"])
+    with pytest.raises(SystemExit):
+        image._parse_as_the_run(["--no-such-flag"])
+    assert image._patch_targets_present()
 
 
 def test_every_megatron_name_this_package_imports_exists_in_the_installed_megatron_core():
@@ -204,7 +222,7 @@ def test_every_megatron_name_this_package_imports_exists_in_the_installed_megatr
     imports = image.megatron_imports()
     names = {(module, name) for module, name, _where in imports}
     assert ("megatron.training.arguments", "parse_and_validate_args") in names
-    assert ("megatron.core.tensor_parallel", "layers") in names
+    assert ("megatron.core.models.gpt", "GPTModel") in names
     assert image.missing_megatron_api(imports) == []
     assert image.missing_megatron_api([("megatron.core", "no_such_name", "x.py")]) == [
         "megatron.core.no_such_name (x.py)"]

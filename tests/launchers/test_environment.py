@@ -70,11 +70,14 @@ def test_users_nccl_variables_are_recorded_unchanged_and_nvls_is_never_preset():
     assert all(p.name not in UNTOUCHED for p in PRESETS)
 
 
-def test_fsdp_leaves_max_connections_unset_and_refuses_a_user_value_of_1():
+def test_fsdp_leaves_max_connections_unset_and_refuses_a_user_value_of_1(tmp_path):
+    from training.launch.resolve import resolve
+
     env = resolve_environment("nvidia", {}, fsdp=True)
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in env
-    with pytest.raises(LaunchError, match="FSDP=1 but CUDA_DEVICE_MAX_CONNECTIONS=1"):
-        resolve_environment("nvidia", {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}, fsdp=True)
+    with pytest.raises(LaunchError, match=r"\[environment\] FSDP=1 but CUDA_DEVICE_MAX_CONN"):
+        resolve("llama3", {"CUDA_DEVICE_MAX_CONNECTIONS": "1", "FSDP": "1", "DRY_RUN": "1",
+                           "EXPERIMENT_DIR": str(tmp_path)})
     assert resolve_environment("nvidia", {"CUDA_DEVICE_MAX_CONNECTIONS": "8"},
                                fsdp=True)["CUDA_DEVICE_MAX_CONNECTIONS"][:2] == ("8", "env")
 

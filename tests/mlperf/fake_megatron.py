@@ -1,6 +1,7 @@
 """A stand-in for megatron.training.training, for driving loop listeners on the CPU.
 
-It makes the calls and keeps the state that matter to training/loop_hooks.wrap_loop, the way
+It makes the calls and keeps the state that matter to the loop listeners' entries of
+training/megatron_patches (training/loop_hooks' replacements), the way
 megatron-core 0.19.2 does (test_mllog_run.py checks those lines of Megatron's source):
   train():    `while iteration < args.train_iters`, consumed_train_samples += global batch,
               evaluate_and_print_results every eval_interval while args.do_valid, a checkpoint

@@ -66,9 +66,10 @@ def _build(cls, documents, sizes, cache):
     from megatron.core.datasets.blended_megatron_dataset_builder import BlendedMegatronDatasetBuilder
     from megatron.core.datasets.gpt_dataset import GPTDatasetConfig
 
-    from training.pretrain_gpt import skip_dataset_helper_compile
+    from training import megatron_patches
+    from training.run import Run
 
-    skip_dataset_helper_compile()
+    megatron_patches.apply(Run(args=None), names=("dataset_helpers",))
     config = GPTDatasetConfig(
         random_seed=1234, sequence_length=SEQ, path_to_cache=str(cache),
         blend_per_split=[([documents["train"][0]], None), ([documents["valid"][0]], None), None],

@@ -2,7 +2,7 @@
 checker says about the log.
 
 The run is Megatron's loop as a stand-in (fake_megatron.py, checked below against Megatron's
-source) driven through training/loop_hooks.wrap_loop with the real listener
+source) driven through the loop entries of training/megatron_patches with the real listener
 (training.mlperf.events.MLPerfRun), on Megatron args parsed and validated by megatron-core
 from the recipe's launch. Only the losses are made up.
 """
@@ -13,9 +13,10 @@ import json
 
 import pytest
 
-from training import loop_hooks
+from training import megatron_patches
 from training.mlperf import compliance, events, summary
 from training.mlperf.launch import resolve_mlperf
+from training.run import Run
 
 from .fake_megatron import FakeMegatron
 
@@ -37,12 +38,15 @@ def run_fake(env, losses, save=None, **toggles):
     run_dir = launch.log_dir
     run = events.start(args, {events.RUN_ENV: json.dumps(config), "RANK": "0"})
     fake = FakeMegatron(args, losses)
-    loop_hooks.wrap_loop(fake.module, args, [run])
+    megatron_patches.apply(Run(args=args, mlperf=run), names=LISTENER_PATCHES,
+                           owners={"megatron.training.training": fake.module})
     last = fake.pretrain()
     run.log.close()
     return run, fake, last, run_dir / "mlperf.log"
 
 
+# The patch table's entries a loop listener goes through (Megatron's train and evaluations).
+LISTENER_PATCHES = ("train_listeners", "eval_listeners", "eval_loss")
 KIND = {"INTERVAL_START": "S", "INTERVAL_END": "E", "POINT_IN_TIME": "P"}
 
 

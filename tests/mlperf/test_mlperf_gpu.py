@@ -27,6 +27,10 @@ def _free_port() -> int:
 
 
 def test_tiny_open_run_stops_at_the_target_with_a_final_checkpoint(tmp_path):
+    """Mutation meant: training/mlperf/events.py logging max_sequence_length as the closed
+    rule's 8192 instead of args.seq_length: the closed check then no longer fails it; the old
+    subset test (`<=`) accepted any fewer failures, even none. (The CPU test of the short run,
+    test_mllog_run.py, pins the same list and fails on this mutation; not run here on a GPU.)"""
     if not (SAMPLE / "train.bin").exists():
         pytest.skip("the shipped corpus is not built: run `make data-sample` first")
     from training.launch.toggles import BY_NAME
@@ -65,4 +69,7 @@ def test_tiny_open_run_stops_at_the_target_with_a_final_checkpoint(tmp_path):
     report = compliance.check(run / "mlperf.log")
     assert report.failed_keys == ["eval_accuracy"], compliance.render(report)   # open: < 1.0
     closed = compliance.check_as_closed(run / "mlperf.log")
-    assert set(closed.failed_keys) <= {"eval_accuracy", "eval_samples", "max_sequence_length"}
+    # as closed: sequence 256 (rule 8192), 16 eval samples (rule 1024), no eval loss <= 3.3;
+    # the same knobs through the CPU stand-in loop (test_mllog_run.run_fake) fail exactly these
+    assert closed.failed_keys == ["eval_accuracy", "eval_samples", "max_sequence_length"], \
+        compliance.render(closed)

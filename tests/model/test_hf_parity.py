@@ -14,15 +14,17 @@ import torch
 
 from training.launch.presets import PRESETS
 
-from tests.model.parity import build_pair, compare
+from tests.model.parity import bf16_parity, build_pair, check_bf16_parity, compare, random_tokens
 
 BACKENDS = ["native", "local"]
 
 
 def _report(name, result):
+    baseline = (f", HF's own bf16 error {result['baseline_abs_err']:.2e}"
+                if "baseline_abs_err" in result else "")
     print(f"\n{name}: max abs err {result['max_abs_err']:.2e}, mean abs err "
-          f"{result['mean_abs_err']:.2e} (mean |logit| {result['logit_scale']:.2f}), loss HF "
-          f"{result['loss_hf']:.5f} ours {result['loss_ours']:.5f}")
+          f"{result['mean_abs_err']:.2e} (mean |logit| {result['logit_scale']:.2f}{baseline}), "
+          f"loss HF {result['loss_hf']:.5f} ours {result['loss_ours']:.5f}")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -35,19 +37,33 @@ def test_tiny_preset_matches_hf_llama_fp32(backend, fused_qkv_rope):
     preset = PRESETS["tiny"]
     hf_model, gpt = build_pair(preset, preset.num_layers, backend, "torch", "cpu",
                                torch.float32, fused_qkv_rope)
-    result = compare(hf_model, gpt, preset.vocab_size, batch=2, seq=64, device="cpu")
+    result = compare(hf_model, gpt, random_tokens(preset.vocab_size, 2, 64, "cpu"))
     _report(f"tiny/{backend}", result)
     assert result["max_abs_err"] < 1e-3
     assert result["loss_rel_err"] < 1e-5
 
 
+def test_tiny_preset_matches_hf_llama_bf16():
+    """The GPU parity test's bound (tests/model/parity.py check_bf16_parity) on the CPU, at the
+    tiny preset where a RoPE bug is subtle: bf16 weights, torch kernels, seq 256.
+
+    Mutation caught: the sine's sign flipped in training/native/rope.py's _rotate
+    (`x1 * cos + x2 * sin, x2 * cos - x1 * sin`): ours/HF error 7.3x HF's own bf16 error,
+    bound 3x. The old bound (mean error < 0.05 * max(mean |logit|, 1), 0.05 at this preset)
+    passed it: 0.0125."""
+    result = bf16_parity(PRESETS["tiny"], 2, "native", "torch", "cpu", batch=2, seq=256)
+    _report("tiny-bf16/native", result)
+    check_bf16_parity(result)
+
+
 @pytest.mark.slow
 def test_two_layer_llama3_8b_width_matches_hf_llama():
     """Llama3-8B width (hidden 4096, FFN 14336, 32 heads / 8 KV groups, vocab 128256), 2 layers,
-    bf16 weights on the CPU: bf16 tolerance."""
+    bf16 weights on the CPU: the bf16 bound of check_bf16_parity.
+
+    Mutation caught: the RoPE sine's sign flipped (training/native/rope.py _rotate): ours/HF
+    error 81x HF's own bf16 error at this width (measured at vocab 8192, seq 256)."""
     preset = dataclasses.replace(PRESETS["llama3-8B"], num_layers=2)
-    hf_model, gpt = build_pair(preset, 2, "native", "torch", "cpu", torch.bfloat16)
-    result = compare(hf_model, gpt, preset.vocab_size, batch=1, seq=32, device="cpu")
+    result = bf16_parity(preset, 2, "native", "torch", "cpu", batch=1, seq=32)
     _report("llama3-8B-width/native", result)
-    assert result["mean_abs_err"] < 0.05 * max(result["logit_scale"], 1.0)
-    assert result["loss_rel_err"] < 1e-3
+    check_bf16_parity(result)

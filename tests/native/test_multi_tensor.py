@@ -1,14 +1,12 @@
 """training/native/multi_tensor.py: apex's multi-tensor l2 norm and scale as torch foreach ops,
-against Megatron's local fallbacks (CPU; the memory and Megatron's clip path: tests/gpu)."""
+against Megatron's local fallbacks (CPU; the memory and Megatron's clip path: tests/gpu; which
+ops Megatron gets: tests/test_megatron_patches.py)."""
 from __future__ import annotations
 
 import pytest
 import torch
 from megatron.core import utils
-from megatron.core.optimizer import clip_grads
-from megatron.core.optimizer import optimizer as megatron_optimizer
 
-from training.native import multi_tensor
 from training.native.multi_tensor import foreach_l2_norm, foreach_scale
 
 FLAG = torch.zeros(1, dtype=torch.int)
@@ -69,34 +67,3 @@ def test_scale_by_one_in_place_changes_nothing():
     foreach_scale(2048, FLAG, [ours, ours], 1.0)
     for a, b in zip(ours, ref):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
-
-
-@pytest.fixture
-def megatron_ops():
-    """Megatron's module-level op choices, restored after the test."""
-    saved = (clip_grads.l2_norm_impl, clip_grads.multi_tensor_scale_impl,
-             megatron_optimizer.multi_tensor_scale_impl)
-    yield
-    (clip_grads.l2_norm_impl, clip_grads.multi_tensor_scale_impl,
-     megatron_optimizer.multi_tensor_scale_impl) = saved
-
-
-def test_install_replaces_megatrons_local_fallbacks(megatron_ops):
-    clip_grads.l2_norm_impl = utils.local_multi_tensor_l2_norm
-    clip_grads.multi_tensor_scale_impl = utils.local_multi_tensor_scale
-    megatron_optimizer.multi_tensor_scale_impl = utils.local_multi_tensor_scale
-    assert "foreach" in multi_tensor.install()
-    assert clip_grads.l2_norm_impl is foreach_l2_norm
-    assert clip_grads.multi_tensor_scale_impl is foreach_scale
-    assert megatron_optimizer.multi_tensor_scale_impl is foreach_scale
-    assert "foreach" in multi_tensor.install()  # a second install keeps them
-    assert clip_grads.l2_norm_impl is foreach_l2_norm
-
-
-def test_install_leaves_transformer_engine_or_apex_ops_alone(megatron_ops):
-    def apex_l2norm(*args):  # stands in for amp_C.multi_tensor_l2norm
-        raise AssertionError("not called")
-
-    clip_grads.l2_norm_impl = apex_l2norm
-    assert "installed" in multi_tensor.install()
-    assert clip_grads.l2_norm_impl is apex_l2norm

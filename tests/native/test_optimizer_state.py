@@ -1,6 +1,6 @@
 """Megatron's distributed-optimizer checkpoints with torch's AdamW (training/native/optimizer.py):
 the state filled before a resume reads it, the per-parameter copy of a load, and that neither
-changes the update (CPU, unfused path)."""
+changes the update (CPU, unfused path). Both go into Megatron as entries of the patch table."""
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -8,8 +8,15 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from training.native.optimizer import (FusedTorchAdamW, fill_initial_adam_state,
-                                       make_torch_adam_checkpoints_load)
+from training import megatron_patches
+from training.native.optimizer import FusedTorchAdamW, fill_initial_adam_state
+from training.run import Run
+
+TORCH_ADAM = ("torch_adam_state_dict", "torch_adam_load_copy")
+
+
+def make_torch_adam_checkpoints_load() -> None:
+    megatron_patches.apply(Run(args=None), names=TORCH_ADAM)
 
 
 def _params(seed: int = 0) -> list[torch.nn.Parameter]:

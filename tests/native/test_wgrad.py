@@ -1,16 +1,27 @@
-"""Gradient-accumulation fusion for Megatron's own linears without apex (training/native/wgrad.py):
-the output layer of Megatron's TE spec is its ColumnParallelLinear, which calls apex's
-fused_weight_gradient_mlp_cuda even under TE. Megatron's real layer on the CPU (gloo, one rank):
-refused without a kernel, built and accumulating into main_grad with ours."""
+"""Gradient-accumulation fusion for Megatron's own linears without apex (training/native/wgrad.py,
+put in place by the patch table's native_wgrad entry): the output layer of Megatron's TE spec is
+its ColumnParallelLinear, which calls apex's fused_weight_gradient_mlp_cuda even under TE.
+Megatron's real layer on the CPU (gloo, one rank): refused without a kernel, built and
+accumulating into main_grad with ours; apex's kernel, where Megatron imported it, stays."""
 from __future__ import annotations
 
 import socket
+import types
+from argparse import Namespace
 
 import pytest
 import torch
 
+from training import megatron_patches as mp
 from training import specs
 from training.native import wgrad
+from training.run import Run
+
+
+def te_run(fusion: bool = True) -> Run:
+    """A training.run.Run carrying the TE backend's arguments (no torchrun, no parser)."""
+    return Run(args=Namespace(transformer_backend="transformer_engine", native_kernels="auto",
+                              fused_single_qkv_rope=True, gradient_accumulation_fusion=fusion))
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +44,8 @@ def layers(monkeypatch):
 
     monkeypatch.setattr(layers, "_grad_accum_fusion_available", False)
     monkeypatch.setattr(layers, "fused_weight_gradient_mlp_cuda", None, raising=False)
-    return layers
+    yield layers
+    mp.restore(groups=("native",))
 
 
 def _output_layer(layers, group, fusion: bool = True):
@@ -52,7 +64,7 @@ def test_megatron_refuses_the_fused_wgrad_without_a_kernel(layers, group):
 
 @pytest.mark.parametrize("grad_dtype", [torch.float32, torch.bfloat16])
 def test_the_output_layer_accumulates_into_main_grad_with_ours(layers, group, grad_dtype):
-    assert wgrad.install().startswith("native")
+    assert mp.apply(te_run(), groups=("native",)) == ["native_wgrad", "native_wgrad_available"]
     assert layers.fused_weight_gradient_mlp_cuda is wgrad.TorchWgradAccum
     layer = _output_layer(layers, group)
     weight = layer.weight
@@ -75,9 +87,23 @@ def test_the_output_layer_accumulates_into_main_grad_with_ours(layers, group, gr
 
 
 def test_te_backend_setup_names_the_kernel_of_each_linear(layers, group):
-    setup = specs.install_transformer_engine(gradient_accumulation_fusion=True)
+    run = te_run()
+    setup = specs.install_transformer_engine(run)
+    assert run.patched == ["native_wgrad", "native_wgrad_available"]   # no other native kernel
     assert setup.parts["wgrad_te_linears"].startswith("Transformer Engine")
-    assert setup.parts["wgrad_megatron_linears"].startswith("native: cuBLAS")
+    assert setup.parts["wgrad_megatron_linears"] == (
+        f"{mp.BY_NAME['native_wgrad'].what} ({mp.describe(wgrad.TorchWgradAccum)})")
+    assert setup.parts["optimizer"].endswith("(Megatron's)")          # TE's FusedAdam on a GPU
     _output_layer(layers, group)                    # buildable now: the crash the TE path had
-    off = specs.install_transformer_engine(gradient_accumulation_fusion=False)
-    assert set(off.parts) == {"wgrad"}
+    off = specs.install_transformer_engine(te_run(fusion=False))
+    assert set(off.parts) == {"wgrad", "optimizer"}
+    assert layers.fused_weight_gradient_mlp_cuda is None        # taken out for a run without it
+
+
+def test_te_backend_keeps_apexs_kernel_where_megatron_imported_it(layers, group, monkeypatch):
+    apex_wgrad = types.ModuleType("fused_weight_gradient_mlp_cuda")
+    monkeypatch.setattr(layers, "fused_weight_gradient_mlp_cuda", apex_wgrad)
+    monkeypatch.setattr(layers, "_grad_accum_fusion_available", True)
+    setup = specs.install_transformer_engine(te_run())
+    assert layers.fused_weight_gradient_mlp_cuda is apex_wgrad
+    assert setup.parts["wgrad_megatron_linears"] == "fused_weight_gradient_mlp_cuda (Megatron's)"

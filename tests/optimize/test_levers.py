@@ -7,8 +7,8 @@ import json
 import pytest
 
 from training.optimize import levers
-from training.optimize.config import from_manifest
-from training.optimize.inputs import load_run
+from training.optimize.config import from_manifest, shape_key
+from training.optimize.inputs import BadInput, load_run
 
 from .helpers import DRY_ALL_ON, FIXTURE, LOCAL, NATIVE, advise, fixture_levers, write_levers
 
@@ -33,11 +33,11 @@ def test_closest_shape_wins(tmp_path):
     data["levers"].insert(0, far)
     book = _book(tmp_path, data)
     config = from_manifest(load_run(NATIVE).manifest)
-    match = book.find({"MBS": "2"}, config.shape_key(), "h200", {"MBS": "1"})
+    match = book.find({"MBS": "2"}, shape_key(config), "h200", {"MBS": "1"})
     assert match.entry.shape["seq_length"] == 8192 and match.exact
     assert match.others == 1 and match.differs == {}
-    long_run = config.with_changes(seq=2048)
-    match = book.find({"MBS": "2"}, long_run.shape_key(), "h200", {"MBS": "1"})
+    long_run = config.with_values(SEQ_LENGTH=2048)
+    match = book.find({"MBS": "2"}, shape_key(long_run), "h200", {"MBS": "1"})
     assert match.entry.effect["tokens_per_s_ratio"] == 1.5
 
 
@@ -49,16 +49,16 @@ def test_other_hardware_ranks_below_the_same_hardware(tmp_path):
     other["effect"]["tokens_per_s_ratio"] = 1.9
     data["levers"].insert(0, other)
     config = from_manifest(load_run(NATIVE).manifest)
-    match = _book(tmp_path, data).find({"MBS": "2"}, config.shape_key(), "h200", {"MBS": "1"})
+    match = _book(tmp_path, data).find({"MBS": "2"}, shape_key(config), "h200", {"MBS": "1"})
     assert match.entry.hardware == "NVIDIA H200"
-    match = _book(tmp_path, data).find({"MBS": "2"}, config.shape_key(), "mi355x", {"MBS": "1"})
+    match = _book(tmp_path, data).find({"MBS": "2"}, shape_key(config), "mi355x", {"MBS": "1"})
     assert match.entry.hardware == "AMD Instinct MI355X"
 
 
 def test_quote_names_shape_source_and_differences():
     book = levers.load(FIXTURE)
-    config = from_manifest(load_run(NATIVE).manifest).with_changes(seq=32768)
-    match = book.find({"RECOMPUTE": "full"}, config.shape_key(), "h200", {"RECOMPUTE": "none"})
+    config = from_manifest(load_run(NATIVE).manifest).with_values(SEQ_LENGTH=32768)
+    match = book.find({"RECOMPUTE": "full"}, shape_key(config), "h200", {"RECOMPUTE": "none"})
     text = match.quote()
     assert text.startswith("RECOMPUTE=full vs RECOMPUTE=none: x0.748 tokens/s")
     assert "slower" in text and "peak 54.1 -> 43.6 GiB" in text
@@ -90,9 +90,9 @@ def test_peers_are_not_levers_and_default_matches_the_registry_default(tmp_path)
     data["levers"].append(peer)
     book = _book(tmp_path, data)
     config = from_manifest(load_run(NATIVE).manifest)
-    assert book.find({"ours": "x"}, config.shape_key(), "h200") is None
+    assert book.find({"ours": "x"}, shape_key(config), "h200") is None
     # NATIVE_KERNELS defaults to auto (resolved per platform): <default> matches liger
-    match = book.find({"NATIVE_KERNELS": "liger"}, config.shape_key(), "h200",
+    match = book.find({"NATIVE_KERNELS": "liger"}, shape_key(config), "h200",
                       {"NATIVE_KERNELS": "torch"})
     assert match is not None and match.exact
     # MBS defaults to 1: <default> is not 2
@@ -101,12 +101,20 @@ def test_peers_are_not_levers_and_default_matches_the_registry_default(tmp_path)
 
 
 def test_an_unmeasured_entry_needs_no_source_but_a_measured_one_does(tmp_path):
+    """Mutation caught: training/optimize/levers.py load() taking only a ratio for a
+    measurement (`measured = ratio is not None`): the same entry with the verdict 'slower' and
+    no ratio then loads without a source. The old test checked only the unmeasured half."""
     data = fixture_levers()
     unmeasured = next(e for e in data["levers"] if e["effect"]["verdict"] == "not measured")
     unmeasured.update(source=None, shape=None, hardware=None)
     book = _book(tmp_path, data)
     entry = next(e for e in book.entries if e.verdict == "not measured")
     assert levers.quote(entry).endswith("not measured: fixture; needs DP>1")
+    # a verdict is a measurement, with a ratio or without one: it must say where it comes from
+    assert unmeasured["effect"]["tokens_per_s_ratio"] is None
+    unmeasured["effect"]["verdict"] = "slower"
+    with pytest.raises(BadInput, match=r"has a measurement but no 'source'"):
+        _book(tmp_path, data)
 
 
 REAL = FIXTURE.parents[2] / "docs" / "levers.json"
@@ -114,13 +122,17 @@ REAL = FIXTURE.parents[2] / "docs" / "levers.json"
 
 @pytest.mark.skipif(not REAL.exists(), reason="docs/levers.json not produced yet")
 def test_the_benchmarks_levers_file_reads_and_is_quoted_as_written():
+    """Mutation caught: training/optimize/levers.py LeverBook.find skipping every entry
+    (`continue` for the peer test): no recommendation is measured any more, and the old loop
+    over the measured ones then checked nothing."""
     book = levers.load(REAL)
     report = advise(LOCAL, levers=REAL)
-    for rec in report["recommendations"]:
-        if rec["status"] == "measured":
-            entry = rec["measured"]["entry"]
-            assert entry["source"] and entry["source"] in rec["measured_text"]
-            ratio = entry["effect"]["tokens_per_s_ratio"]
-            if ratio is not None:
-                assert f"x{ratio:.3f}" in rec["measured_text"]
+    measured = [rec for rec in report["recommendations"] if rec["status"] == "measured"]
+    assert measured    # the local-backend run: TRANSFORMER_IMPL=native, measured by the peers
+    for rec in measured:
+        entry = rec["measured"]["entry"]
+        assert entry["source"] and entry["source"] in rec["measured_text"]
+        ratio = entry["effect"]["tokens_per_s_ratio"]
+        if ratio is not None:
+            assert f"x{ratio:.3f}" in rec["measured_text"]
     assert len(book.entries) == len(json.loads(REAL.read_text())["levers"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from training.optimize import calibration
-from training.optimize.config import from_manifest
+from training.optimize.config import flce, from_manifest
 from training.optimize.inputs import load_run
 from training.optimize.memory import GIB, MEMORY_BOUND_FRACTION, estimate
 
@@ -88,7 +88,7 @@ def test_parameter_count_of_the_8_layer_run():
 
 def test_fp32_gradient_buffer_doubles_the_gradient_term_and_drops_the_step_copy():
     c = _native()
-    bf16, fp32 = estimate(c), estimate(c.with_changes(grad_bf16=False))
+    bf16, fp32 = estimate(c), estimate(c.with_values(GRAD_REDUCE_IN_BF16=False))
     assert fp32.term("grads").gib == pytest.approx(2 * bf16.term("grads").gib)
     assert bf16.term("step_fp32_grads") is not None
     assert fp32.term("step_fp32_grads") is None
@@ -96,10 +96,10 @@ def test_fp32_gradient_buffer_doubles_the_gradient_term_and_drops_the_step_copy(
 
 
 def test_distributed_optimizer_shards_main_params_and_moments_over_dp():
-    c = _native().with_changes(gpus_per_node=8)
+    c = _native().with_values(GPUS_PER_NODE=8)
     sharded = estimate(c)
-    replicated = estimate(c.with_changes(dist_opt=False))
-    assert c.dp == 8
+    replicated = estimate(c.with_values(DISTRIBUTED_OPTIMIZER=False))
+    assert c.layout.dp == 8
     assert replicated.term("adam").gib == pytest.approx(8 * sharded.term("adam").gib)
     assert replicated.term("main_params").gib == pytest.approx(8 * sharded.term("main_params").gib)
     assert replicated.term("weights").gib == pytest.approx(sharded.term("weights").gib)
@@ -107,48 +107,48 @@ def test_distributed_optimizer_shards_main_params_and_moments_over_dp():
 
 def test_fused_linear_cross_entropy_avoids_the_logits():
     c = _native()
-    flce = estimate(c)
-    logits = estimate(c.with_changes(ce_fusion=False))
-    assert c.flce and not c.with_changes(ce_fusion=False).flce
-    assert "fused linear CE" in flce.term("loss").formula
+    fused = estimate(c)
+    logits = estimate(c.with_values(CROSS_ENTROPY_LOSS_FUSION=False))
+    assert flce(c) and not flce(c.with_values(CROSS_ENTROPY_LOSS_FUSION=False))
+    assert "fused linear CE" in fused.term("loss").formula
     assert "logits" in logits.term("loss").formula
     # bf16 + fp32 logits of 8192 tokens x 128256 vocab, and the fp32 part kept
-    tokens, vocab = 8192, c.padded_vocab
+    tokens, vocab = 8192, c.model.padded_vocab(1)
     assert logits.term("loss").gib * GIB >= tokens * vocab * 6
-    assert flce.term("loss").gib < logits.term("loss").gib
+    assert fused.term("loss").gib < logits.term("loss").gib
     # at TP=2 the native backend falls back to Megatron's vocab-parallel loss
-    assert not c.with_changes(tp=2, gpus_per_node=2).flce
+    assert not flce(c.with_values(TP=2, GPUS_PER_NODE=2))
 
 
 def test_local_backend_scores_grow_with_the_square_of_the_sequence():
     c = _native()
-    local = c.with_changes(backend="local")
+    local = c.with_values(TRANSFORMER_IMPL="local")
     def act(cfg):
         return estimate(cfg).term("activations").gib
-    assert act(local.with_changes(seq=16384)) / act(local) > 3.0      # s * s^2 -> ~4x
-    assert act(c.with_changes(seq=16384)) / act(c) == pytest.approx(2.0, rel=1e-6)
+    assert act(local.with_values(SEQ_LENGTH=16384)) / act(local) > 3.0      # s * s^2 -> ~4x
+    assert act(c.with_values(SEQ_LENGTH=16384)) / act(c) == pytest.approx(2.0, rel=1e-6)
     assert estimate(local).term("scores_buffer") is not None
     assert estimate(c).term("scores_buffer") is None
 
 
 def test_recompute_modes_order_the_activations():
     c = _native()
-    none, selective, full = (estimate(c.with_changes(recompute=m)).term("activations").gib
+    none, selective, full = (estimate(c.with_values(RECOMPUTE=m)).term("activations").gib
                              for m in ("none", "selective", "full"))
     assert full < selective < none
     assert full == pytest.approx(8 * 8192 * 2 * 4096 / GIB)
 
 
 def test_tensor_parallel_with_sequence_parallel_halves_the_activations():
-    c = _native().with_changes(gpus_per_node=2)
-    tp2 = c.with_changes(tp=2)
-    assert tp2.sp
+    c = _native().with_values(GPUS_PER_NODE=2)
+    tp2 = c.with_values(TP=2)
+    assert tp2["SEQUENCE_PARALLEL"]
     assert (estimate(tp2).term("activations").gib
             == pytest.approx(estimate(c).term("activations").gib / 2))
 
 
 def test_pipeline_first_stage_holds_pp_micro_batches():
-    c = _native().with_changes(gpus_per_node=4, pp=4, global_batch=16)
+    c = _native().with_values(GPUS_PER_NODE=4, PP=4, BS=16)
     est = estimate(c)
     assert est.stage == "first"
     assert "x 4 micro-batches in flight" in est.term("activations").formula
@@ -159,7 +159,7 @@ def test_fits_is_the_90_percent_line():
     est = estimate(c)
     assert est.device_gib == 141
     assert est.fits is (est.peak_gib <= MEMORY_BOUND_FRACTION * 141)
-    big = estimate(c.with_changes(seq=262144))
+    big = estimate(c.with_values(SEQ_LENGTH=262144))
     assert big.fits is False
 
 

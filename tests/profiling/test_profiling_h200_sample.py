@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 from profiling_testlib import H200_SAMPLE as SAMPLE
+from profiling_testlib import check_toy_gpu_report
 
 from training.profiling import kernel_groups as kg
 from training.profiling import ranges as rg
@@ -34,6 +35,15 @@ def test_ranks_steps_and_breakdown(report):
         b = section["breakdown"]
         assert b["compute_pct"] + b["exposed_comm_pct"] + b["other_pct"] + b["idle_pct"] == pytest.approx(100.0)
         assert b["comm_total_us"] > 0 and b["compute_us"] > 0 and b["other_us"] > 0  # memcpy/memset exist
+
+
+def test_the_gpu_tests_bounds_hold_on_the_sample(report):
+    """The bounds tests/profiling/test_profiling_gpu.py sets on a fresh GPU trace of the same
+    toy model, on the CPU.
+
+    Mutation caught: training/profiling/analysis.py _gpu_breakdowns counting the idle time as
+    compute (compute_us = compute + idle, idle_us = 0): compute 98% of the span."""
+    check_toy_gpu_report(report, world=2)
 
 
 def test_golden_verdicts(report):

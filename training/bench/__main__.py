@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from training import REPO_ROOT
+
 from . import catalog, plan, record, suites, sweep
 from .shape import BenchShape, hardware_tag
 from .table import table
@@ -32,10 +34,9 @@ clock = time.monotonic  # `all` measures its budget with this (tests pass a fake
 
 
 def _shape(args, gpus: int | None = None) -> BenchShape:
-    return BenchShape(model_size=args.model_size, num_layers=args.num_layers,
-                      seq_length=args.seq_length, mbs=args.mbs, global_batch=args.global_batch,
-                      gpus=gpus or args.gpus, tp=args.tp, pp=args.pp, warmup=args.warmup,
-                      steps=args.steps, repeats=args.repeats)
+    fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(BenchShape)
+              if hasattr(args, f.name)}
+    return BenchShape(**{**fields, "gpus": gpus or args.gpus})
 
 
 def _list(text: str | None) -> list[str] | None:
@@ -206,7 +207,7 @@ def cmd_levers(args) -> int:
     from .levers import write_docs
 
     bench_dir = Path(args.bench_dir) if args.bench_dir else record.BENCH_DIR
-    docs = Path(args.docs_dir) if args.docs_dir else record.REPO / "docs"
+    docs = Path(args.docs_dir) if args.docs_dir else REPO_ROOT / "docs"
     doc = write_docs(bench_dir, docs)
     counts: dict[str, int] = {}
     for lever in doc["levers"]:
@@ -237,19 +238,22 @@ def cmd_table(args) -> int:
     return 0
 
 
-def _shape_args(p: argparse.ArgumentParser, gpus_default: int = 1) -> None:
+def _shape_args(p: argparse.ArgumentParser) -> None:
+    """The shape options; their defaults are BenchShape's."""
+    d = BenchShape()
     g = p.add_argument_group("shape")
-    g.add_argument("--model-size", default="8B", help="MODEL_SIZE of the llama3 family")
-    g.add_argument("--num-layers", type=int, default=8)
-    g.add_argument("--seq-length", type=int, default=8192)
-    g.add_argument("--mbs", type=int, default=1)
-    g.add_argument("--global-batch", type=int, default=8)
-    g.add_argument("--gpus", type=int, default=gpus_default, help="GPUS_PER_NODE")
-    g.add_argument("--tp", type=int, default=1)
-    g.add_argument("--pp", type=int, default=1)
-    g.add_argument("--steps", type=int, default=5, help="steady-state steps per run")
-    g.add_argument("--warmup", type=int, default=2, help="warm-up steps per run (not measured)")
-    g.add_argument("--repeats", type=int, default=3)
+    g.add_argument("--model-size", default=d.model_size, help="MODEL_SIZE of the llama3 family")
+    g.add_argument("--num-layers", type=int, default=d.num_layers)
+    g.add_argument("--seq-length", type=int, default=d.seq_length)
+    g.add_argument("--mbs", type=int, default=d.mbs)
+    g.add_argument("--global-batch", type=int, default=d.global_batch)
+    g.add_argument("--gpus", type=int, default=d.gpus, help="GPUS_PER_NODE")
+    g.add_argument("--tp", type=int, default=d.tp)
+    g.add_argument("--pp", type=int, default=d.pp)
+    g.add_argument("--steps", type=int, default=d.steps, help="steady-state steps per run")
+    g.add_argument("--warmup", type=int, default=d.warmup,
+                   help="warm-up steps per run (not measured)")
+    g.add_argument("--repeats", type=int, default=d.repeats)
     r = p.add_argument_group("run")
     r.add_argument("--plan", action="store_true", help="print the runs and estimates; run nothing")
     r.add_argument("--budget-s", type=float, default=None,
@@ -307,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     lv.set_defaults(fn=cmd_levers)
 
     rd = sub.add_parser("readme", help="regenerate README.md's perf-table block")
-    rd.add_argument("--readme", default=str(record.REPO / "README.md"))
+    rd.add_argument("--readme", default=str(REPO_ROOT / "README.md"))
     rd.add_argument("--bench-dir", default=None)
     rd.set_defaults(fn=cmd_readme)
 

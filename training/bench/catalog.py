@@ -162,10 +162,16 @@ PEER_KEYS = ("peer:hf", "peer:hf_liger", "peer:torchtitan", "peer:megatron_te")
 SIDE_LABELS = {"megatron_te": "Megatron-LM with Transformer Engine"}   # README headline rows
 
 
+# Toggles that emit a flag either way (Megatron has no flag for them; ours sets its
+# TransformerConfig field): the value of Megatron's own field default (a test reads it).
+MEGATRON_FIELD_DEFAULTS = {"FUSED_SINGLE_QKV_ROPE": "0"}   # fused_single_qkv_rope: False
+
+
 def megatron_defaults() -> dict[str, str]:
     """The launcher's toggles at Megatron's own defaults: every on/off performance and
-    data-parallel toggle at the value that emits no flag (the registry says which), and
-    Megatron's per-bucket NaN check."""
+    data-parallel toggle at the value that emits no flag (the registry says which), or, for
+    one that emits a flag either way, at Megatron's field default; and Megatron's per-bucket
+    NaN check."""
     env = {}
     for toggle in REGISTRY:
         if (toggle.kind != "bool" or toggle.emitted_by or toggle.bucket == LAUNCHER
@@ -175,6 +181,8 @@ def megatron_defaults() -> dict[str, str]:
             env[toggle.name] = "0"
         elif toggle.off and not toggle.on:
             env[toggle.name] = "1"
+        else:
+            env[toggle.name] = MEGATRON_FIELD_DEFAULTS[toggle.name]
     env["NAN_CHECK"] = "bucket"
     return env
 

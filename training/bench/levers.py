@@ -16,13 +16,14 @@ import datetime as _dt
 import json
 from pathlib import Path
 
+from training import REPO_ROOT
 from training.launch.presets import FAMILIES, PRESETS
 from training.launch.settings import fmt_value
 from training.launch.toggles import BY_NAME, REGISTRY
 
 from . import analysis
 from .catalog import KINDS, PEER_KEYS, PEER_SIDES, all_levers
-from .record import BENCH_DIR, REPO
+from .record import BENCH_DIR
 from .shape import BenchShape
 from .stats import VERDICT_RULE
 from .table import fmt_mem, fmt_ratio, table
@@ -45,7 +46,7 @@ def load(bench_dir: Path = BENCH_DIR) -> list[tuple[Path, dict]]:
 
 def _rel(path: Path) -> str:
     try:
-        return str(path.resolve().relative_to(REPO))
+        return str(path.resolve().relative_to(REPO_ROOT))
     except ValueError:
         return str(path)
 
@@ -256,7 +257,7 @@ def benchmarks_markdown(bench_dir: Path = BENCH_DIR) -> str:
     return "\n".join(lines)
 
 
-def write_docs(bench_dir: Path = BENCH_DIR, docs_dir: Path = REPO / "docs") -> dict:
+def write_docs(bench_dir: Path = BENCH_DIR, docs_dir: Path = REPO_ROOT / "docs") -> dict:
     doc = build(bench_dir)
     docs_dir.mkdir(parents=True, exist_ok=True)
     (docs_dir / "levers.json").write_text(json.dumps(doc, indent=1) + "\n")

@@ -15,10 +15,10 @@ import time
 import warnings
 from pathlib import Path
 
+from training import REPO_ROOT
 from training.launch.toggles import BY_NAME
 from training.metrics import read_metrics
-
-from .record import REPO
+from training.run_description import RunDescription
 
 # Registry toggles that may come from the caller's environment; every other toggle in the
 # environment is dropped so a stray GRAD_REDUCE_IN_BF16=0 in a shell cannot skew a baseline.
@@ -55,12 +55,12 @@ def precheck(toggles: dict[str, str], family: str = "llama3",
             "values": {name: fmt_value(s.value) for name, s in values.items()},
             "corrections": [{"toggle": name, "value": fmt_value(s.value), "reason": s.reason}
                             for name, s in values.items() if s.source == "guard"],
-            "layout": {"tp": launch.settings["TP"], "pp": launch.settings["PP"],
-                       "dp": launch.ctx.data_parallel, "world_size": launch.ctx.world_size}}
+            "layout": {k: v for k, v in launch.run.layout.to_dict().items()
+                       if k in ("tp", "pp", "dp", "world_size")}}
 
 
 def run_logged(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float,
-               cwd: Path = REPO) -> tuple[int, bool]:
+               cwd: Path = REPO_ROOT) -> tuple[int, bool]:
     """Run cmd with its output in `log`; on timeout end its whole process group (torchrun
     and its workers). Returns (returncode, timed_out)."""
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -91,7 +91,7 @@ def run_point(label: str, toggles: dict[str, str], experiment_dir: Path, log_dir
     run_id = f"{int(time.time() * 1000)}"
     env.update(EXPERIMENT_DIR=str(experiment_dir), EXP_NAME=label, RUN_ID=run_id)
     log = log_dir / f"{label}.log"
-    script = REPO / "examples" / "llama" / f"train_{family}.sh"
+    script = REPO_ROOT / "examples" / "llama" / f"train_{family}.sh"
     started = time.time()
     returncode, timed_out = run_logged(["bash", str(script)], env, log, timeout_s)
     ended = time.time()
@@ -132,14 +132,15 @@ def startup_breakdown(point: dict, timeline: dict) -> dict | None:
 def read_run(run: Path) -> dict:
     """A finished run folder -> the fields a benchmark point records."""
     manifest = json.loads((run / "manifest.json").read_text())
+    described = RunDescription.from_dict(manifest)
     metrics = read_metrics(run / "metrics.jsonl")
     steps = [m for m in metrics if "step_time_s" in m]
     summary = (manifest.get("run") or {}).get("summary") or {}
     out = {
         "run_dir": str(run),
-        "backend": manifest["backend"],
-        "precision": manifest["precision"],
-        "layout": manifest["layout"],
+        "backend": described.backend,
+        "precision": described.precision,
+        "layout": described.layout.to_dict(),
         "toggles_resolved": {row["toggle"]: row["value"] for row in manifest["toggles"]},
         "corrections": [{"toggle": row["toggle"], "value": row["value"],
                          "reason": row.get("reason", "")}
@@ -155,18 +156,17 @@ def read_run(run: Path) -> dict:
         "tokens_per_s_per_gpu": summary.get("tokens_per_s_per_gpu"),
         "model_tflops_per_gpu": summary.get("model_tflops_per_gpu"),
         "peak_memory_gib": summary.get("peak_allocated_gib_max_over_ranks"),
-        "optimizer_state": optimizer_state(manifest),
+        "optimizer_state": optimizer_state(described),
     }
     if not summary.get("measured", bool(summary)):
         out["error"] = f"no steady-state figure: {summary.get('reason', 'summary missing')}"
     return out
 
 
-def optimizer_state(manifest: dict) -> str:
-    values = manifest["values"]
-    dist = "sharded over DP (distributed optimizer)" if values.get("DISTRIBUTED_OPTIMIZER") \
+def optimizer_state(run: RunDescription) -> str:
+    dist = "sharded over DP (distributed optimizer)" if run.get("DISTRIBUTED_OPTIMIZER") \
         else "replicated"
-    grads = "bf16" if values.get("GRAD_REDUCE_IN_BF16") else "fp32"
+    grads = "bf16" if run.get("GRAD_REDUCE_IN_BF16") else "fp32"
     return f"fp32 main params + fp32 Adam moments, {dist}; bf16 model params; {grads} grads"
 
 

@@ -23,9 +23,10 @@ def write_result(args, times: list[float], losses: list[float] | None, optimizer
     import torch
 
     from training.launch.presets import PRESETS
-    from training.metrics import Shape, flops_per_token, peak_tflops
+    from training.metrics import flops_per_token, peak_tflops
+    from training.run_description import Model
 
-    shape = Shape.from_preset(PRESETS[args.model], args.num_layers, args.seq_length)
+    shape = Model.of(PRESETS[args.model], args.num_layers, args.seq_length)
     steady = times[args.warmup:]
     per_gpu = args.global_batch * args.seq_length * len(steady) / sum(steady)
     tflops = flops_per_token(shape) * per_gpu / 1e12

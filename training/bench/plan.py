@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from training.launch.presets import PRESETS
-from training.metrics import Shape, flops_per_token
+from training.metrics import flops_per_token
+from training.run_description import Model
 
 from .sweep import PointSpec
 
@@ -93,7 +94,7 @@ def step_seconds(spec: PointSpec, cal: Calibration) -> float:
     shape, env = spec.shape, spec.env
     preset = PRESETS[shape.preset]
     seq = int(env.get("SEQ_LENGTH", shape.seq_length))
-    model = Shape.from_preset(preset, shape.num_layers, seq)
+    model = Model.of(preset, shape.num_layers, seq)
     side = _plan_side(spec)
     tflops = cal.tflops.get(side, FALLBACK["tflops"]["ours"])
     seconds = shape.global_batch * seq * flops_per_token(model) / (shape.gpus * tflops * 1e12)

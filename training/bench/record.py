@@ -11,10 +11,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from training import REPO_ROOT
 from training.launch.runfolder import git_sha, package_versions
 
-REPO = Path(__file__).resolve().parents[2]
-BENCH_DIR = REPO / "docs" / "benchmarks"
+BENCH_DIR = REPO_ROOT / "docs" / "benchmarks"
 
 
 def gpu_info() -> dict:
@@ -47,7 +47,7 @@ def header(name: str, argv: list[str] | None = None, module: str = "training.ben
         "name": name,
         "created": _dt.datetime.now().isoformat(timespec="seconds"),
         "command": shlex.join(["python", "-m", module, *(argv or sys.argv[1:])]),
-        "git_sha": git_sha(REPO),
+        "git_sha": git_sha(REPO_ROOT),
         "host": socket.gethostname(),
         "gpu": gpu,
         "versions": {**package_versions(), "torchtitan": _version("torchtitan"),

@@ -12,8 +12,9 @@ import sys
 import time
 from pathlib import Path
 
+from training import REPO_ROOT
+
 from .ours import clean_environ, run_logged, run_point
-from .record import REPO
 from .sweep import PointSpec
 
 
@@ -55,7 +56,7 @@ class Runners:
         if spec.side == "hf_liger":
             cmd.append("--liger")
         env, _ = clean_environ()
-        env["PYTHONPATH"] = f"{REPO}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(REPO)
+        env["PYTHONPATH"] = f"{REPO_ROOT}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(REPO_ROOT)
         if spec.side == "torchtitan":
             env["MASTER_PORT"] = str(self.master_port + spec.index % 200)
         started = time.time()
@@ -82,10 +83,10 @@ def availability(side: str) -> str | None:
     if side not in probes:
         return None
     env, _ = clean_environ()
-    env["PYTHONPATH"] = f"{REPO}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(REPO)
+    env["PYTHONPATH"] = f"{REPO_ROOT}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(REPO_ROOT)
     try:
         proc = subprocess.run([sys.executable, "-c", probes[side]], capture_output=True,
-                              text=True, timeout=180, env=env, cwd=REPO)
+                              text=True, timeout=180, env=env, cwd=REPO_ROOT)
     except subprocess.TimeoutExpired:
         return "import probe timed out after 180 s"
     if proc.returncode == 0:

@@ -1,13 +1,17 @@
-"""The shape and layout one benchmark measures at, and the launcher toggles that set it."""
+"""The shape one benchmark measures at: the launcher toggles that set it, and its run description."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
 from training.launch.presets import FAMILIES, PRESETS
+from training.launch.toggles import REGISTRY
+from training.run_description import RunDescription
 
 
 @dataclass(frozen=True)
 class BenchShape:
+    """The benchmark's request: a launch shape (its toggles) and how long to measure it. The
+    CLI's defaults are these fields' defaults; the layout arithmetic is the run description's."""
     family: str = "llama3"
     model_size: str = "8B"          # MODEL_SIZE value of the family
     num_layers: int = 8
@@ -26,24 +30,36 @@ class BenchShape:
     def preset(self) -> str:
         return FAMILIES[self.family][0][self.model_size]
 
+    def values(self) -> dict[str, int | str]:
+        """Launcher toggles for this shape (a point's own changes go on top)."""
+        values = {"MODEL_SIZE": self.model_size, "NUM_LAYERS": self.num_layers,
+                  "SEQ_LENGTH": self.seq_length, "MBS": self.mbs, "BS": self.global_batch,
+                  "TOTAL_ITERS": self.warmup + self.steps, "METRICS_WARMUP_ITERS": self.warmup,
+                  "EVAL_ITERS": 0, "GPUS_PER_NODE": self.gpus, "TP": self.tp, "PP": self.pp}
+        if self.backend:
+            values["TRANSFORMER_IMPL"] = self.backend
+        return values
+
+    def env(self) -> dict[str, str]:
+        return {name: str(value) for name, value in self.values().items()}
+
+    def describe(self) -> RunDescription:
+        """The run description of the default launch at this shape (registry defaults and
+        these toggles; no guard has looked at it)."""
+        defaults = {toggle.name: toggle.default for toggle in REGISTRY}
+        return RunDescription(self.family, PRESETS[self.preset], {**defaults, **self.values()})
+
     @property
     def dp(self) -> int:
-        return max(self.gpus // (self.tp * self.pp), 1)
+        return self.describe().layout.dp
+
+    @property
+    def microbatches(self) -> int:
+        return self.describe().layout.microbatches
 
     @property
     def tokens_per_step(self) -> int:
-        return self.global_batch * self.seq_length
-
-    def env(self) -> dict[str, str]:
-        """Launcher toggles for this shape (a point's own changes go on top)."""
-        env = {"MODEL_SIZE": self.model_size, "NUM_LAYERS": str(self.num_layers),
-               "SEQ_LENGTH": str(self.seq_length), "MBS": str(self.mbs),
-               "BS": str(self.global_batch), "TOTAL_ITERS": str(self.warmup + self.steps),
-               "METRICS_WARMUP_ITERS": str(self.warmup), "EVAL_ITERS": "0",
-               "GPUS_PER_NODE": str(self.gpus), "TP": str(self.tp), "PP": str(self.pp)}
-        if self.backend:
-            env["TRANSFORMER_IMPL"] = self.backend
-        return env
+        return self.describe().tokens_per_step
 
     def tag(self) -> str:
         """The shape part of a benchmark name, e.g. llama3-8B-8L_seq8192."""

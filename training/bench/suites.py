@@ -120,7 +120,7 @@ def run_suite(kind: str, header: dict, shape: BenchShape, configs: list[Config],
 def shape_note(shape: BenchShape) -> str:
     return (f"{shape.steps} steady-state steps after {shape.warmup} warm-up per run, "
             f"{shape.repeats} repeats; global batch {shape.global_batch} "
-            f"({shape.global_batch // (shape.mbs * shape.dp)} micro-batches per GPU per step)")
+            f"({shape.microbatches} micro-batches per GPU per step)")
 
 
 def is_complete(path: Path) -> bool:

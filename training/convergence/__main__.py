@@ -23,14 +23,16 @@ from dataclasses import asdict
 from pathlib import Path
 
 from . import report, runner
-from .grid import REPO, GridError, load
+from training import REPO_ROOT
+
+from .grid import GridError, load
 from .verdict import judge
 
 
 def _git_sha() -> str | None:
     from training.launch.runfolder import git_sha
 
-    return git_sha(REPO)
+    return git_sha(REPO_ROOT)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n\n")[1])
     parser.add_argument("grid", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="default: the grid's `out`")
-    parser.add_argument("--experiment-dir", type=Path, default=REPO / "experiment" / "convergence")
+    parser.add_argument("--experiment-dir", type=Path, default=REPO_ROOT / "experiment" / "convergence")
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--no-resume", action="store_true")

@@ -25,9 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training import REPO_ROOT
+
 from .verdict import Rules
 
-REPO = Path(__file__).resolve().parents[2]
 DEFAULT_SCRIPT = "examples/llama/train_llama3.sh"
 MANAGED = ("EXPERIMENT_DIR", "EXP_NAME", "RUN_ID", "DRY_RUN")   # set by the harness per cell
 
@@ -79,7 +80,7 @@ class Grid:
 
     def path(self, value: str) -> Path:
         p = Path(value)
-        return p if p.is_absolute() else REPO / p
+        return p if p.is_absolute() else REPO_ROOT / p
 
 
 def load(path: Path) -> Grid:

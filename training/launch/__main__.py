@@ -17,7 +17,7 @@ from .settings import LaunchError
 
 
 def shell_assignments(launch) -> str:
-    from .cluster import node_log_name
+    from .runfolder import node_log_name
     from .toggles import DISTRIBUTED_ARGS, MEGATRON_BUCKETS
 
     q = shlex.quote

@@ -1,7 +1,9 @@
 """README tables generated from the registry and the guards (one source of truth).
 
-`python -m training.launch.docs` rewrites the blocks between the markers in README.md;
-`--check` exits 1 when README.md is out of date (a test runs it).
+`python -m training.launch.docs` rewrites the core's blocks between the markers in README.md;
+`--check` exits 1 when README.md is out of date (a test runs it). A recipe layer renders its
+own toggles and guards with the same functions into blocks of its own
+(`python -m training.mlperf.docs`).
 """
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import re
 import sys
 from pathlib import Path
 
+from training import REPO_ROOT
 from training.platforms import PLATFORMS
 
 from .guards import GUARDS
@@ -17,7 +20,7 @@ from .recipes import RECIPES, TE_NVIDIA, TE_ROCM, platforms_supporting, recipe_a
 from .settings import Settings, fmt_value
 from .toggles import LAUNCHER, REGISTRY
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = REPO_ROOT / "README.md"
 GROUP_TITLES = {
     "performance": "Performance toggles (default on; `=0` disables)",
     "model": "Model", "precision": "Precision", "backend": "Backend", "parallel": "Parallelism",
@@ -28,8 +31,12 @@ GROUP_TITLES = {
 
 
 def _flags(toggle) -> str:
+    if toggle.flag and toggle.built:
+        return f"`{toggle.flag}` …"
     if toggle.emitted_by:
-        return f"(built by {toggle.emitted_by})" if not toggle.flag else f"`{toggle.flag}` …"
+        return f"(built by {toggle.emitted_by})"
+    if toggle.emit:
+        return f"(built: {(toggle.emit.__doc__ or '').strip().splitlines()[0]})"
     if toggle.kind == "bool":
         on = " ".join(toggle.on) or "(Megatron default)"
         off = " ".join(toggle.off) or "(nothing)"
@@ -37,10 +44,10 @@ def _flags(toggle) -> str:
     return f"`{toggle.flag} VALUE`" if toggle.flag else ""
 
 
-def toggles_table() -> str:
+def toggles_table(toggles=REGISTRY) -> str:
     lines = []
     group = None
-    for toggle in REGISTRY:
+    for toggle in toggles:
         if toggle.group != group:
             group = toggle.group
             lines += ["", f"**{GROUP_TITLES.get(group, group)}**", "",
@@ -50,13 +57,13 @@ def toggles_table() -> str:
             "bool": "0/1", "int": "integer", "float": "number", "str": "text",
             "path": "path", "choice": ""}[toggle.kind]
         lines.append(f"| `{toggle.name}` | {fmt_value(toggle.default)} | {values} | "
-                     f"{_flags(toggle)} | {toggle.bucket} | {toggle.help} |")
+                     f"{_flags(toggle)} | {toggle.bucket} | {toggle.description} |")
     return "\n".join(lines).strip()
 
 
-def guards_table() -> str:
+def guards_table(guards=None) -> str:
     lines = ["| guard | rule |", "|---|---|"]
-    for fn in GUARDS:
+    for fn in GUARDS if guards is None else guards:
         doc = (fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else ""
         lines.append(f"| `{fn.__name__}` | {doc} |")
     return "\n".join(lines)
@@ -84,8 +91,8 @@ def recipes_table() -> str:
 BLOCKS = {"toggles": toggles_table, "guards": guards_table, "recipes": recipes_table}
 
 
-def render(text: str) -> str:
-    for name, make in BLOCKS.items():
+def render(text: str, blocks=None) -> str:
+    for name, make in (BLOCKS if blocks is None else blocks).items():
         pattern = re.compile(rf"(<!-- {name}:begin -->\n)(?:.*?\n)?(<!-- {name}:end -->)", re.S)
         if not pattern.search(text):
             raise SystemExit(f"README.md has no <!-- {name}:begin --> ... <!-- {name}:end --> block")
@@ -93,16 +100,17 @@ def render(text: str) -> str:
     return text
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.launch.docs")
+def main(argv: list[str] | None = None, blocks=None,
+         prog: str = "python -m training.launch.docs") -> int:
+    parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--check", action="store_true", help="exit 1 if README.md is stale")
     parser.add_argument("--readme", type=Path, default=README)
     args = parser.parse_args(argv)
     current = args.readme.read_text()
-    fresh = render(current)
+    fresh = render(current, blocks)
     if args.check:
         if fresh != current:
-            print("README.md is out of date: run `python -m training.launch.docs`", file=sys.stderr)
+            print(f"README.md is out of date: run `{prog}`", file=sys.stderr)
             return 1
         return 0
     args.readme.write_text(fresh)

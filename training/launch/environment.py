@@ -20,8 +20,6 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from .settings import Refusal
-
 ALL_VENDORS = ("nvidia", "amd")
 
 
@@ -96,12 +94,8 @@ def resolve_environment(vendor: str | None, environ: dict[str, str], fsdp: bool,
                         platform: str | None = None, backend: str | None = None
                         ) -> dict[str, tuple[str, str, str]]:
     """name -> (value, source, reason): the presets that apply, then the user's own variables
-    of the families above. A user's value always wins and is never changed."""
-    if fsdp and environ.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
-        raise Refusal("environment",
-                      "FSDP=1 but CUDA_DEVICE_MAX_CONNECTIONS=1 is set in your environment: "
-                      "Megatron's torch FSDP2 path asserts it is unset or above 1. "
-                      "Unset it (unset CUDA_DEVICE_MAX_CONNECTIONS) or use FSDP=0.")
+    of the families above. A user's value always wins and is never changed (FSDP with the
+    user's CUDA_DEVICE_MAX_CONNECTIONS=1 is refused by the guard `environment`)."""
     out: dict[str, tuple[str, str, str]] = {}
     for preset in PRESETS:
         if not applies(preset, vendor, platform, backend, fsdp):

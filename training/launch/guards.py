@@ -1,24 +1,35 @@
 """Named rules that refuse a launch or correct a setting, each with its reason.
 
-A guard is a function of the launch context. It either
+A guard is a function of the launch context (what resolve.prepare read and derived: the
+settings, the capabilities, the preset, the precision recipe, the run folder, the datasets).
+It derives nothing itself, so the order the guards run in changes no result (a test runs
+them reversed). It either
   - raises Refusal(name, message): the launch stops, the message says what to do instead, or
   - calls ctx.settings.correct(...): the value changes and the table shows the guard and why, or
   - calls ctx.settings.warn(...): the launch goes on with a visible warning.
 A default a guard turns off is a correction; an explicit user value a guard cannot honour is
 a refusal (never a silent override), except where a crash is certain (mxfp4's BF16 grad
 buffer), which overrides loudly. All guards run; every refusal is reported together.
+Where two rules could set the same value, one of them owns it (FSDP's rule owns the
+optimizer and fusion toggles under FSDP=1), so their order cannot matter.
+
+A recipe layer (training/launch/layers.py) adds guards of its own; they run after these.
 """
 from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
+
+from training.run_description import Layout, divisors
 
 from .capabilities import Capabilities
 from .presets import ModelPreset
-from .recipes import RECIPES, Recipe, hardware_rule, platforms_supporting, recipe_args
+from .recipes import (RECIPES, Recipe, hardware_rule, platforms_supporting, recipe_args,
+                      spelling_conflict)
 from .settings import LaunchError, Refusal, Settings
+from .toggles import REGISTRY, Toggle
 
 
 @dataclass
@@ -29,16 +40,22 @@ class LaunchContext:
     recipe: Recipe
     family: str
     environ: dict[str, str] = field(default_factory=dict)
+    toggles: tuple[Toggle, ...] = REGISTRY           # the core's, then the layers' entries
+    guards: tuple[Callable[["LaunchContext"], None], ...] = ()   # the core's, then the layers'
+    user_args: list[str] = field(default_factory=list)   # EXTRA_MEGATRON_ARGS + the --flags
+    extra_args: list[str] = field(default_factory=list)  # EXTRA_MEGATRON_ARGS, split
+    run_name: str = ""                               # the run folder's name (EXP_NAME or derived)
+    log_dir: Path | None = None                      # the run folder
+    datasets: Any = None                # DATA_PATH's headers, the DataPathError, or None (mock)
+    lookalikes: list[str] = field(default_factory=list)  # unknown names close to a toggle's
+    passthrough: dict[str, str] = field(default_factory=dict)  # unknown KEY=VALUE words
+    recipe_values: list = field(default_factory=list)    # what the recipe layers set
+    megatron: Any = None    # megatron_info.RunningMegatron: the Megatron that runs the launch
 
     @property
-    def world_size(self) -> int:
-        return self.settings["NNODES"] * self.settings["GPUS_PER_NODE"]
-
-    @property
-    def data_parallel(self) -> int:
-        s = self.settings
-        model_parallel = s["TP"] * s["PP"] * s["CP"]
-        return max(self.world_size // model_parallel, 1)
+    def layout(self) -> Layout:
+        """World size, data parallelism, micro-batches (training.run_description.Layout)."""
+        return Layout.from_values(self.settings.as_values())
 
     @property
     def backend(self) -> str:
@@ -61,9 +78,10 @@ def guard(fn: Callable[[LaunchContext], None]) -> Callable[[LaunchContext], None
     return fn
 
 
-def run_guards(ctx: LaunchContext) -> None:
+def run_guards(ctx: LaunchContext, guards=None) -> None:
+    """Every guard (default: the core's), then every refusal together."""
     refusals = []
-    for fn in GUARDS:
+    for fn in GUARDS if guards is None else guards:
         try:
             fn(ctx)
         except Refusal as refusal:
@@ -79,6 +97,42 @@ def _off_or_refuse(ctx: LaunchContext, name: str, guard_name: str, why: str, ins
     if ctx.settings.is_explicit(name):
         raise Refusal(guard_name, f"{name}=1 cannot run here: {why}. {instead}")
     ctx.settings.correct(name, False, guard_name, why)
+
+
+# -- input -------------------------------------------------------------------------------------
+
+@guard
+def strict_toggle_names(ctx: LaunchContext) -> None:
+    """STRICT=1: a variable or word that looks like a mistyped toggle is refused."""
+    if ctx.lookalikes and ctx.settings.get("STRICT"):
+        raise Refusal("strict_toggle_names", "STRICT=1: unknown toggle-like variables:\n  "
+                      + "\n  ".join(ctx.lookalikes))
+
+
+@guard
+def fp8_and_fp4_together(ctx: LaunchContext) -> None:
+    """TE_FP8=1 with TE_FP4=1 names two recipes at once."""
+    s = ctx.settings
+    if s.get("TE_FP8") and s.get("TE_FP4"):
+        raise Refusal("fp8_and_fp4_together",
+                      "TE_FP8=1 and TE_FP4=1 together: FP8 and FP4 recipes cannot be combined. "
+                      "Pick one, e.g. PRECISION=fp8 or PRECISION=mxfp4.")
+
+
+@guard
+def precision_spelling_conflict(ctx: LaunchContext) -> None:
+    """PRECISION and ROCm Megatron-LM's TE_FP8/TE_FP4 spelling must agree; a *_RECIPE needs its switch."""
+    s = ctx.settings
+    for recipe_var, switch in (("TE_FP8_RECIPE", "TE_FP8"), ("TE_FP4_RECIPE", "TE_FP4")):
+        if s.get(recipe_var) is not None and not s.get(switch):
+            raise Refusal("precision_spelling_conflict",
+                          f"{recipe_var}={s.get(recipe_var)} needs {switch}=1 (or use "
+                          "PRECISION=... alone).")
+    said = spelling_conflict(s)
+    if said:
+        raise Refusal("precision_spelling_conflict",
+                      f"PRECISION={s['PRECISION']} disagrees with {said}. Use one spelling: "
+                      "unset the TE_FP8/TE_FP4 variables or PRECISION.")
 
 
 # -- backend and kernels ------------------------------------------------------------------------
@@ -135,13 +189,9 @@ def recipe_needs_megatron_support(ctx: LaunchContext) -> None:
     recipe = ctx.recipe
     if recipe.kind == "bf16":
         return
-    from . import megatron_info
+    from .megatron_info import RECIPE_FLAGS
 
-    if ctx.caps.source == "detected" or ctx.caps.info is None:
-        where, build = "here", megatron_info.installed()
-    else:
-        image, build = megatron_info.for_vendor(ctx.caps.info.vendor)
-        where = f"in the {ctx.caps.platform} image ({image})"
+    build, where = ctx.megatron.build, ctx.megatron.where
     words = recipe_args(recipe, ctx.settings)
     missing = build.missing(words)
     if missing:
@@ -150,8 +200,7 @@ def recipe_needs_megatron_support(ctx: LaunchContext) -> None:
                       f"(the Megatron {where}) does not accept. Use a recipe it offers, or the "
                       "image whose Megatron has it (docker/Dockerfile.rocm runs ROCm/Megatron-LM, "
                       "whose --fp4-recipe offers mxfp4).")
-    flags = " ".join(f"{a} {b}" for a, b in zip(words, words[1:])
-                     if a in megatron_info.RECIPE_FLAGS)
+    flags = " ".join(f"{a} {b}" for a, b in zip(words, words[1:]) if a in RECIPE_FLAGS)
     ctx.settings.info("recipe_needs_megatron_support",
                       f"PRECISION={recipe.name} ({flags}) checked against {build.name}, the "
                       f"Megatron {where} (choices from {build.source.split(':')[0]}).")
@@ -190,8 +239,8 @@ def precision_only_knobs(ctx: LaunchContext) -> None:
 def mxfp4_bf16_grad_buffer(ctx: LaunchContext) -> None:
     """AMD's a4w4 wgrad GEMM writes BF16 only: an FP32 grad buffer crashes under mxfp4."""
     s = ctx.settings
-    if ctx.recipe.name == "mxfp4" and s["GRADIENT_ACCUMULATION_FUSION"] \
-            and not s["GRAD_REDUCE_IN_BF16"]:
+    fusion = s["GRADIENT_ACCUMULATION_FUSION"] and not s["FSDP"]   # FSDP turns it off
+    if ctx.recipe.name == "mxfp4" and fusion and not s["GRAD_REDUCE_IN_BF16"]:
         s.correct("GRAD_REDUCE_IN_BF16", True, "mxfp4_bf16_grad_buffer",
                   "mxfp4 + gradient-accumulation fusion needs the BF16 grad buffer: the a4w4 "
                   "wgrad GEMM emits BF16 only ('gemm_a4w4_asm only support BFloat16 output "
@@ -245,14 +294,15 @@ def wgrad_kernels(backend: str, caps: Capabilities) -> list[tuple[str, str | Non
 @guard
 def grad_accum_fusion_kernel(ctx: LaunchContext) -> None:
     """Every linear that would take the fused wgrad needs a kernel: TE's, apex's, or the native one."""
-    if not ctx.settings["GRADIENT_ACCUMULATION_FUSION"]:
-        return
+    if not ctx.settings["GRADIENT_ACCUMULATION_FUSION"] or ctx.settings["FSDP"]:
+        return                  # under FSDP=1, fsdp_constraints owns the fusion
     chosen = wgrad_kernels(ctx.backend, ctx.caps)
     lacking = [linear for linear, kernel in chosen if kernel is None]
     if lacking:
         _off_or_refuse(ctx, "GRADIENT_ACCUMULATION_FUSION", "grad_accum_fusion_kernel",
-                       f"on the {ctx.backend} backend {', '.join(lacking)} need apex's "
-                       "fused_weight_gradient_mlp_cuda, which is not installed here",
+                       f"the {ctx.backend} backend needs apex's fused_weight_gradient_mlp_cuda"
+                       + ("" if len(lacking) == len(chosen) else f" for {', '.join(lacking)}")
+                       + ", which is not installed here",
                        "Install apex, use TRANSFORMER_IMPL=native, or set it to 0.")
     elif len({kernel for _linear, kernel in chosen}) > 1:
         ctx.settings.info("grad_accum_fusion_kernel", "GRADIENT_ACCUMULATION_FUSION: " + "; ".join(
@@ -331,10 +381,6 @@ def context_parallel_backend(ctx: LaunchContext) -> None:
 
 # -- parallel layout ----------------------------------------------------------------------------
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def _nearest(value: int, candidates: list[int]) -> str:
     below = [c for c in candidates if c <= value]
     above = [c for c in candidates if c >= value]
@@ -346,20 +392,21 @@ def _nearest(value: int, candidates: list[int]) -> str:
 def parallel_sizes(ctx: LaunchContext) -> None:
     """TP*PP*CP divides the world, heads and KV groups divide by TP, layers by PP, BS by MBS*DP."""
     s, p = ctx.settings, ctx.preset
-    tp, pp, cp, world = s["TP"], s["PP"], s["CP"], ctx.world_size
+    layout = ctx.layout
+    tp, pp, cp, world = layout.tp, layout.pp, layout.cp, layout.world_size
     for name in ("TP", "PP", "CP", "MBS", "BS", "NNODES", "GPUS_PER_NODE", "TOTAL_ITERS"):
         if s[name] < 1:
             raise Refusal("parallel_sizes", f"{name}={s[name]} must be at least 1.")
-    model_parallel = tp * pp * cp
+    model_parallel = layout.model_parallel
     if world % model_parallel:
-        fits = [d for d in _divisors(world)]
+        fits = divisors(world)
         raise Refusal("parallel_sizes",
                       f"TP*PP*CP={tp}*{pp}*{cp}={model_parallel} does not divide the world size "
                       f"{world} (NNODES*GPUS_PER_NODE). TP*PP*CP must be one of "
                       f"{', '.join(map(str, fits))}.")
     heads, groups = p.num_attention_heads, p.num_query_groups
     if heads % tp or groups % tp:
-        valid = [d for d in _divisors(groups) if heads % d == 0]
+        valid = [d for d in divisors(groups) if heads % d == 0]
         raise Refusal("parallel_sizes",
                       f"TP={tp} must divide the attention heads ({heads}) and query groups "
                       f"({groups}) of {p.name}. Nearest valid TP: {_nearest(tp, valid)}.")
@@ -367,8 +414,8 @@ def parallel_sizes(ctx: LaunchContext) -> None:
     if layers % pp:
         raise Refusal("parallel_sizes",
                       f"PP={pp} must divide NUM_LAYERS={layers}. Nearest valid PP: "
-                      f"{_nearest(pp, _divisors(layers))}.")
-    dp = world // model_parallel
+                      f"{_nearest(pp, divisors(layers))}.")
+    dp = layout.dp
     step = s["MBS"] * dp
     if s["BS"] % step:
         lower = (s["BS"] // step) * step
@@ -380,13 +427,9 @@ def parallel_sizes(ctx: LaunchContext) -> None:
 
 @guard
 def sequence_parallel(ctx: LaunchContext) -> None:
-    """Sequence parallel follows TP (on when TP>1); asked for at TP=1 it is turned off."""
+    """Sequence parallel asked for at TP=1 is turned off (unset, it follows TP: derived)."""
     s = ctx.settings
-    if s.get("SEQUENCE_PARALLEL") is None:
-        s.put("SEQUENCE_PARALLEL", s["TP"] > 1, "derived",
-              "on with TP>1 (activations sharded along the sequence)" if s["TP"] > 1
-              else "off with TP=1")
-    elif s["SEQUENCE_PARALLEL"] and s["TP"] == 1:
+    if s["SEQUENCE_PARALLEL"] and s["TP"] == 1:
         s.correct("SEQUENCE_PARALLEL", False, "sequence_parallel",
                   "sequence parallel needs TP>1; Megatron would disable it at TP=1")
 
@@ -395,7 +438,7 @@ def sequence_parallel(ctx: LaunchContext) -> None:
 def local_norm_sequence_parallel(ctx: LaunchContext) -> None:
     """Megatron's local spec uses torch norms, which assert `not sequence_parallel`."""
     s = ctx.settings
-    if ctx.backend == "local" and s["SEQUENCE_PARALLEL"]:
+    if ctx.backend == "local" and s["SEQUENCE_PARALLEL"] and s["TP"] > 1:  # TP=1: no SP anyway
         if s.is_explicit("SEQUENCE_PARALLEL"):
             raise Refusal("local_norm_sequence_parallel",
                           "SEQUENCE_PARALLEL=1 with TRANSFORMER_IMPL=local: Megatron's torch-norm "
@@ -409,6 +452,8 @@ def local_norm_sequence_parallel(ctx: LaunchContext) -> None:
 def optimizer_overlap(ctx: LaunchContext) -> None:
     """The overlapped param all-gather needs the distributed optimizer and overlapped grad reduce."""
     s = ctx.settings
+    if s["FSDP"]:
+        return                  # under FSDP=1, fsdp_constraints owns the param gather
     if s["OVERLAP_PARAM_GATHER"] and not (s["DISTRIBUTED_OPTIMIZER"] and s["OVERLAP_GRAD_REDUCE"]):
         _off_or_refuse(ctx, "OVERLAP_PARAM_GATHER", "optimizer_overlap",
                        "overlapping the param all-gather needs DISTRIBUTED_OPTIMIZER=1 and "
@@ -425,7 +470,7 @@ def multinode_master_addr(ctx: LaunchContext) -> None:
     if s["NNODES"] <= 1:
         return
     addr = s["MASTER_ADDR"]
-    if not s.is_explicit("MASTER_ADDR") or _is_loopback(addr):
+    if not s.is_explicit("MASTER_ADDR") or is_loopback(addr):
         raise Refusal("multinode_master_addr",
                       f"NNODES={s['NNODES']} needs MASTER_ADDR set to node 0's reachable "
                       f"address (got {addr!r}). Set MASTER_ADDR=<node-0 hostname or IP>; "
@@ -446,7 +491,8 @@ def multinode_run_id(ctx: LaunchContext) -> None:
                "RUN_ID on every node (launchers/slurm/ sets it from the job id).")
 
 
-def _is_loopback(addr: str) -> bool:
+def is_loopback(addr: str) -> bool:
+    """localhost, or an address of the loopback range (other nodes cannot reach it)."""
     if addr in ("localhost", "localhost.localdomain", "ip6-localhost"):
         return True
     try:
@@ -471,19 +517,14 @@ def adam_eps_at_high_lr(ctx: LaunchContext) -> None:
 
 @guard
 def schedule(ctx: LaunchContext) -> None:
-    """Warm-up below the run length, MIN_LR not above LR; derived warm-up windows."""
+    """Warm-up below the run length, MIN_LR not above LR, a steady-state window to measure."""
     s = ctx.settings
     iters = s["TOTAL_ITERS"]
-    if s.get("WARMUP_ITERS") is None:
-        s.put("WARMUP_ITERS", max(iters // 10, 0), "derived", "10% of TOTAL_ITERS")
     if s["WARMUP_ITERS"] >= iters:
         raise Refusal("schedule", f"WARMUP_ITERS={s['WARMUP_ITERS']} must be below "
                                   f"TOTAL_ITERS={iters}.")
     if s["MIN_LR"] > s["LR"]:
         raise Refusal("schedule", f"MIN_LR={s['MIN_LR']:g} is above LR={s['LR']:g}.")
-    if s.get("METRICS_WARMUP_ITERS") is None:
-        s.put("METRICS_WARMUP_ITERS", min(max(iters // 5, 2), 10), "derived",
-              "20% of TOTAL_ITERS, between 2 and 10")
     if s["METRICS_WARMUP_ITERS"] >= iters:
         s.warn("schedule", f"METRICS_WARMUP_ITERS={s['METRICS_WARMUP_ITERS']} >= TOTAL_ITERS="
                            f"{iters}: no steady-state window, throughput will be reported as "
@@ -502,10 +543,11 @@ def profile_window(ctx: LaunchContext) -> None:
                       f"PROFILE_STEP_START={start} and PROFILE_STEP_END={end} must satisfy "
                       f"0 < start < end <= TOTAL_ITERS={s['TOTAL_ITERS']}.")
     ranks = s["PROFILE_RANKS"].replace(",", " ").split()
-    if not ranks or not all(r.isdigit() and int(r) < ctx.world_size for r in ranks):
+    world = ctx.layout.world_size
+    if not ranks or not all(r.isdigit() and int(r) < world for r in ranks):
         raise Refusal("profile_window",
                       f"PROFILE_RANKS={s['PROFILE_RANKS']!r} must list ranks below the world "
-                      f"size {ctx.world_size}, e.g. PROFILE_RANKS=0.")
+                      f"size {world}, e.g. PROFILE_RANKS=0.")
 
 
 # -- checkpoints and data --------------------------------------------------------------------------
@@ -542,15 +584,8 @@ def data_path(ctx: LaunchContext) -> None:
         raise Refusal("data_path", "VALID_DATA_PATH needs DATA_PATH (the training set) too.")
     if not path:
         return
-    from training.data.check import DataPathError, check_data_paths
-
-    try:
-        infos = check_data_paths([path] + ([valid] if valid else []), s.get("TOKENIZER_MODEL"))
-    except DataPathError as err:
-        raise Refusal("data_path", str(err)) from None
-    if s.get("TOKENIZER_MODEL") is None:
-        s.put("TOKENIZER_MODEL", infos[0].tokenizer_model, "derived",
-              "the tokenizer the dataset was built with")
+    if isinstance(ctx.datasets, Exception):       # resolve.prepare read the headers
+        raise Refusal("data_path", str(ctx.datasets))
     if valid and s.is_explicit("SPLIT"):
         s.warn("data_path", "SPLIT has no effect with VALID_DATA_PATH (separate sets).")
 
@@ -580,23 +615,35 @@ def visible_gpu_count(caps: Capabilities, environ: dict[str, str]) -> int:
     return caps.gpu_count
 
 
-# -- MLPerf (training/mlperf/rules.py, examples/mlperf/llama31_8b/config.yaml) -------------------
+# -- run folder, training loop, environment ---------------------------------------------------
 
 @guard
-def mlperf_closed_rules(ctx: LaunchContext) -> None:
-    """MLPERF_DIVISION=closed: a break of a llama31_8b closed rule is refused (open: warned); the evaluation knobs must agree."""
-    if ctx.settings.get("MLPERF_DIVISION") is None:
-        return
-    from training.mlperf.rules import findings
+def run_folder(ctx: LaunchContext) -> None:
+    """EXP_NAME is one folder name (the run folder is EXPERIMENT_DIR/EXP_NAME/precision/RUN_ID)."""
+    name = ctx.run_name
+    if "/" in name or name in (".", ".."):
+        raise Refusal("run_folder", f"EXP_NAME={name!r} must be a single folder name (no '/').")
 
-    found = findings(ctx.settings, ctx.environ)
-    for text in found.warnings:
-        ctx.settings.warn("mlperf_closed_rules", text)
-    for text in found.infos:
-        ctx.settings.info("mlperf_closed_rules", text)
-    if found.refusals:
-        raise Refusal("mlperf_closed_rules", " ".join(found.refusals))
+
+@guard
+def manual_gc_interval(ctx: LaunchContext) -> None:
+    """MANUAL_GC_INTERVAL is 0 (Python's automatic GC) or a positive interval."""
+    interval = ctx.settings["MANUAL_GC_INTERVAL"]
+    if interval < 0:
+        raise Refusal("manual_gc_interval",
+                      f"MANUAL_GC_INTERVAL={interval} is negative: use 0 (Python's automatic "
+                      "GC) or N > 0 (collect every N iterations).")
+
+
+@guard
+def environment(ctx: LaunchContext) -> None:
+    """FSDP=1 with CUDA_DEVICE_MAX_CONNECTIONS=1 set in your environment is refused (FSDP2 asserts)."""
+    if ctx.settings["FSDP"] and ctx.environ.get("CUDA_DEVICE_MAX_CONNECTIONS") == "1":
+        raise Refusal("environment",
+                      "FSDP=1 but CUDA_DEVICE_MAX_CONNECTIONS=1 is set in your environment: "
+                      "Megatron's torch FSDP2 path asserts it is unset or above 1. "
+                      "Unset it (unset CUDA_DEVICE_MAX_CONNECTIONS) or use FSDP=0.")
 
 
 __all__ = ["GUARDS", "LaunchContext", "Refusals", "run_guards", "visible_gpu_count",
-           "CHECKPOINT_TRACKER"]
+           "is_loopback", "CHECKPOINT_TRACKER"]

@@ -9,26 +9,28 @@ import dataclasses
 import datetime as _dt
 import socket
 
+from training import REPO_ROOT
 from training.versions import launcher_versions
 
-from .resolve import REPO_ROOT, Launch
+from .resolve import Launch
 from .runfolder import git_sha, package_versions, write_json_atomic
 from .settings import fmt_value
-from .toggles import REGISTRY, LAUNCHER
+from .toggles import LAUNCHER
 
-SCHEMA = 1
+# 2: the sections of training.run_description (layout: + microbatches, - fsdp and
+# distributed_optimizer, which are in values; + kernels, platform, tokens_per_step)
+SCHEMA = 2
 
 
 def toggle_rows(launch: Launch) -> list[dict[str, str]]:
-    """One row per registry entry, in registry order: the table and the manifest share it."""
+    """One row per registry entry (the core's, then the recipe layers'), in registry order:
+    the table and the manifest share it."""
     rows = []
-    for toggle in REGISTRY:
+    for toggle in launch.toggles:
         setting = launch.settings.setting(toggle.name)
         words = launch.emitted.get(toggle.name)
-        if setting.value is None and not words:
-            flag = "" if toggle.bucket == LAUNCHER or toggle.emitted_by else "-"
-        elif words is None:
-            flag = "" if toggle.bucket == LAUNCHER or toggle.emitted_by else "-"
+        if (setting.value is None and not words) or words is None:
+            flag = "" if toggle.bucket == LAUNCHER or toggle.built else "-"
         else:
             flag = " ".join(words) if words else "(megatron default)"
         rows.append({"toggle": toggle.name, "value": fmt_value(setting.value),
@@ -39,35 +41,16 @@ def toggle_rows(launch: Launch) -> list[dict[str, str]]:
     return rows
 
 
-def image_megatron(launch: Launch) -> dict | None:
-    """For PLATFORM=<name>: the Megatron that platform's image runs, with its recipe flags and
-    where they were read (a real launch records the installed one under `versions`)."""
-    info = launch.ctx.caps.info
-    if launch.ctx.caps.source == "detected" or info is None:
-        return None
-    from .megatron_info import for_vendor
-
-    image, build = for_vendor(info.vendor)
-    return {"image": image, **build.to_dict()}
-
-
 def launch_manifest(launch: Launch) -> dict:
-    s, ctx = launch.settings, launch.ctx
+    """The run description's sections (family, model, layout, values, ...: read back with
+    training.run_description.RunDescription.from_dict), then how the launch was resolved."""
+    s = launch.settings
     return {
         "schema": SCHEMA,
         "created": _dt.datetime.now().isoformat(timespec="seconds"),
         "host": socket.gethostname(),
         "dry_run": bool(s["DRY_RUN"]),
-        "family": launch.family,
-        "model": {**dataclasses.asdict(ctx.preset), "num_layers": s["NUM_LAYERS"],
-                  "seq_length": s["SEQ_LENGTH"]},
-        "precision": ctx.recipe.name,
-        "backend": s["TRANSFORMER_IMPL"],
-        "layout": {"nnodes": s["NNODES"], "gpus_per_node": s["GPUS_PER_NODE"],
-                   "world_size": ctx.world_size, "tp": s["TP"], "pp": s["PP"], "cp": s["CP"],
-                   "dp": ctx.data_parallel, "mbs": s["MBS"], "global_batch": s["BS"],
-                   "fsdp": bool(s["FSDP"]), "distributed_optimizer": bool(s["DISTRIBUTED_OPTIMIZER"])},
-        "values": {t.name: s.get(t.name) for t in REGISTRY},
+        **launch.run.to_dict(),
         "toggles": toggle_rows(launch),
         "notices": [dataclasses.asdict(n) for n in s.notices],
         "environment": {k: {"value": v, "source": src, "reason": why}
@@ -77,8 +60,7 @@ def launch_manifest(launch: Launch) -> dict:
         "command": launch.command,
         "command_line": launch.command_line,
         "log_dir": str(launch.log_dir),
-        "capabilities": ctx.caps.to_dict(),
-        "megatron": image_megatron(launch),
+        "megatron": launch.ctx.megatron.to_dict() if launch.ctx.megatron else None,
         "git_sha": git_sha(REPO_ROOT),
         "versions": {**package_versions(), **launcher_versions()},
     }

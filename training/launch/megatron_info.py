@@ -8,7 +8,7 @@ AMD's fork, ROCm/Megatron-LM, at the commit below (its --fp4-recipe offers mxfp4
 flagship recipe; stock megatron-core's does not). A real launch (PLATFORM=auto) asks the
 Megatron it will run: the installed one. The records are data; a test checks the stock record
 against the installed megatron-core, and the ROCm image's build re-checks the fork's with its
-own parser (`python -m training.launch.image check-megatron rocm`).
+own parser (`python -m training.deploy.image check-megatron rocm`).
 """
 from __future__ import annotations
 
@@ -78,6 +78,28 @@ IMAGES = {"nvidia": ("docker/Dockerfile.cuda", STOCK), "amd": ("docker/Dockerfil
 
 def for_vendor(vendor: str) -> tuple[str, MegatronBuild]:
     return IMAGES[vendor]
+
+
+@dataclass(frozen=True)
+class RunningMegatron:
+    """The Megatron a launch runs on, for its messages and the manifest."""
+    build: MegatronBuild
+    where: str                    # "here", or "in the h200 image (docker/Dockerfile.cuda)"
+    image: str | None = None      # a named platform's Dockerfile; None: the one installed here
+
+    def to_dict(self) -> dict | None:
+        """The manifest's `megatron` section: a named platform's image and its Megatron's
+        recipe choices (a real launch records the installed one under `versions`)."""
+        return {"image": self.image, **self.build.to_dict()} if self.image else None
+
+
+def running(caps) -> RunningMegatron:
+    """The Megatron a launch with these capabilities runs (training.launch.capabilities): a
+    named platform's image's (recorded above), else the one installed here (asked)."""
+    if caps.source == "detected" or caps.info is None:
+        return RunningMegatron(installed(), "here")
+    image, build = for_vendor(caps.info.vendor)
+    return RunningMegatron(build, f"in the {caps.platform} image ({image})", image)
 
 
 def installed() -> MegatronBuild:

@@ -8,23 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from training.run_description import Model
+
 from .settings import BadInput
 
 
 @dataclass(frozen=True)
-class ModelPreset:
-    name: str
-    num_layers: int
-    hidden_size: int
-    ffn_hidden_size: int
-    num_attention_heads: int
-    num_query_groups: int
-    vocab_size: int
-    max_position_embeddings: int
-    seq_length: int
-    rotary_base: int
-    norm_epsilon: float = 1e-5
-    rope_scaling: bool = False      # Llama 3.1 frequency scaling (factor 8)
+class ModelPreset(Model):
+    """A model shape (training.run_description.Model) with the training defaults it needs."""
     train_defaults: dict = field(default_factory=dict)
 
     def gpt_args(self, num_layers: int, seq_length: int) -> list[str]:

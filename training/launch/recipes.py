@@ -3,13 +3,14 @@
 The recipe also fills the recipe-dependent defaults (FP8_FORMAT, FP4_SELECTIVE_BF16) with
 source 'recipe', so the table shows which value came from the recipe. ROCm Megatron-LM's
 spellings (TE_FP8/TE_FP8_RECIPE, TE_FP4/TE_FP4_RECIPE) resolve to the same PRECISION; a
-disagreement between the two spellings is refused rather than guessed.
+disagreement between the two spellings is refused rather than guessed (the guards
+fp8_and_fp4_together and precision_spelling_conflict).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .settings import BadInput, Refusal, Settings
+from .settings import Settings
 
 
 # Where each recipe's hardware rule comes from (Transformer Engine decides at run time; these
@@ -95,41 +96,40 @@ _TE_FP8_RECIPES = {"delayed": "fp8", "tensorwise": "fp8_tensorwise", "blockwise"
                    "mxfp8": "mxfp8"}
 
 
-def resolve_precision(settings: Settings) -> Recipe:
-    """Settle PRECISION from either spelling; fill the recipe's defaults."""
-    te_fp8, te_fp4 = settings.get("TE_FP8"), settings.get("TE_FP4")
-    if te_fp8 and te_fp4:
-        raise Refusal("fp8_and_fp4_together",
-                      "TE_FP8=1 and TE_FP4=1 together: FP8 and FP4 recipes cannot be combined. "
-                      "Pick one, e.g. PRECISION=fp8 or PRECISION=mxfp4.")
-    for recipe_var, switch in (("TE_FP8_RECIPE", "TE_FP8"), ("TE_FP4_RECIPE", "TE_FP4")):
-        if settings.get(recipe_var) is not None and not settings.get(switch):
-            raise BadInput(f"{recipe_var}={settings.get(recipe_var)} needs {switch}=1 "
-                           f"(or use PRECISION=... alone).")
-
-    implied, spelling = None, None
-    if te_fp8:
+def spelled_precision(settings: Settings) -> tuple[str | None, str | None]:
+    """(the PRECISION that ROCm Megatron-LM's spelling names, how it was spelled), or
+    (None, None) without TE_FP8=1/TE_FP4=1. Both switches on: fp8's (a guard refuses it)."""
+    if settings.get("TE_FP8"):
         fp8_recipe = settings.get("TE_FP8_RECIPE") or "delayed"
-        implied, spelling = _TE_FP8_RECIPES[fp8_recipe], f"TE_FP8=1 TE_FP8_RECIPE={fp8_recipe}"
-    elif te_fp4:
+        return _TE_FP8_RECIPES[fp8_recipe], f"TE_FP8=1 TE_FP8_RECIPE={fp8_recipe}"
+    if settings.get("TE_FP4"):
         fp4_recipe = settings.get("TE_FP4_RECIPE") or "nvfp4"
-        implied, spelling = fp4_recipe, f"TE_FP4=1 TE_FP4_RECIPE={fp4_recipe}"
+        return fp4_recipe, f"TE_FP4=1 TE_FP4_RECIPE={fp4_recipe}"
+    return None, None
 
+
+def spelling_conflict(settings: Settings) -> str | None:
+    """What a PRECISION that was given disagrees with in the TE_FP8/TE_FP4 spelling, if
+    anything (the guard precision_spelling_conflict refuses it)."""
+    if settings.setting("PRECISION").source == "default":
+        return None
     precision = settings["PRECISION"]
-    if settings.is_explicit("PRECISION"):
-        conflict = (implied is not None and implied != precision) or (
+    implied, spelling = spelled_precision(settings)
+    te_fp8, te_fp4 = settings.get("TE_FP8"), settings.get("TE_FP4")
+    if (implied is not None and implied != precision) or (
             (te_fp8 is False and RECIPES[precision].kind == "fp8")
-            or (te_fp4 is False and RECIPES[precision].kind == "fp4"))
-        if conflict:
-            said = spelling or ("TE_FP8=0" if te_fp8 is False else "TE_FP4=0")
-            raise Refusal("precision_spelling_conflict",
-                          f"PRECISION={precision} disagrees with {said}. Use one spelling: "
-                          f"unset the TE_FP8/TE_FP4 variables or PRECISION.")
-    elif implied is not None:
-        settings.put("PRECISION", implied, "env", f"from {spelling}")
-        precision = implied
+            or (te_fp4 is False and RECIPES[precision].kind == "fp4")):
+        return spelling or ("TE_FP8=0" if te_fp8 is False else "TE_FP4=0")
+    return None
 
-    recipe = RECIPES[precision]
+
+def derive_precision(settings: Settings) -> Recipe:
+    """Settle PRECISION from either spelling (the guards refuse a disagreement); fill the
+    recipe's defaults (source 'recipe')."""
+    implied, spelling = spelled_precision(settings)
+    if implied is not None and settings.setting("PRECISION").source == "default":
+        settings.put("PRECISION", implied, "env", f"from {spelling}")
+    recipe = RECIPES[settings["PRECISION"]]
     if recipe.fp8_format is not None:
         settings.put("FP8_FORMAT", recipe.fp8_format, "recipe", f"{recipe.name} recipe default")
     if recipe.selective_bf16 is not None:

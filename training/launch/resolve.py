@@ -1,7 +1,13 @@
-"""Environment + KEY=VALUE words -> a resolved, checked launch.
+"""Environment + KEY=VALUE words (+ recipe layers) -> a resolved, checked launch.
 
-The order: registry defaults -> model preset -> user values (env, then KEY=VALUE words) ->
-platform capabilities -> precision recipe -> backend -> guards -> buckets -> run folder.
+The order, in three steps:
+  prepare   registry defaults -> user values (env, then KEY=VALUE words) -> each recipe
+            layer's values (source "recipe"; never over a user's) -> model preset (never over
+            a user's or a layer's) -> derive, once: capabilities, GPUs, precision, backend,
+            sequence parallel, warm-ups, the dataset's tokenizer, the run folder
+  guards    every named rule of the core and the layers, on what prepare derived: all
+            refusals reported together; a guard may correct a value, with its reason
+  assemble  buckets, environment, the run description, the Launch
 Everything a user sees in the table comes from the Settings this builds.
 """
 from __future__ import annotations
@@ -10,19 +16,24 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
+
+from training import REPO_ROOT
+from training.run_description import Model, RunDescription
 
 from . import capabilities as capabilities_mod
+from . import megatron_info
 from .environment import resolve_environment
-from .guards import LaunchContext, run_guards, visible_gpu_count
+from .guards import GUARDS, LaunchContext, run_guards, visible_gpu_count
+from .layers import RecipeLayer, RecipeValue, apply_layers, registry_with
 from .presets import FAMILIES, preset_for
-from .recipes import recipe_args, resolve_precision
+from .recipes import Recipe, derive_precision
 from .runfolder import default_run_name, new_run_id, run_dir
-from .settings import BadInput, LaunchError, Setting, Settings
-from .toggles import (BY_NAME, DATA_ARGS, DISTRIBUTED_ARGS, EXTRA_ARGS, GPT_ARGS,
-                      MEGATRON_BUCKETS, OUTPUT_ARGS, REGISTRY, TRAIN_ARGS, closest_toggle,
-                      parse_value)
+from .settings import BadInput, Setting, Settings
+from .toggles import (CLOSING_WORDS, DISTRIBUTED_ARGS, MEGATRON_BUCKETS, OUTPUT_ARGS, Toggle,
+                      auto_backend, auto_native_kernels, closest_toggle,
+                      default_metrics_warmup_iters, parse_value)
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 PRETRAIN_SCRIPT = str(REPO_ROOT / "training" / "pretrain_gpt.py")
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
@@ -32,6 +43,7 @@ class Launch:
     family: str
     settings: Settings
     ctx: LaunchContext
+    run: RunDescription                      # the resolved run, typed (manifest.json holds it)
     buckets: dict[str, list[str]]            # bucket -> Megatron words (and DISTRIBUTED_ARGS)
     emitted: dict[str, list[str]]            # toggle -> the words it contributed
     env: dict[str, tuple[str, str, str]]     # name -> (value, source, reason)
@@ -39,6 +51,12 @@ class Launch:
     user_args: list[str]                     # raw --flags after the script name
     log_dir: Path
     profiler_prefix: list[str] = field(default_factory=list)  # nsys wrapper, if any
+    recipe_values: list[RecipeValue] = field(default_factory=list)  # what the layers set
+
+    @property
+    def toggles(self) -> tuple[Toggle, ...]:
+        """The registry of this launch: the core's entries, then the layers' own."""
+        return self.ctx.toggles
 
     @property
     def command(self) -> list[str]:
@@ -71,10 +89,13 @@ def split_words(words: list[str]) -> tuple[dict[str, str], list[str]]:
     return assignments, flags
 
 
-def _initial_settings(family: str, environ: dict[str, str], assignments: dict[str, str]
-                      ) -> tuple[Settings, dict[str, str]]:
+def _initial_settings(family: str, toggles: tuple[Toggle, ...], environ: dict[str, str],
+                      assignments: dict[str, str]
+                      ) -> tuple[Settings, dict[str, str], list[str]]:
+    """Defaults and the user's values; (settings, passthrough words, lookalike names)."""
+    by_name = {t.name: t for t in toggles}
     settings = Settings()
-    for toggle in REGISTRY:
+    for toggle in toggles:
         settings.values[toggle.name] = Setting(toggle.name, toggle.default, "default")
     settings.values["MODEL_SIZE"] = Setting("MODEL_SIZE", FAMILIES[family][1], "default")
 
@@ -82,50 +103,104 @@ def _initial_settings(family: str, environ: dict[str, str], assignments: dict[st
     lookalikes: list[str] = []
     for source, values in (("env", environ), ("cli", assignments)):
         for name, raw in values.items():
-            toggle = BY_NAME.get(name)
+            toggle = by_name.get(name)
             if toggle is not None:
                 if raw == "" and source == "env":
                     continue  # VAR= in the environment means unset
                 settings.values[name] = Setting(name, parse_value(toggle, raw), source)
                 continue
-            close = closest_toggle(name) if _ENV_NAME.match(name) else None
+            close = closest_toggle(name, by_name) if _ENV_NAME.match(name) else None
             if close is not None:
                 lookalikes.append(f"{name} is not a toggle; did you mean {close}? ({source})")
             if source == "cli":
                 passthrough[name] = raw
-    if lookalikes and settings.get("STRICT"):
-        raise BadInput("STRICT=1: unknown toggle-like variables:\n  " + "\n  ".join(lookalikes))
     for text in lookalikes:
         settings.warn("unknown_toggle", text)
     for name in passthrough:
-        if closest_toggle(name) is None:
+        if closest_toggle(name, by_name) is None:
             settings.info("passthrough_env", f"{name} is not a toggle: exported to the run's "
                                              "environment as given.")
-    return settings, passthrough
+    return settings, passthrough, lookalikes
 
 
-def _resolve_backend(settings: Settings, caps: capabilities_mod.Capabilities) -> None:
+def _derive_backend(settings: Settings, caps: capabilities_mod.Capabilities) -> None:
     if settings["TRANSFORMER_IMPL"] == "auto":
-        if caps.transformer_engine:
-            settings.values["TRANSFORMER_IMPL"] = Setting(
-                "TRANSFORMER_IMPL", "transformer_engine", "platform",
-                f"auto: transformer_engine imports ({caps.source})")
-        else:
-            settings.values["TRANSFORMER_IMPL"] = Setting(
-                "TRANSFORMER_IMPL", "native", "platform",
-                f"auto: transformer_engine is not installed ({caps.source})")
+        backend, why = auto_backend(caps.transformer_engine)
+        settings.values["TRANSFORMER_IMPL"] = Setting(
+            "TRANSFORMER_IMPL", backend, "platform", f"auto: {why} ({caps.source})")
     if settings["NATIVE_KERNELS"] == "auto":
-        kernels, why = (("liger", "Liger-Kernel is installed") if caps.liger
-                        else ("torch", "Liger-Kernel is not installed: plain torch kernels"))
+        kernels, why = auto_native_kernels(caps.liger)
         settings.values["NATIVE_KERNELS"] = Setting("NATIVE_KERNELS", kernels, "platform",
                                                     f"auto: {why}")
 
 
-def resolve(family: str, environ: dict[str, str], words: list[str] | None = None) -> Launch:
+def _derive_megatron(caps: capabilities_mod.Capabilities, recipe: Recipe
+                     ) -> megatron_info.RunningMegatron | None:
+    """The Megatron the launch runs: a named platform's image's (recorded), or, for a recipe's
+    flags, the one installed here (the pinned wheel answers from its record; another Megatron
+    is asked through its parser, which takes seconds, so a bf16 launch here does not ask)."""
+    if caps.source == "detected" and recipe.kind == "bf16":
+        return None
+    return megatron_info.running(caps)
+
+
+def _derive_gpus(settings: Settings, caps: capabilities_mod.Capabilities,
+                 environ: dict[str, str]) -> None:
+    if settings.get("GPUS_PER_NODE") is not None:
+        return
+    count = visible_gpu_count(caps, environ)
+    if count:
+        settings.put("GPUS_PER_NODE", count, "platform", f"GPUs visible ({caps.source})")
+    else:
+        settings.put("GPUS_PER_NODE", 1, "platform",
+                     "no GPU visible: a DRY_RUN assumes 1 (set GPUS_PER_NODE or PLATFORM)")
+
+
+def _derive_schedule(settings: Settings) -> None:
+    """Sequence parallel follows TP; the LR and metrics warm-ups follow the run's length."""
+    s = settings
+    if s.get("SEQUENCE_PARALLEL") is None:
+        s.put("SEQUENCE_PARALLEL", s["TP"] > 1, "derived",
+              "on with TP>1 (activations sharded along the sequence)" if s["TP"] > 1
+              else "off with TP=1")
+    iters = s["TOTAL_ITERS"]
+    if s.get("WARMUP_ITERS") is None:
+        s.put("WARMUP_ITERS", max(iters // 10, 0), "derived", "10% of TOTAL_ITERS")
+    if s.get("METRICS_WARMUP_ITERS") is None:
+        s.put("METRICS_WARMUP_ITERS", default_metrics_warmup_iters(iters), "derived",
+              "20% of TOTAL_ITERS, between 2 and 10")
+
+
+def _derive_datasets(settings: Settings) -> list | Exception | None:
+    """The datasets' headers (the data_path guard refuses a problem); TOKENIZER_MODEL, when
+    unset, is the one they were built with."""
+    path, valid = settings.get("DATA_PATH"), settings.get("VALID_DATA_PATH")
+    if not path:
+        return None
+    from training.data.check import DataPathError, check_data_paths
+
+    try:
+        infos = check_data_paths([path] + ([valid] if valid else []),
+                                 settings.get("TOKENIZER_MODEL"))
+    except DataPathError as err:
+        return err
+    if settings.get("TOKENIZER_MODEL") is None:
+        settings.put("TOKENIZER_MODEL", infos[0].tokenizer_model, "derived",
+                     "the tokenizer the dataset was built with")
+    return infos
+
+
+def prepare(family: str, environ: dict[str, str], words: list[str] | None = None,
+            layers: Sequence[RecipeLayer] = ()) -> LaunchContext:
+    """The user's input, the layers' values and everything derived from them: what the guards
+    look at. Raises BadInput only for input that cannot be read (a value of the wrong type, an
+    unknown family or MODEL_SIZE, a stray word); every refusal is a guard's."""
     if family not in FAMILIES:
         raise BadInput(f"unknown family {family!r}: use one of {', '.join(FAMILIES)}.")
+    toggles = registry_with(layers)
     assignments, user_args = split_words(words or [])
-    settings, passthrough = _initial_settings(family, environ, assignments)
+    settings, passthrough, lookalikes = _initial_settings(family, toggles, environ, assignments)
+    applied = apply_layers(layers, settings, toggles)
 
     preset = preset_for(family, settings["MODEL_SIZE"])
     settings.put("NUM_LAYERS", preset.num_layers, "preset", preset.name)
@@ -134,51 +209,70 @@ def resolve(family: str, environ: dict[str, str], words: list[str] | None = None
         settings.put(name, value, "preset", preset.name)
 
     caps = capabilities_mod.resolve(settings["PLATFORM"])
-    if settings.get("GPUS_PER_NODE") is None:
-        count = visible_gpu_count(caps, environ)
-        if count:
-            settings.put("GPUS_PER_NODE", count, "platform", f"GPUs visible ({caps.source})")
-        else:
-            settings.put("GPUS_PER_NODE", 1, "platform",
-                         "no GPU visible: a DRY_RUN assumes 1 (set GPUS_PER_NODE or PLATFORM)")
-
-    recipe = resolve_precision(settings)
-    _resolve_backend(settings, caps)
-    ctx = LaunchContext(settings, caps, preset, recipe, family, dict(environ))
-    run_guards(ctx)
+    _derive_gpus(settings, caps, environ)
+    recipe = derive_precision(settings)
+    megatron = _derive_megatron(caps, recipe)
+    _derive_backend(settings, caps)
+    _derive_schedule(settings)
+    datasets = _derive_datasets(settings)
 
     name = settings.get("EXP_NAME") or default_run_name(
         preset.name, settings["NUM_LAYERS"], preset.num_layers, settings["NNODES"],
         settings["GPUS_PER_NODE"], settings["TP"], settings["PP"], settings["CP"],
         settings["MBS"], settings["BS"], settings["SEQ_LENGTH"])
-    if "/" in name or name in (".", ".."):
-        raise BadInput(f"EXP_NAME={name!r} must be a single folder name (no '/').")
     if settings.get("RUN_ID") is None:
         settings.put("RUN_ID", new_run_id(), "derived", "timestamp of this launch")
     log_dir = run_dir(settings["EXPERIMENT_DIR"], name, recipe.name, settings["RUN_ID"])
     if not log_dir.is_absolute():
         log_dir = (Path.cwd() / log_dir)
+    try:
+        extra = shlex.split(settings.get("EXTRA_MEGATRON_ARGS") or "")
+    except ValueError as err:
+        raise BadInput(f"EXTRA_MEGATRON_ARGS cannot be split into words: {err}.") from None
 
-    extra = shlex.split(settings.get("EXTRA_MEGATRON_ARGS") or "")
-    user_args = extra + user_args
-    buckets, emitted = build_buckets(ctx, log_dir)
-    if extra:
-        emitted["EXTRA_MEGATRON_ARGS"] = extra
-    env = resolve_environment(caps.info.vendor if caps.info else None, environ,
+    return LaunchContext(settings, caps, preset, recipe, family, dict(environ),
+                         toggles=toggles, guards=(*GUARDS, *(g for layer in layers for g in layer.guards)),
+                         user_args=extra + user_args, extra_args=extra, run_name=name,
+                         log_dir=log_dir, datasets=datasets, lookalikes=lookalikes,
+                         passthrough=passthrough, recipe_values=applied, megatron=megatron)
+
+
+def assemble(ctx: LaunchContext) -> Launch:
+    """The checked launch: buckets, the run's environment, its description."""
+    settings, caps = ctx.settings, ctx.caps
+    buckets, emitted = build_buckets(ctx, ctx.log_dir)
+    if ctx.extra_args:
+        emitted["EXTRA_MEGATRON_ARGS"] = ctx.extra_args
+    env = resolve_environment(caps.info.vendor if caps.info else None, ctx.environ,
                               fsdp=bool(settings["FSDP"]), platform=caps.platform,
                               backend=settings["TRANSFORMER_IMPL"])
-    launch = Launch(family, settings, ctx, buckets, emitted, env, passthrough, user_args, log_dir)
+    run = RunDescription(ctx.family, Model.of(ctx.preset), settings.as_values(), caps.platform,
+                         caps.to_dict())
+    launch = Launch(ctx.family, settings, ctx, run, buckets, emitted, env, ctx.passthrough,
+                    ctx.user_args, ctx.log_dir, recipe_values=ctx.recipe_values)
     if settings["PROFILE"] == "nsys":
         launch.profiler_prefix = [
             "nsys", "profile", "--capture-range=cudaProfilerApi", "--capture-range-end=stop",
             "--trace=cuda,nvtx,osrt", "--trace-fork-before-exec=true", "--force-overwrite=true",
-            "-o", str(log_dir / "profile" / f"nsys_node{settings['NODE_RANK']}")]
+            "-o", str(ctx.log_dir / "profile" / f"nsys_node{settings['NODE_RANK']}")]
     return launch
+
+
+def resolve(family: str, environ: dict[str, str], words: list[str] | None = None,
+            layers: Sequence[RecipeLayer] = ()) -> Launch:
+    """prepare -> every guard (core and layers') -> assemble. Raises LaunchError (BadInput,
+    or Refusals with every guard's refusal) with one message for the user."""
+    ctx = prepare(family, environ, words, layers)
+    run_guards(ctx, ctx.guards)
+    return assemble(ctx)
 
 
 def build_buckets(ctx: LaunchContext, log_dir: Path) -> tuple[dict[str, list[str]],
                                                               dict[str, list[str]]]:
-    s, preset = ctx.settings, ctx.preset
+    """bucket -> words, and toggle -> the words it contributed (the table's flag column).
+    Each bucket: the toggles' value flags (registry order), the run folder's words (OUTPUT),
+    the built flags (each entry's emit, registry order), then CLOSING_WORDS."""
+    s = ctx.settings
     buckets: dict[str, list[str]] = {b: [] for b in (*MEGATRON_BUCKETS, DISTRIBUTED_ARGS)}
     emitted: dict[str, list[str]] = {}
 
@@ -186,88 +280,22 @@ def build_buckets(ctx: LaunchContext, log_dir: Path) -> tuple[dict[str, list[str
         buckets[bucket].extend(words)
         emitted.setdefault(toggle_name, []).extend(words)
 
-    # Simple registry entries: the flag the value maps to, in the entry's bucket.
-    for toggle in REGISTRY:
-        if toggle.emitted_by is not None or toggle.bucket not in buckets:
+    for toggle in ctx.toggles:
+        if toggle.built or toggle.bucket not in buckets:
             continue
-        if toggle.name == "CROSS_ENTROPY_FUSION_IMPL" and not s["CROSS_ENTROPY_LOSS_FUSION"]:
+        if toggle.when is not None and not toggle.when(s):
             continue
         add(toggle.name, toggle.bucket, toggle.flags_for(s[toggle.name]))
-
-    # Model preset, precision recipe, backend, recompute.
-    add("MODEL_SIZE", GPT_ARGS, preset.gpt_args(s["NUM_LAYERS"], s["SEQ_LENGTH"]))
-    add("SEQ_LENGTH", DATA_ARGS, ["--seq-length", str(s["SEQ_LENGTH"])])
-    add("PRECISION", GPT_ARGS, recipe_args(ctx.recipe, s))
-    backend = s["TRANSFORMER_IMPL"]
-    add("TRANSFORMER_IMPL", GPT_ARGS,
-        ["--transformer-impl", "transformer_engine" if backend == "transformer_engine"
-         else "local", "--transformer-backend", backend])
-    if backend != "transformer_engine":
-        # Megatron's RoPE fusion is TE's kernel; without TE it must be off (the native backend
-        # provides its own fused QKV RoPE through FUSED_SINGLE_QKV_ROPE).
-        # Megatron's persistent LayerNorm is apex/TE's; the torch and native norms have none.
-        add("TRANSFORMER_IMPL", TRAIN_ARGS, ["--no-rope-fusion", "--no-persist-layer-norm"])
-    if backend == "local" and not ctx.caps.masked_softmax_kernel:
-        # The local spec's attention softmax: Megatron's fused kernel is apex's
-        # scaled_masked_softmax_cuda; absent, the first forward at seq <= 4096 dies with
-        # ModuleNotFoundError. Torch's softmax instead (numerically the same).
-        add("TRANSFORMER_IMPL", TRAIN_ARGS, ["--no-masked-softmax-fusion"])
-    if backend == "native":
-        add("NATIVE_KERNELS", GPT_ARGS, ["--native-kernels", s["NATIVE_KERNELS"]])
-    if s["MANUAL_GC_INTERVAL"] < 0:
-        raise BadInput(f"MANUAL_GC_INTERVAL={s['MANUAL_GC_INTERVAL']} is negative: use 0 "
-                       "(Python's automatic GC) or N > 0 (collect every N iterations).")
-    if s["MANUAL_GC_INTERVAL"] > 0:
-        add("MANUAL_GC_INTERVAL", TRAIN_ARGS,
-            ["--manual-gc", "--manual-gc-interval", str(s["MANUAL_GC_INTERVAL"])])
-    # NAN_CHECK=step replaces Megatron's per-bucket NaN/Inf check (a host-GPU sync for every
-    # gradient bucket in each backward) with one check of the loss and global gradient norm per
-    # iteration (training.loop_hooks); NAN_CHECK=bucket keeps Megatron's.
-    add("NAN_CHECK", TRAIN_ARGS, ["--nan-check", s["NAN_CHECK"]]
-        + (["--no-check-for-nan-in-loss-and-grad"] if s["NAN_CHECK"] == "step" else []))
-    recompute = s["RECOMPUTE"]
-    if recompute == "selective":
-        add("RECOMPUTE", GPT_ARGS, ["--recompute-granularity", "selective"])
-    elif recompute == "full":
-        add("RECOMPUTE", GPT_ARGS, ["--recompute-granularity", "full", "--recompute-method",
-                                    "uniform", "--recompute-num-layers", "1"])
-
-    # Data: a real dataset with its tokenizer (one split by SPLIT, or separate train and
-    # validation sets), or mock data.
-    from training.data.check import megatron_tokenizer_args, parse_data_path
-
-    def blend_words(value: str) -> list[str]:
-        words = []
-        for weight, prefix in parse_data_path(value):
-            words += ([repr(weight)] if weight is not None else []) + [prefix]
-        return words
-
-    if s.get("DATA_PATH") and s.get("VALID_DATA_PATH"):
-        add("DATA_PATH", DATA_ARGS, ["--train-data-path", *blend_words(s["DATA_PATH"])])
-        add("VALID_DATA_PATH", DATA_ARGS, ["--valid-data-path", *blend_words(s["VALID_DATA_PATH"])])
-    elif s.get("DATA_PATH"):
-        add("DATA_PATH", DATA_ARGS, ["--data-path", *blend_words(s["DATA_PATH"])])
-        add("SPLIT", DATA_ARGS, ["--split", s["SPLIT"]])
-    else:
-        add("DATA_PATH", DATA_ARGS, ["--mock-data"])
-    if s.get("TOKENIZER_MODEL"):
-        add("TOKENIZER_MODEL", DATA_ARGS, megatron_tokenizer_args(s["TOKENIZER_MODEL"]))
-    else:
-        add("TOKENIZER_MODEL", DATA_ARGS, ["--tokenizer-type", "NullTokenizer",
-                                           "--vocab-size", str(preset.vocab_size)])
-    buckets[DATA_ARGS] += ["--no-create-attention-mask-in-dataloader"]
-
-    # Output: run folder, metrics, TensorBoard, profiling, SIGTERM handling.
-    buckets[OUTPUT_ARGS] += ["--run-dir", str(log_dir), "--tensorboard-dir",
-                             str(log_dir / "tensorboard"), "--log-throughput",
-                             "--log-memory-to-tensorboard"]
-    if s["PROFILE"] != "none":
-        words = ["--profile", "--profile-step-start", str(s["PROFILE_STEP_START"]),
-                 "--profile-step-end", str(s["PROFILE_STEP_END"])]
-        if s["PROFILE"] == "torch":
-            words += ["--use-pytorch-profiler", "--profile-ranks",
-                      *s["PROFILE_RANKS"].replace(",", " ").split()]
-        add("PROFILE", OUTPUT_ARGS, words)
-    buckets[TRAIN_ARGS] += ["--exit-signal-handler"]
-    buckets[EXTRA_ARGS] += ["--distributed-backend", "nccl"]
+    buckets[OUTPUT_ARGS] += run_folder_words(log_dir)
+    for toggle in ctx.toggles:
+        for flags in toggle.emit(toggle, ctx) if toggle.emit else ():
+            add(flags.toggle or toggle.name, flags.bucket, flags.words)
+    for bucket, words in CLOSING_WORDS:
+        buckets[bucket] += words
     return buckets, emitted
+
+
+def run_folder_words(log_dir: Path) -> list[str]:
+    """Where the run writes: the run folder (metrics.jsonl, train.log's siblings), TensorBoard."""
+    return ["--run-dir", str(log_dir), "--tensorboard-dir", str(log_dir / "tensorboard"),
+            "--log-throughput", "--log-memory-to-tensorboard"]

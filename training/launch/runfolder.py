@@ -30,6 +30,11 @@ def default_run_name(preset_name: str, num_layers: int, preset_layers: int, nnod
             f"_mbs{mbs}gbs{bs}_seq{seq}")
 
 
+def node_log_name(nnodes: int, node_rank: int) -> str:
+    """The log file a node tees its output to, inside the shared run folder."""
+    return "train.log" if nnodes <= 1 else f"train.node{node_rank}.log"
+
+
 def new_run_id() -> str:
     return _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 

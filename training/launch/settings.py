@@ -3,7 +3,8 @@
 Sources, in the order they can override each other:
   default   the registry's default
   preset    the model preset (MODEL_SIZE)
-  recipe    the precision recipe (PRECISION)
+  recipe    the precision recipe (PRECISION), or a recipe layer (training/launch/layers.py:
+            MLPerf's llama31_8b recipe, ...)
   platform  what this node or the named PLATFORM implies
   env       an environment variable the user set
   cli       a KEY=VALUE word after the script name
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 USER_SOURCES = ("env", "cli")
+KEPT_SOURCES = (*USER_SOURCES, "recipe")   # put() does not replace these
 
 
 class LaunchError(Exception):
@@ -74,14 +76,19 @@ class Settings:
     def setting(self, name: str) -> Setting:
         return self.values[name]
 
+    def as_values(self) -> dict[str, Any]:
+        """name -> value (what a run description is derived from)."""
+        return {name: setting.value for name, setting in self.values.items()}
+
     def is_explicit(self, name: str) -> bool:
         setting = self.values.get(name)
         return setting is not None and setting.source in USER_SOURCES
 
     def put(self, name: str, value: Any, source: str, reason: str = "") -> None:
-        """Set a value from a non-user source; a user's explicit value is kept."""
+        """Set a value from a non-user source; a user's explicit value is kept, and so is a
+        recipe's (a recipe layer's value, or the precision recipe's default)."""
         current = self.values.get(name)
-        if current is not None and current.source in USER_SOURCES:
+        if current is not None and current.source in KEPT_SOURCES:
             return
         self.values[name] = Setting(name, value, source, reason)
 

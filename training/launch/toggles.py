@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 GPT_ARGS, TRAIN_ARGS, DATA_ARGS, OUTPUT_ARGS, EXTRA_ARGS = (
     "GPT_ARGS", "TRAIN_ARGS", "DATA_ARGS", "OUTPUT_ARGS", "EXTRA_ARGS")
@@ -45,8 +45,28 @@ GROUP_TO_BUCKET = {
 }
 
 
+class Flags(NamedTuple):
+    """Words an entry's `emit` adds to a bucket; `toggle` names the entry they are shown under
+    when it is not the emitting one (DATA_PATH's emit builds SPLIT's --split)."""
+    bucket: str
+    words: list[str]
+    toggle: str | None = None
+
+
+# emit(toggle, ctx) -> the flags built from the launch context (training.launch.guards.
+# LaunchContext: settings, caps, preset, recipe): flags that are more than `--flag VALUE`.
+Emit = Callable[["Toggle", Any], list[Flags]]
+
+
 @dataclass(frozen=True)
 class Toggle:
+    """One knob. How its flags are built, in the order resolve.build_buckets adds them:
+      value flags   `flag` (--flag VALUE) or `on`/`off` (bool), in registry order; `when`
+                    (a test of the settings) can leave them out;
+      built flags   `emit`, in registry order after every value flag: flags that need the
+                    model, the recipe, the backend or other toggles;
+      `emitted_by`  names the entry whose emit builds this one's flags (NUM_LAYERS: MODEL_SIZE).
+    """
     name: str
     kind: str                      # bool | int | float | str | choice | path
     default: Any
@@ -58,12 +78,28 @@ class Toggle:
     choices: tuple[str, ...] = ()
     group: str = "training"        # section in the README table
     perf: bool = False             # a default-on performance toggle
-    emitted_by: str | None = None  # flags built by another module (recipes, presets, ...)
+    emitted_by: str | None = None  # the entry (or step) that builds this one's flags
     aliases: tuple[str, ...] = field(default=())
+    when: Callable[[Any], bool] | None = None   # settings -> whether the value flag applies
+    emit: Emit | None = None                    # built flags (see the class docstring)
+    levers: bool = False           # docs/levers.md has rows that measure it (a test checks)
+
+    @property
+    def description(self) -> str:
+        """What the knob does, and where its measured effect is (never the figures: they
+        live in docs/levers.json, regenerated from the benchmarks)."""
+        if not self.levers:
+            return self.help
+        return f"{self.help} Measured: docs/levers.md, `{self.name}` rows."
+
+    @property
+    def built(self) -> bool:
+        """Its flags come from an emit (its own or another entry's), not from its value."""
+        return self.emit is not None or self.emitted_by is not None
 
     def flags_for(self, value: Any) -> list[str]:
-        """The Megatron/torchrun words this toggle emits for a value (simple entries only)."""
-        if self.emitted_by is not None or value is None:
+        """The Megatron/torchrun words this toggle emits for a value (value flags only)."""
+        if self.built or value is None:
             return []
         if self.kind == "bool":
             return list(self.on if value else self.off)
@@ -85,7 +121,122 @@ def _bool(name, default, bucket, help, on=(), off=(), **kw) -> Toggle:
 
 
 def _perf(name, bucket, help, on=(), off=()) -> Toggle:
-    return _bool(name, True, bucket, help, on=on, off=off, group="performance", perf=True)
+    return _bool(name, True, bucket, help, on=on, off=off, group="performance", perf=True,
+                 levers=True)
+
+
+# -- built flags: each entry's emit (registry order below is the order they are added) ---------
+
+def _value_flag(toggle: Toggle, ctx) -> list[Flags]:
+    """--flag VALUE, added with the built flags (after the model's)."""
+    return [Flags(toggle.bucket, [toggle.flag, str(ctx.settings[toggle.name])])]
+
+
+def _model_flags(toggle: Toggle, ctx) -> list[Flags]:
+    """the preset's architecture at NUM_LAYERS and SEQ_LENGTH"""
+    s = ctx.settings
+    return [Flags(GPT_ARGS, ctx.preset.gpt_args(s["NUM_LAYERS"], s["SEQ_LENGTH"]))]
+
+
+def _precision_flags(toggle: Toggle, ctx) -> list[Flags]:
+    """the precision recipe's flags (training/launch/recipes.py)"""
+    from .recipes import recipe_args
+
+    return [Flags(GPT_ARGS, recipe_args(ctx.recipe, ctx.settings))]
+
+
+def _backend_flags(toggle: Toggle, ctx) -> list[Flags]:
+    """the layer spec, and Megatron's fusions the backend has no kernel for"""
+    backend = ctx.settings["TRANSFORMER_IMPL"]
+    gpt, train = backend_flags(backend, ctx.caps.masked_softmax_kernel)
+    return [Flags(GPT_ARGS, gpt + ["--transformer-backend", backend])] + \
+        ([Flags(TRAIN_ARGS, train)] if train else [])
+
+
+def _native_kernels_flags(toggle: Toggle, ctx) -> list[Flags]:
+    """`--native-kernels VALUE` with the native backend"""
+    if ctx.settings["TRANSFORMER_IMPL"] != "native":
+        return []
+    return _value_flag(toggle, ctx)
+
+
+def _by_value(table: dict[Any, tuple[str, ...]]) -> Emit:
+    """The words each value emits (a value not in the table emits nothing)."""
+    def emit(toggle: Toggle, ctx) -> list[Flags]:
+        words = table.get(ctx.settings[toggle.name])
+        return [Flags(toggle.bucket, list(words))] if words else []
+    emit.__doc__ = "; ".join(f"{value}: `{' '.join(words)}`" for value, words in table.items())
+    return emit
+
+
+def _manual_gc_flags(toggle: Toggle, ctx) -> list[Flags]:
+    """N > 0: `--manual-gc --manual-gc-interval N`"""
+    interval = ctx.settings[toggle.name]
+    return [Flags(toggle.bucket, ["--manual-gc", "--manual-gc-interval", str(interval)])] \
+        if interval > 0 else []
+
+
+def _nan_check_flags(toggle: Toggle, ctx) -> list[Flags]:
+    """`--nan-check VALUE`; step also turns Megatron's per-bucket check off"""
+    value = ctx.settings[toggle.name]
+    return [Flags(toggle.bucket, ["--nan-check", value, *nan_check_flags(value)])]
+
+
+def _data_flags(toggle: Toggle, ctx) -> list[Flags]:
+    """the dataset (split by SPLIT, or separate train and validation sets), or mock data"""
+    from training.data.check import parse_data_path
+
+    def blend(value: str) -> list[str]:
+        words = []
+        for weight, prefix in parse_data_path(value):
+            words += ([repr(weight)] if weight is not None else []) + [prefix]
+        return words
+
+    s = ctx.settings
+    train, valid = s.get("DATA_PATH"), s.get("VALID_DATA_PATH")
+    if train and valid:
+        return [Flags(DATA_ARGS, ["--train-data-path", *blend(train)]),
+                Flags(DATA_ARGS, ["--valid-data-path", *blend(valid)], "VALID_DATA_PATH")]
+    if train:
+        return [Flags(DATA_ARGS, ["--data-path", *blend(train)]),
+                Flags(DATA_ARGS, ["--split", s["SPLIT"]], "SPLIT")]
+    return [Flags(DATA_ARGS, ["--mock-data"])]
+
+
+def _tokenizer_flags(toggle: Toggle, ctx) -> list[Flags]:
+    """the dataset's tokenizer, or none (mock data: the preset's vocabulary)"""
+    from training.data.check import megatron_tokenizer_args
+
+    model = ctx.settings.get("TOKENIZER_MODEL")
+    if model:
+        return [Flags(DATA_ARGS, megatron_tokenizer_args(model))]
+    return [Flags(DATA_ARGS, ["--tokenizer-type", "NullTokenizer",
+                              "--vocab-size", str(ctx.preset.vocab_size)])]
+
+
+def _profile_flags(toggle: Toggle, ctx) -> list[Flags]:
+    """Megatron's profiling window (torch: the torch profiler on PROFILE_RANKS)"""
+    s = ctx.settings
+    if s["PROFILE"] == "none":
+        return []
+    words = ["--profile", "--profile-step-start", str(s["PROFILE_STEP_START"]),
+             "--profile-step-end", str(s["PROFILE_STEP_END"])]
+    if s["PROFILE"] == "torch":
+        words += ["--use-pytorch-profiler", "--profile-ranks",
+                  *s["PROFILE_RANKS"].replace(",", " ").split()]
+    return [Flags(OUTPUT_ARGS, words)]
+
+
+_RECOMPUTE_WORDS = {"selective": ("--recompute-granularity", "selective"),
+                    "full": ("--recompute-granularity", "full", "--recompute-method", "uniform",
+                             "--recompute-num-layers", "1")}
+
+# Words every launch carries, after the toggles' flags of their bucket.
+CLOSING_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (DATA_ARGS, ("--no-create-attention-mask-in-dataloader",)),
+    (TRAIN_ARGS, ("--exit-signal-handler",)),
+    (EXTRA_ARGS, ("--distributed-backend", "nccl")),
+)
 
 
 REGISTRY: tuple[Toggle, ...] = (
@@ -95,8 +246,9 @@ REGISTRY: tuple[Toggle, ...] = (
           "(TE, apex's fused wgrad, or the native backend's cuBLAS beta=1 GEMM).",
           off=("--no-gradient-accumulation-fusion",)),
     _perf("GRAD_REDUCE_IN_BF16", GPT_ARGS,
-          "Gradient buffer and data-parallel reduce in bf16 instead of fp32 "
-          "(convergence-neutral at lr 8e-4 in a controlled 2x2; set 0 if sensitive).",
+          "Gradient buffer and data-parallel reduce in bf16 instead of fp32: half the gradient "
+          "memory and reduce traffic (its convergence check: docs/convergence.md; set 0 if a "
+          "run is sensitive to it).",
           on=("--grad-reduce-in-bf16",)),
     _perf("DDP_AVERAGE_IN_COLLECTIVE", EXTRA_ARGS,
           "Average gradients inside the reduce collective instead of pre-scaling.",
@@ -107,33 +259,32 @@ REGISTRY: tuple[Toggle, ...] = (
           on=("--cross-entropy-loss-fusion",)),
     _perf("FUSED_SINGLE_QKV_ROPE", GPT_ARGS,
           "RoPE applied to the packed QKV projection in one kernel, no split/concat.",
-          on=("--fused-single-qkv-rope",)),
+          on=("--fused-single-qkv-rope",), off=("--no-fused-single-qkv-rope",)),
     Toggle("CROSS_ENTROPY_FUSION_IMPL", "choice", "native", GPT_ARGS,
            "Implementation of the fused cross-entropy; 'te' fails megatron-core 0.19.2's "
            "validate_args ('disabled due to stability issues').",
-           flag="--cross-entropy-fusion-impl", choices=("native", "te"), group="performance"),
+           flag="--cross-entropy-fusion-impl", choices=("native", "te"), group="performance",
+           when=lambda s: bool(s["CROSS_ENTROPY_LOSS_FUSION"])),
     Toggle("CE_CHUNK_MEM", "int", 8, GPT_ARGS,
            "Chunking of the native backend's fused linear cross-entropy (Liger kernels, TP=1): "
            "each chunk's transient logits stay under N x tokens x hidden (Liger's "
-           "chunk_mem_const). 1, Liger's default, makes 32 chunks of 256 tokens at Llama 3's "
-           "128k vocabulary and seq 8192, each adding its product into the whole bf16 "
-           "output-weight gradient; 8 makes 4 chunks of 2048 (about 0.5 GB more transient "
-           "memory, 8x fewer passes over that gradient; its measured effect: docs/levers.md, "
-           "CE_CHUNK_MEM rows). Inert outside the native Liger path at TP=1.",
-           flag="--ce-chunk-mem", group="performance"),
+           "chunk_mem_const). A larger N makes fewer, larger chunks: fewer passes over the "
+           "bf16 output-weight gradient, each chunk adding its product into it, for more "
+           "transient memory; 1 is Liger's default. Inert outside the native Liger path at TP=1.",
+           flag="--ce-chunk-mem", group="performance", levers=True),
 
     # -- model and precision -----------------------------------------------------------------
     Toggle("MODEL_SIZE", "str", None, GPT_ARGS,
            "Model preset (llama3: 8B, 70B, 3.1-8B, tiny; llama2: 7B, 13B, 70B, tiny).",
-           group="model", emitted_by="presets"),
+           group="model", emit=_model_flags),
     Toggle("NUM_LAYERS", "int", None, GPT_ARGS, "Override the preset's layer count.",
-           flag="--num-layers", group="model", emitted_by="presets"),
+           flag="--num-layers", group="model", emitted_by="MODEL_SIZE"),
     Toggle("SEQ_LENGTH", "int", None, DATA_ARGS, "Sequence length (preset default).",
-           flag="--seq-length", group="model", emitted_by="presets"),
+           flag="--seq-length", group="model", emit=_value_flag, levers=True),
     Toggle("PRECISION", "choice", "bf16", GPT_ARGS,
            "Precision recipe; the run folder is tagged by it.",
            choices=("bf16", "fp8", "fp8_tensorwise", "fp8_blockwise", "mxfp8", "mxfp4", "nvfp4"),
-           group="precision", emitted_by="recipes"),
+           group="precision", emit=_precision_flags, levers=True),
     _bool("TE_FP8", None, LAUNCHER, "ROCm Megatron-LM spelling: 1 = an fp8 recipe "
           "(TE_FP8_RECIPE picks which). Conflicts with PRECISION are refused.", group="precision"),
     Toggle("TE_FP8_RECIPE", "choice", None, LAUNCHER,
@@ -148,41 +299,43 @@ REGISTRY: tuple[Toggle, ...] = (
            "fp8 format (recipe default: hybrid for fp8/fp8_tensorwise, e4m3 for fp8_blockwise "
            "and mxfp8).",
            flag="--fp8-format", choices=("hybrid", "e4m3"), group="precision",
-           emitted_by="recipes"),
+           emitted_by="PRECISION"),
     _bool("FP4_SELECTIVE_BF16", None, GPT_ARGS,
           "Keep the first/last layers in bf16 under fp4 (recipe default: mxfp4 0 = every layer "
           "fp4, the MLPerf recipe; nvfp4 1, the paper recipe).",
-          on=("--first-last-layers-bf16",), group="precision", emitted_by="recipes"),
+          on=("--first-last-layers-bf16",), group="precision", emitted_by="PRECISION"),
     Toggle("FP4_BF16_LAYERS_START", "int", 1, GPT_ARGS,
            "Layers at the start kept in bf16 when FP4_SELECTIVE_BF16=1.",
-           flag="--num-layers-at-start-in-bf16", group="precision", emitted_by="recipes"),
+           flag="--num-layers-at-start-in-bf16", group="precision", emitted_by="PRECISION"),
     Toggle("FP4_BF16_LAYERS_END", "int", 1, GPT_ARGS,
            "Layers at the end kept in bf16 when FP4_SELECTIVE_BF16=1.",
-           flag="--num-layers-at-end-in-bf16", group="precision", emitted_by="recipes"),
+           flag="--num-layers-at-end-in-bf16", group="precision", emitted_by="PRECISION"),
     Toggle("TRANSFORMER_IMPL", "choice", "auto", GPT_ARGS,
            "Layer backend: transformer_engine (TE spec), native (SDPA + Liger/torch kernels), "
            "local (Megatron's local spec); auto picks TE where it imports, else native.",
            flag="--transformer-backend",
            choices=("auto", "transformer_engine", "native", "local"), group="backend",
-           emitted_by="backend"),
+           emit=_backend_flags, levers=True),
     Toggle("NATIVE_KERNELS", "choice", "auto", GPT_ARGS,
            "Native backend kernels: liger (Triton) or torch; auto = liger where installed.",
            flag="--native-kernels", choices=("auto", "liger", "torch"), group="backend",
-           emitted_by="backend"),
+           emit=_native_kernels_flags, levers=True),
     Toggle("RECOMPUTE", "choice", "none", GPT_ARGS,
            "Activation recompute: none, selective (attention core), full (every layer).",
-           choices=("none", "selective", "full"), group="model", emitted_by="recompute"),
+           choices=("none", "selective", "full"), group="model",
+           emit=_by_value(_RECOMPUTE_WORDS), levers=True),
     Toggle("MANUAL_GC_INTERVAL", "int", 0, TRAIN_ARGS,
            "0: Python's automatic garbage collector. N > 0: Megatron's manual GC (automatic "
            "collection off, one gc.collect() every N iterations, between steps): no collection "
            "pause inside a step, the same moment on every rank.",
-           group="training", emitted_by="manual_gc"),
+           group="training", emit=_manual_gc_flags, levers=True),
     Toggle("NAN_CHECK", "choice", "step", TRAIN_ARGS,
            "Where a NaN/Inf gradient stops the run: step (the global gradient norm and loss, "
            "once per iteration, before a checkpoint can save them) or bucket (Megatron's check "
            "of each gradient bucket before its reduce: names the bucket, costs a host-GPU "
            "sync per bucket in every backward).",
-           choices=("step", "bucket"), group="training", emitted_by="nan_check"),
+           choices=("step", "bucket"), group="training", emit=_nan_check_flags,
+           levers=True),
     _bool("DETERMINISTIC", False, GPT_ARGS, "Megatron's deterministic mode (slower).",
           on=("--deterministic-mode",), group="model"),
 
@@ -199,17 +352,17 @@ REGISTRY: tuple[Toggle, ...] = (
           on=("--use-torch-fsdp2",), group="parallel"),
     _bool("DISTRIBUTED_OPTIMIZER", True, EXTRA_ARGS,
           "Shard optimizer state over data-parallel ranks.",
-          on=("--use-distributed-optimizer",), group="parallel"),
+          on=("--use-distributed-optimizer",), group="parallel", levers=True),
     _bool("OVERLAP_GRAD_REDUCE", True, EXTRA_ARGS,
           "Overlap the gradient reduce with the backward pass.",
-          on=("--overlap-grad-reduce",), group="parallel"),
+          on=("--overlap-grad-reduce",), group="parallel", levers=True),
     _bool("OVERLAP_PARAM_GATHER", True, EXTRA_ARGS,
           "Overlap the parameter all-gather with the forward pass (distributed optimizer).",
-          on=("--overlap-param-gather",), group="parallel"),
+          on=("--overlap-param-gather",), group="parallel", levers=True),
 
     # -- training loop ------------------------------------------------------------------------
     Toggle("MBS", "int", 1, TRAIN_ARGS, "Micro-batch size per GPU.",
-           flag="--micro-batch-size"),
+           flag="--micro-batch-size", levers=True),
     Toggle("BS", "int", 128, TRAIN_ARGS, "Global batch size (sequences per optimizer step).",
            flag="--global-batch-size"),
     Toggle("TOTAL_ITERS", "int", 20, TRAIN_ARGS, "Training iterations.", flag="--train-iters"),
@@ -220,6 +373,9 @@ REGISTRY: tuple[Toggle, ...] = (
            "Linear warm-up iterations (default: 10% of TOTAL_ITERS).", flag="--lr-warmup-iters"),
     Toggle("LR_DECAY_STYLE", "choice", "cosine", TRAIN_ARGS, "Learning-rate decay.",
            flag="--lr-decay-style", choices=("cosine", "linear", "constant", "WSD")),
+    Toggle("LR_DECAY_ITERS", "int", None, TRAIN_ARGS,
+           "Iterations the LR decay spans (Megatron's default: TOTAL_ITERS).",
+           flag="--lr-decay-iters"),
     Toggle("ADAM_EPS", "float", 1e-8, TRAIN_ARGS,
            "AdamW epsilon (Megatron's default 1e-8; the MLPerf llama3.1-8B recipe uses 1e-5).",
            flag="--adam-eps"),
@@ -238,15 +394,15 @@ REGISTRY: tuple[Toggle, ...] = (
            group="training", emitted_by="passthrough"),
     Toggle("DATA_PATH", "str", None, DATA_ARGS,
            "Indexed dataset prefix or weighted blend ('0.7 pA 0.3 pB'); mock data when unset.",
-           flag="--data-path", group="data", emitted_by="data"),
+           flag="--data-path", group="data", emit=_data_flags),
     Toggle("VALID_DATA_PATH", "str", None, DATA_ARGS,
            "Separate validation dataset/blend (then DATA_PATH is the training set, no SPLIT).",
-           flag="--valid-data-path", group="data", emitted_by="data"),
+           flag="--valid-data-path", group="data", emitted_by="DATA_PATH"),
     Toggle("TOKENIZER_MODEL", "path", None, DATA_ARGS,
            "Hugging Face tokenizer directory or tokenizer.json (default: the dataset's).",
-           flag="--tokenizer-model", group="data", emitted_by="data"),
+           flag="--tokenizer-model", group="data", emit=_tokenizer_flags),
     Toggle("SPLIT", "str", "98,2,0", DATA_ARGS, "train,valid,test split of DATA_PATH.",
-           flag="--split", group="data", emitted_by="data"),
+           flag="--split", group="data", emitted_by="DATA_PATH"),
     Toggle("EVAL_INTERVAL", "int", 1000, DATA_ARGS, "Iterations between evaluations.",
            flag="--eval-interval", group="data"),
     Toggle("EVAL_ITERS", "int", 10, DATA_ARGS, "Batches per evaluation (0: none).",
@@ -279,13 +435,13 @@ REGISTRY: tuple[Toggle, ...] = (
            choices=("require", "auto"), group="output"),
     Toggle("PROFILE", "choice", "none", OUTPUT_ARGS,
            "torch: torch-profiler traces into <run>/profile; nsys: wrap the launch with nsys.",
-           choices=("none", "torch", "nsys"), group="profile", emitted_by="profile"),
+           choices=("none", "torch", "nsys"), group="profile", emit=_profile_flags),
     Toggle("PROFILE_STEP_START", "int", 5, OUTPUT_ARGS, "First profiled iteration.",
-           flag="--profile-step-start", group="profile", emitted_by="profile"),
+           flag="--profile-step-start", group="profile", emitted_by="PROFILE"),
     Toggle("PROFILE_STEP_END", "int", 7, OUTPUT_ARGS, "Iteration the profile stops at.",
-           flag="--profile-step-end", group="profile", emitted_by="profile"),
+           flag="--profile-step-end", group="profile", emitted_by="PROFILE"),
     Toggle("PROFILE_RANKS", "str", "0", OUTPUT_ARGS, "Ranks to profile (space or comma list).",
-           flag="--profile-ranks", group="profile", emitted_by="profile"),
+           flag="--profile-ranks", group="profile", emitted_by="PROFILE"),
 
     # -- cluster (torchrun) -----------------------------------------------------------------------
     Toggle("NNODES", "int", 1, DISTRIBUTED_ARGS, "Nodes in the job.", flag="--nnodes",
@@ -310,38 +466,66 @@ REGISTRY: tuple[Toggle, ...] = (
     _bool("STRICT", False, LAUNCHER, "Unknown toggle-like variables are errors, not warnings.",
           group="launcher"),
 
-    # -- MLPerf (examples/mlperf/llama31_8b: config.yaml gives the recipe's values) ----------------
-    Toggle("MLPERF_DIVISION", "choice", None, LAUNCHER,
-           "MLPerf llama31_8b run: closed refuses a break of the benchmark's rules (guard "
-           "mlperf_closed_rules), open warns; unset = an ordinary run. run_llama31_8b.sh sets "
-           "closed and adds mlperf.log, the in-order evaluation set and the stop at the target.",
-           choices=("closed", "open"), group="mlperf"),
-    Toggle("MLPERF_TARGET_LOSS", "float", None, LAUNCHER,
-           "Stop at the first evaluation with eval loss <= this (closed: 3.3).", group="mlperf"),
-    Toggle("MLPERF_EVAL_EVERY", "int", None, LAUNCHER,
-           "Training sequences between evaluations (closed: 12288); EVAL_INTERVAL = "
-           "ceil(this / BS).", group="mlperf"),
-    Toggle("MLPERF_EVAL_SAMPLES", "int", None, LAUNCHER,
-           "Validation sequences per evaluation, the first ones of the set in file order "
-           "(closed: 1024); EVAL_ITERS = ceil(this / BS).", group="mlperf"),
-    Toggle("LR_DECAY_ITERS", "int", None, TRAIN_ARGS,
-           "Iterations the LR decay spans (Megatron's default: TOTAL_ITERS); the MLPerf "
-           "llama31_8b schedule spans 1,200,000 whatever TOTAL_ITERS is.",
-           flag="--lr-decay-iters", group="mlperf"),
-    Toggle("MLPERF_ORG", "str", None, LAUNCHER,
-           "submission_org in mlperf.log (default: 'unspecified').", group="mlperf"),
-    Toggle("MLPERF_PLATFORM", "str", None, LAUNCHER,
-           "submission_platform in mlperf.log (default: nodes x GPUs x device name).",
-           group="mlperf"),
 )
 
 BY_NAME: dict[str, Toggle] = {t.name: t for t in REGISTRY}
 PERF_TOGGLES: tuple[Toggle, ...] = tuple(t for t in REGISTRY if t.perf)
 
 
-def closest_toggle(name: str) -> str | None:
-    """The registry name closest to a (mistyped) variable, if any is close."""
-    matches = difflib.get_close_matches(name, BY_NAME, n=1, cutoff=0.8)
+# -- values derived from others, written once: the launcher (resolve, guards) and a plain
+#    `torchrun training/pretrain_gpt.py` (training/arguments.py) both call these, so the
+#    two derive the same run --------------------------------------------------------------
+
+def default_metrics_warmup_iters(total_iters: int | None) -> int:
+    """METRICS_WARMUP_ITERS left unset: 20% of TOTAL_ITERS, between 2 and 10."""
+    return min(max((total_iters or 0) // 5, 2), 10)
+
+
+def auto_backend(transformer_engine: bool) -> tuple[str, str]:
+    """TRANSFORMER_IMPL=auto: (backend, why)."""
+    if transformer_engine:
+        return "transformer_engine", "transformer_engine imports"
+    return "native", "transformer_engine is not installed"
+
+
+def auto_native_kernels(liger: bool) -> tuple[str, str]:
+    """NATIVE_KERNELS=auto: (kernels, why)."""
+    if liger:
+        return "liger", "Liger-Kernel is installed"
+    return "torch", "Liger-Kernel is not installed: plain torch kernels"
+
+
+def backend_flags(backend: str, masked_softmax_kernel: bool) -> tuple[list[str], list[str]]:
+    """The Megatron flags a resolved backend implies: (GPT_ARGS words, TRAIN_ARGS words).
+
+    Megatron's --transformer-impl is TE's or the local one (the native backend builds on the
+    local spec). Without TE, Megatron's RoPE fusion (TE's kernel) must be off, the native
+    backend has its own fused QKV RoPE (FUSED_SINGLE_QKV_ROPE), and Megatron's persistent
+    LayerNorm (apex/TE's) is off: the torch and native norms have none. The local spec's
+    attention softmax: Megatron's fused kernel is apex's scaled_masked_softmax_cuda; absent,
+    the first forward at seq <= 4096 dies with ModuleNotFoundError, so torch's softmax runs
+    instead (numerically the same)."""
+    gpt = ["--transformer-impl",
+           "transformer_engine" if backend == "transformer_engine" else "local"]
+    train = []
+    if backend != "transformer_engine":
+        train += ["--no-rope-fusion", "--no-persist-layer-norm"]
+    if backend == "local" and not masked_softmax_kernel:
+        train += ["--no-masked-softmax-fusion"]
+    return gpt, train
+
+
+def nan_check_flags(value: str) -> list[str]:
+    """NAN_CHECK=step replaces Megatron's per-bucket NaN/Inf check (a host-GPU sync for every
+    gradient bucket in each backward) with one check of the loss and global gradient norm per
+    iteration (training.loop_hooks); NAN_CHECK=bucket keeps Megatron's."""
+    return ["--no-check-for-nan-in-loss-and-grad"] if value == "step" else []
+
+
+def closest_toggle(name: str, names=None) -> str | None:
+    """The registry name (of `names`, default the core's) closest to a (mistyped) variable."""
+    matches = difflib.get_close_matches(name, BY_NAME if names is None else names, n=1,
+                                        cutoff=0.8)
     return matches[0] if matches else None
 
 

@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from training import REPO_ROOT
+
 RUN_ENV = "MLPERF_RUN"
-_REPO = str(Path(__file__).resolve().parents[2])
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,7 @@ class MLLog:
             logger.addHandler(logging.StreamHandler(sys.stdout))
         self._logger = logger
         # stack offset 2: the call site recorded is the caller of event/start/end
-        self._ml = mllog.MLLogger(logger=logger, default_stack_offset=2, root_dir=_REPO)
+        self._ml = mllog.MLLogger(logger=logger, default_stack_offset=2, root_dir=str(REPO_ROOT))
 
     def event(self, key: str, value: Any = None, metadata: dict | None = None) -> None:
         if self._ml is not None:

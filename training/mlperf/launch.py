@@ -2,14 +2,14 @@
 
 Called by examples/mlperf/llama31_8b/run_llama31_8b.sh in place of `python -m training.launch`:
 the same launcher (registry, guards, run folder, manifest, startup table, shell assignments on
-stdout), with the llama31_8b recipe in front of it:
+stdout) with the llama31_8b recipe layer (training/mlperf/layer.py) on top of it:
 
   1. recipe values: every knob of config.yaml you did not set (environment or KEY=VALUE word)
      gets the recipe's value, with its reason (the rule, or the arithmetic from BS/LR); the
      table shows them with source "recipe";
-  2. the guard mlperf_closed_rules checks the resolved launch (closed: a break is refused);
-  3. in the closed division, Megatron --flags that would change a rule are refused;
-  4. `export MLPERF_RUN=<json>`: what the run needs for mlperf.log and the stop at the target
+  2. the layer's guard mlperf_closed_rules checks the resolved launch with the core's guards
+     (closed: a break, or a Megatron --flag that would change a rule, is refused);
+  3. `export MLPERF_RUN=<json>`: what the run needs for mlperf.log and the stop at the target
      (every rank of every node reads it; node 0 also stores it in manifest.json as "mlperf").
 """
 from __future__ import annotations
@@ -18,76 +18,16 @@ import json
 import os
 import shlex
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
-from training.launch.settings import BadInput, LaunchError, Refusal, Setting
+from training.launch.settings import BadInput, LaunchError
 
 from . import rules as rules_mod
+from .layer import llama31_8b
 
 FAMILY = "llama3"
 RUN_ENV = "MLPERF_RUN"
-
-
-@dataclass
-class RecipeValue:
-    name: str
-    value: Any
-    why: str
-
-
-def _word(value: Any) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
-
-
-def recipe_values(rules: rules_mod.Rules, environ: dict[str, str],
-                  assignments: dict[str, str]) -> list[RecipeValue]:
-    """The recipe's value for every knob the user left unset (env or KEY=VALUE word)."""
-    from training.launch.toggles import BY_NAME, parse_value
-
-    given = {k: v for k, v in environ.items() if v != ""}
-    given.update(assignments)
-
-    def user(name: str) -> bool:
-        return name in given
-
-    def current(name: str, default: Any) -> Any:
-        return parse_value(BY_NAME[name], given[name]) if user(name) else default
-
-    out: list[RecipeValue] = []
-
-    def put(name: str, value: Any, why: str) -> None:
-        if not user(name):
-            out.append(RecipeValue(name, value, why))
-
-    put("MLPERF_DIVISION", "closed", "the benchmark's closed division (open: MLPERF_DIVISION=open)")
-    put("MODEL_SIZE", rules.model["MODEL_SIZE"], "Llama 3.1 8B (closed rule)")
-    for name, value in rules.closed.items():
-        put(name, value, "closed rule")
-    free = rules.free
-    bs = current("BS", free["BS"])
-    lr = current("LR", free["LR"])
-    put("BS", bs, "the reference's global batch (free)")
-    put("LR", lr, "the reference's peak LR at BS 32 (free)")
-    put("MIN_LR", rules_mod.min_lr(rules, lr), f"{rules.min_lr_ratio:g} x LR: the cosine decay "
-                                               "ends at 0.1x the base LR")
-    every = current("MLPERF_EVAL_EVERY", rules.closed["MLPERF_EVAL_EVERY"])
-    samples = current("MLPERF_EVAL_SAMPLES", rules.closed["MLPERF_EVAL_SAMPLES"])
-    put("EVAL_INTERVAL", rules_mod.eval_interval(every, bs),
-        f"ceil(MLPERF_EVAL_EVERY {every} / BS {bs}): evaluate every {every} sequences")
-    n = rules_mod.evaluated_sequences(samples, bs)
-    put("EVAL_ITERS", rules_mod.eval_iters(samples, bs),
-        f"ceil(MLPERF_EVAL_SAMPLES {samples} / BS {bs}): the first {n} validation sequences")
-    warmup = free["warmup_samples"]
-    put("WARMUP_ITERS", rules_mod.warmup_iters(warmup, bs),
-        f"ceil({warmup} warm-up samples (the reference's) / BS {bs})")
-    put("TOTAL_ITERS", free["TOTAL_ITERS"], "give-up cap: the run stops at MLPERF_TARGET_LOSS")
-    put("EXP_NAME", free["EXP_NAME"], "MLPerf run folder")
-    return out
 
 
 def run_config(launch, rules: rules_mod.Rules) -> dict[str, Any]:
@@ -98,34 +38,18 @@ def run_config(launch, rules: rules_mod.Rules) -> dict[str, Any]:
             "eval_every_samples": s["MLPERF_EVAL_EVERY"],
             "eval_samples": s["MLPERF_EVAL_SAMPLES"],
             "org": s.get("MLPERF_ORG"), "platform": s.get("MLPERF_PLATFORM"),
-            "precision": launch.ctx.recipe.name, "ruleset": rules.ruleset,
+            "precision": launch.run.precision, "ruleset": rules.ruleset,
             "config_filename": rules.config_filename}
 
 
 def resolve_mlperf(environ: dict[str, str], words: list[str],
                    rules: rules_mod.Rules | None = None):
     """(launch, recipe values, run config); raises LaunchError like training.launch.resolve."""
-    from training.launch.resolve import resolve, split_words
+    from training.launch.resolve import resolve
 
     rules = rules or rules_mod.load()
-    assignments, _flags = split_words(words)
-    recipe = recipe_values(rules, environ, assignments)
-    env = dict(environ, **{rules_mod.RECIPE_MARKER: rules.benchmark})
-    launch = resolve(FAMILY, env, [f"{r.name}={_word(r.value)}" for r in recipe] + list(words))
-    # Provenance: the recipe's values came in as words; the table says where they came from.
-    for r in recipe:
-        setting = launch.settings.values[r.name]
-        if setting.source == "cli":
-            launch.settings.values[r.name] = Setting(r.name, setting.value, "recipe",
-                                                     f"MLPerf {rules.benchmark}: {r.why}")
-    if launch.settings["MLPERF_DIVISION"] == "closed":
-        flags = rules_mod.rule_flags(launch.user_args)
-        if flags:
-            raise Refusal("mlperf_closed_rules",
-                          f"MLPERF_DIVISION=closed: {' '.join(flags)} would change a closed rule "
-                          "behind the recipe (examples/mlperf/llama31_8b/config.yaml). Use the "
-                          "KEY=VALUE knobs, or MLPERF_DIVISION=open.")
-    return launch, recipe, run_config(launch, rules)
+    launch = resolve(FAMILY, environ, list(words), layers=[llama31_8b(rules)])
+    return launch, launch.recipe_values, run_config(launch, rules)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,8 +1,8 @@
 """The llama31_8b rules (examples/mlperf/llama31_8b/config.yaml) and the arithmetic around them.
 
 Three users:
-  - training.mlperf.launch: the recipe's values for every knob the user left unset;
-  - the guard mlperf_closed_rules (training/launch/guards.py): `findings()` on a resolved launch;
+  - the recipe layer (training/mlperf/layer.py): the recipe's values for every knob the user
+    left unset, and its guard mlperf_closed_rules: `findings()` on a resolved launch;
   - the run (training.mlperf.events): the evaluation cadence it logs.
 
 Evaluation cadence, in sequences -> Megatron iterations (the reference rounds up the same way):
@@ -18,11 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from training import REPO_ROOT
+
 CONFIG = REPO_ROOT / "examples" / "mlperf" / "llama31_8b" / "config.yaml"
-# training.mlperf.launch adds this name to the environment it resolves with: the guard then
-# knows the launch comes with mllog, the in-order evaluation set and the stop at the target.
-RECIPE_MARKER = "MLPERF_RECIPE"
 
 
 @dataclass(frozen=True)
@@ -123,8 +121,8 @@ def _one_prefix(value: str | None) -> bool:
     return value is None or len(parse_data_path(value)) == 1
 
 
-def findings(settings, environ: dict[str, str], rules: Rules | None = None) -> Findings:
-    """What the guard says about a launch with MLPERF_DIVISION set."""
+def findings(settings, rules: Rules | None = None) -> Findings:
+    """What the guard mlperf_closed_rules says about a launch of the recipe."""
     rules = rules or load()
     out = Findings()
     values = {name: setting.value for name, setting in settings.values.items()}
@@ -178,11 +176,6 @@ def findings(settings, environ: dict[str, str], rules: Rules | None = None) -> F
         short = _too_few_sequences(values)
         if short:
             out.refusals.append(short)
-    if environ.get(RECIPE_MARKER) != rules.benchmark:
-        out.infos.append(
-            "MLPERF_DIVISION only checks the rules here: mlperf.log, the in-order evaluation set "
-            "and the stop at MLPERF_TARGET_LOSS come with examples/mlperf/llama31_8b/"
-            "run_llama31_8b.sh.")
     return out
 
 
@@ -206,7 +199,7 @@ def _too_few_sequences(values: dict[str, Any]) -> str | None:
 
 
 # Megatron flags (after the KEY=VALUE words) that would change a closed rule behind the
-# launcher's back; training.mlperf.launch refuses them in the closed division.
+# launcher's back; the guard mlperf_closed_rules refuses them in the closed division.
 RULE_FLAGS = ("--hidden-dropout", "--attention-dropout", "--lr", "--min-lr", "--lr-",
               "--adam-", "--weight-decay", "--clip-grad", "--seq-length", "--eval-",
               "--num-layers", "--hidden-size", "--ffn-hidden-size", "--num-attention-heads",

@@ -13,5 +13,14 @@
 
 Each module offers the Liger/Triton kernel and a plain torch implementation of the same
 function; which one runs is decided once by the launcher (NATIVE_KERNELS) and shown in the
-startup table. Tests compare the two.
+startup table. Tests compare the two. What goes into Megatron goes through the patch table
+(training.megatron_patches); the manifest's "native" section names what is in place.
+
+Two ops have a second Triton implementation with NATIVE_KERNELS=liger: Liger-Kernel's own
+Megatron integration (liger_kernel.megatron: LigerMegatronRMSNorm, LigerMegatronSwiGLU over
+its fused gate-up kernel). IMPLEMENTATION picks, per op, "ours" (norm.LigerRMSNorm,
+swiglu.bias_swiglu) or "liger_megatron"; switching is one line here, decided from the
+timing of both (dev/gpu/liger_megatron.sh -> docs/benchmarks/kernels-liger-megatron_*.json).
 """
+
+IMPLEMENTATION = {"rmsnorm": "ours", "swiglu": "ours"}

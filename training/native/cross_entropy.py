@@ -88,4 +88,10 @@ def make_output_processor(kernels: str, chunk_mem: int = 1):
         return linear_cross_entropy_sum(hidden_states.reshape(s * b, h), weight, target, kernels,
                                         chunk_mem=chunk_mem)
 
+    output_processor.description = (
+        f"Liger fused linear cross-entropy (chunk_mem_const {chunk_mem}) "
+        "(liger_kernel.transformers.functional.liger_fused_linear_cross_entropy)"
+        if kernels == "liger" else
+        f"chunked torch fused linear cross-entropy ({ChunkedLinearCrossEntropy.__module__}."
+        f"{ChunkedLinearCrossEntropy.__qualname__})")
     return output_processor

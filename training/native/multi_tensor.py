@@ -40,18 +40,3 @@ def foreach_scale(chunk_size, noop_flag, tensor_lists, scale):
             torch._foreach_mul_(dst, scale)
     else:  # src's dtype does the multiply, as in Megatron's local version
         torch._foreach_copy_(dst, src if scale == 1.0 else torch._foreach_mul(src, scale))
-
-
-def install() -> str:
-    """Give Megatron's gradient clipping and optimizer these ops where it fell back to its
-    local versions (neither Transformer Engine nor apex imports). Returns a description."""
-    from megatron.core import utils
-    from megatron.core.optimizer import clip_grads
-    from megatron.core.optimizer import optimizer as megatron_optimizer
-
-    if clip_grads.l2_norm_impl in (foreach_l2_norm, utils.local_multi_tensor_l2_norm):
-        clip_grads.l2_norm_impl = foreach_l2_norm
-        clip_grads.multi_tensor_scale_impl = foreach_scale
-        megatron_optimizer.multi_tensor_scale_impl = foreach_scale
-        return "torch foreach l2 norm and in-place scale (gradient clipping, param copies)"
-    return "Transformer Engine / apex multi-tensor ops (installed)"

@@ -6,19 +6,9 @@ Megatron all-reduces its gradient over the tensor-parallel group.
 """
 from __future__ import annotations
 
+import functools
+
 import torch
-
-_active = "torch"
-
-
-def configure(kernels: str) -> None:
-    """Select 'liger' or 'torch' for every NativeRMSNorm built afterwards."""
-    global _active
-    if kernels not in ("liger", "torch"):
-        raise ValueError(f"unknown kernels {kernels!r}")
-    if kernels == "liger":
-        from liger_kernel.transformers.functional import liger_rms_norm  # noqa: F401
-    _active = kernels
 
 
 def rms_norm_torch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -36,7 +26,9 @@ def rms_norm_liger(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.T
 
 
 class NativeRMSNorm(torch.nn.Module):
-    """Megatron norm-slot signature: (config, hidden_size, eps, ...)."""
+    """Megatron norm-slot signature: (config, hidden_size, eps, ...); torch's rms_norm."""
+
+    kernels = "torch"
 
     def __init__(self, config, hidden_size: int, eps: float = 1e-5, persist_layer_norm=False,
                  zero_centered_gamma: bool = False, normalization: str = "RMSNorm"):
@@ -47,7 +39,6 @@ class NativeRMSNorm(torch.nn.Module):
         if zero_centered_gamma or getattr(config, "layernorm_zero_centered_gamma", False):
             raise ValueError("the native RMSNorm does not implement zero-centred gamma")
         self.eps = eps
-        self.kernels = _active
         self.weight = torch.nn.Parameter(torch.ones(hidden_size, dtype=config.params_dtype))
         # Megatron all-reduces grads of params marked sequence_parallel over the TP group.
         setattr(self.weight, "sequence_parallel", bool(config.sequence_parallel))
@@ -56,3 +47,25 @@ class NativeRMSNorm(torch.nn.Module):
         if self.kernels == "liger" and x.is_cuda:  # Triton runs on GPUs only (CPU: tests)
             return rms_norm_liger(x, self.weight, self.eps)
         return rms_norm_torch(x, self.weight, self.eps)
+
+
+class LigerRMSNorm(NativeRMSNorm):
+    """NativeRMSNorm through Liger-Kernel's Triton RMSNorm (NATIVE_KERNELS=liger)."""
+
+    kernels = "liger"
+
+
+@functools.cache
+def liger_megatron_rms_norm():
+    """Liger-Kernel's own Megatron RMSNorm (liger_kernel.megatron), the alternative to
+    LigerRMSNorm (the same Triton kernel; training.native.IMPLEMENTATION picks one), with
+    torch's rms_norm for CPU tensors (tests) where Triton cannot run."""
+    from liger_kernel.megatron import LigerMegatronRMSNorm
+
+    class LigerMegatronNorm(LigerMegatronRMSNorm):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if not x.is_cuda:
+                return rms_norm_torch(x, self.weight, self.eps)
+            return super().forward(x)
+
+    return LigerMegatronNorm

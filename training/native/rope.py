@@ -46,6 +46,13 @@ def rope_torch(mixed_qkv, q_freqs, k_freqs, q_per_group: int, head_dim: int):
 
 if HAVE_TRITON:
     @triton.jit
+    def _head_row(t, g, GROUPS):
+        """Index of (token t, query group g) over s*b*groups, in int64: multiplied by the
+        group's width ((R + 2) * head_dim, 768 elements at Llama3-8B), an int32 index passes
+        2^31 from about 2.8M tokens per micro-batch (s x b), sooner for wider groups."""
+        return t.to(tl.int64) * GROUPS + g
+
+    @triton.jit
     def _qkv_rope_fwd(qkv_ptr, fq_ptr, fk_ptr, q_ptr, k_ptr, v_ptr, B, GROUPS,
                       R: tl.constexpr, HALF: tl.constexpr, BLOCK: tl.constexpr):
         t = tl.program_id(0)          # token index over s*b
@@ -58,21 +65,22 @@ if HAVE_TRITON:
         fk = tl.load(fk_ptr + pos * hd + offs, mask=mask, other=0.0).to(tl.float32)
         cq, sq = tl.cos(fq), tl.sin(fq)
         ck, sk = tl.cos(fk), tl.sin(fk)
-        base = qkv_ptr + (t * GROUPS + g) * (R + 2) * hd
+        tg = _head_row(t, g, GROUPS)
+        base = qkv_ptr + tg * (R + 2) * hd
         for j in tl.static_range(R):
             x1 = tl.load(base + j * hd + offs, mask=mask).to(tl.float32)
             x2 = tl.load(base + j * hd + HALF + offs, mask=mask).to(tl.float32)
-            out = q_ptr + ((t * GROUPS + g) * R + j) * hd
+            out = q_ptr + (tg * R + j) * hd
             tl.store(out + offs, (x1 * cq - x2 * sq).to(q_ptr.dtype.element_ty), mask=mask)
             tl.store(out + HALF + offs, (x2 * cq + x1 * sq).to(q_ptr.dtype.element_ty), mask=mask)
         x1 = tl.load(base + R * hd + offs, mask=mask).to(tl.float32)
         x2 = tl.load(base + R * hd + HALF + offs, mask=mask).to(tl.float32)
-        out = k_ptr + (t * GROUPS + g) * hd
+        out = k_ptr + tg * hd
         tl.store(out + offs, (x1 * ck - x2 * sk).to(k_ptr.dtype.element_ty), mask=mask)
         tl.store(out + HALF + offs, (x2 * ck + x1 * sk).to(k_ptr.dtype.element_ty), mask=mask)
         v1 = tl.load(base + (R + 1) * hd + offs, mask=mask)
         v2 = tl.load(base + (R + 1) * hd + HALF + offs, mask=mask)
-        out = v_ptr + (t * GROUPS + g) * hd
+        out = v_ptr + tg * hd
         tl.store(out + offs, v1, mask=mask)
         tl.store(out + HALF + offs, v2, mask=mask)
 
@@ -89,22 +97,23 @@ if HAVE_TRITON:
         fk = tl.load(fk_ptr + pos * hd + offs, mask=mask, other=0.0).to(tl.float32)
         cq, sq = tl.cos(fq), tl.sin(fq)
         ck, sk = tl.cos(fk), tl.sin(fk)
-        base = dqkv_ptr + (t * GROUPS + g) * (R + 2) * hd
+        tg = _head_row(t, g, GROUPS)
+        base = dqkv_ptr + tg * (R + 2) * hd
         for j in tl.static_range(R):
-            src = dq_ptr + ((t * GROUPS + g) * R + j) * hd
+            src = dq_ptr + (tg * R + j) * hd
             y1 = tl.load(src + offs, mask=mask).to(tl.float32)
             y2 = tl.load(src + HALF + offs, mask=mask).to(tl.float32)
             tl.store(base + j * hd + offs, (y1 * cq + y2 * sq).to(dqkv_ptr.dtype.element_ty),
                      mask=mask)
             tl.store(base + j * hd + HALF + offs,
                      (y2 * cq - y1 * sq).to(dqkv_ptr.dtype.element_ty), mask=mask)
-        src = dk_ptr + (t * GROUPS + g) * hd
+        src = dk_ptr + tg * hd
         y1 = tl.load(src + offs, mask=mask).to(tl.float32)
         y2 = tl.load(src + HALF + offs, mask=mask).to(tl.float32)
         tl.store(base + R * hd + offs, (y1 * ck + y2 * sk).to(dqkv_ptr.dtype.element_ty), mask=mask)
         tl.store(base + R * hd + HALF + offs, (y2 * ck - y1 * sk).to(dqkv_ptr.dtype.element_ty),
                  mask=mask)
-        src = dv_ptr + (t * GROUPS + g) * hd
+        src = dv_ptr + tg * hd
         tl.store(base + (R + 1) * hd + offs, tl.load(src + offs, mask=mask), mask=mask)
         tl.store(base + (R + 1) * hd + HALF + offs, tl.load(src + HALF + offs, mask=mask),
                  mask=mask)
@@ -140,37 +149,30 @@ class _FusedQKVRope(torch.autograd.Function):
         return dqkv, None, None, None, None
 
 
-_active = "torch"
-
-
-def configure(kernels: str) -> None:
-    global _active
+def fused_qkv_rope(kernels: str):
+    """Megatron's apply_fused_qkv_rotary_pos_emb (TE's function of that name and signature)
+    with the native kernels: the Triton kernel on GPUs with NATIVE_KERNELS=liger, torch ops
+    otherwise (and on CPU tensors: tests)."""
     if kernels == "liger" and not HAVE_TRITON:
         raise RuntimeError("NATIVE_KERNELS=liger needs Triton for the fused QKV RoPE kernel")
-    _active = kernels
+
+    def apply_fused_qkv_rotary_pos_emb(mixed_qkv, q_pos_emb, k_pos_emb, qkv_split_arg_list):
+        q_size, head_dim, v_size = qkv_split_arg_list
+        if v_size != head_dim or q_size % head_dim or head_dim % 2:
+            raise ValueError(f"unexpected QKV split {qkv_split_arg_list}")
+        q_per_group = q_size // head_dim
+        if q_pos_emb.shape[-1] != head_dim:
+            raise ValueError("fused QKV RoPE needs rotary_percent=1 (RoPE over the whole head)")
+        if kernels == "liger" and mixed_qkv.is_cuda:
+            return _FusedQKVRope.apply(mixed_qkv, q_pos_emb, k_pos_emb, q_per_group, head_dim)
+        return rope_torch(mixed_qkv, q_pos_emb, k_pos_emb, q_per_group, head_dim)
+
+    apply_fused_qkv_rotary_pos_emb.description = (
+        "native fused QKV RoPE, one Triton kernel over the packed QKV" if kernels == "liger"
+        else "native fused QKV RoPE, torch ops over the packed QKV")
+    return apply_fused_qkv_rotary_pos_emb
 
 
-def apply_fused_qkv_rotary_pos_emb(mixed_qkv, q_pos_emb, k_pos_emb, qkv_split_arg_list):
-    """Megatron's call signature (TE's function of the same name)."""
-    q_size, head_dim, v_size = qkv_split_arg_list
-    if v_size != head_dim or q_size % head_dim or head_dim % 2:
-        raise ValueError(f"unexpected QKV split {qkv_split_arg_list}")
-    q_per_group = q_size // head_dim
-    if q_pos_emb.shape[-1] != head_dim:
-        raise ValueError("fused QKV RoPE needs rotary_percent=1 (RoPE over the whole head)")
-    if _active == "liger" and mixed_qkv.is_cuda:  # Triton runs on GPUs only (CPU: tests)
-        return _FusedQKVRope.apply(mixed_qkv, q_pos_emb, k_pos_emb, q_per_group, head_dim)
-    return rope_torch(mixed_qkv, q_pos_emb, k_pos_emb, q_per_group, head_dim)
-
-
-def install(kernels: str) -> str:
-    """Give Megatron's attention this function in place of TE's. Returns a description."""
-    from megatron.core.transformer import attention
-
-    configure(kernels)
-    if attention.HAVE_FUSED_QKV_ROPE:
-        return "Transformer Engine's fused QKV RoPE (installed)"
-    attention.apply_fused_qkv_rotary_pos_emb = apply_fused_qkv_rotary_pos_emb
-    attention.HAVE_FUSED_QKV_ROPE = True
-    return ("native: one Triton kernel over the packed QKV" if kernels == "liger"
-            else "native: torch ops over the packed QKV")
+def qkv_rope_replacement(original, run):
+    """The patch table's factory (training.megatron_patches, native_qkv_rope)."""
+    return fused_qkv_rope(run.args.native_kernels)

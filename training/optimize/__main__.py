@@ -11,9 +11,10 @@ import json
 import sys
 from pathlib import Path
 
+from training import REPO_ROOT
+
 from .inputs import BadInput
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def build_parser() -> argparse.ArgumentParser:

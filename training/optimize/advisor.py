@@ -25,7 +25,9 @@ from training.launch.toggles import BY_NAME, PERF_TOGGLES
 from . import memory as mem
 from . import recipes as recipes_mod
 from . import rules
-from .config import RunConfig, from_manifest
+from training.run_description import RunDescription, divisors
+
+from .config import device_gib, from_manifest, platform_of, script, shape_key
 from .inputs import BadInput, RunInputs
 from .levers import LeverBook, Match
 from .memory import Estimate, estimate
@@ -41,7 +43,7 @@ NOT_IN_COMMAND = ("EXPERIMENT_DIR", "EXP_NAME", "RUN_ID", "DRY_RUN")
 class Context:
     """What the rules may look at."""
 
-    config: RunConfig
+    config: RunDescription
     estimate: Estimate
     bottleneck: str = "throughput-bound"
     split: str = rules.UNKNOWN
@@ -49,7 +51,7 @@ class Context:
     asked: dict[str, Any] = field(default_factory=dict)
     observed: str | None = None   # memory pressure the run itself showed (OOM, peak > 90%)
 
-    def fits(self, config: RunConfig) -> bool:
+    def fits(self, config: RunDescription) -> bool:
         return bool(estimate(config).fits)
 
     def trace_pct(self, key: str) -> float | None:
@@ -68,25 +70,28 @@ class Context:
 
 # -- the asked shape ---------------------------------------------------------------------------
 
-def asked_config(config: RunConfig, want: dict[str, int | None]) -> RunConfig | None:
+# --want-<option> -> the toggle it asks for (and what the bottleneck calls it)
+WANTS = (("seq_length", "SEQ_LENGTH", "seq"), ("mbs", "MBS", "mbs"),
+         ("global_batch", "BS", "global batch"))
+
+
+def asked_config(config: RunDescription, want: dict[str, int | None]) -> RunDescription | None:
     changes = {}
-    if want.get("seq_length"):
-        changes["seq"] = int(want["seq_length"])
-    if want.get("mbs"):
-        changes["mbs"] = int(want["mbs"])
-    if want.get("global_batch"):
-        changes["global_batch"] = int(want["global_batch"])
+    for option, toggle, _label in WANTS:
+        if want.get(option):
+            value = int(want[option])
+            if value < 1:
+                raise BadInput(f"--want-{option.replace('_', '-')} {value}: must be at least 1")
+            changes[toggle] = value
     if not changes:
         return None
-    for key, value in changes.items():
-        if value < 1:
-            raise BadInput(f"--want-{key.replace('_', '-')} {value}: must be at least 1")
-    new = config.with_changes(**changes)
-    step = new.mbs * new.dp
-    if new.global_batch % step:
-        raise BadInput(f"the asked shape has global batch {new.global_batch}, not a multiple of "
-                       f"MBS*DP = {new.mbs}*{new.dp} = {step}: ask --want-global-batch "
-                       f"{max(step, new.global_batch // step * step)} or another --want-mbs")
+    new = config.with_values(**changes)
+    lay = new.layout
+    step = lay.mbs * lay.dp
+    if lay.global_batch % step:
+        raise BadInput(f"the asked shape has global batch {lay.global_batch}, not a multiple of "
+                       f"MBS*DP = {lay.mbs}*{lay.dp} = {step}: ask --want-global-batch "
+                       f"{max(step, lay.global_batch // step * step)} or another --want-mbs")
     return new
 
 
@@ -96,11 +101,12 @@ def _pct(value: float | None) -> str:
     return f"{100 * value:.0f}%" if value is not None else "?"
 
 
-def bottleneck(inputs: RunInputs, config: RunConfig, est: Estimate, asked: RunConfig | None,
-               asked_est: Estimate | None) -> dict[str, Any]:
+def bottleneck(inputs: RunInputs, config: RunDescription, est: Estimate,
+               asked: RunDescription | None, asked_est: Estimate | None,
+               platform_source: str = "") -> dict[str, Any]:
     evidence: list[str] = []
     memory_reasons: list[str] = []
-    device = config.device_gib
+    device = device_gib(config)
     limit = mem.MEMORY_BOUND_FRACTION * device if device else None
 
     observed = None
@@ -108,9 +114,8 @@ def bottleneck(inputs: RunInputs, config: RunConfig, est: Estimate, asked: RunCo
         memory_reasons.append(f"out of memory in {inputs.log_path.name}: {inputs.oom_lines[0]}")
         observed = "ran out of memory"
     if asked is not None and asked_est is not None:
-        what = ", ".join(f"{k} {getattr(config, a)} -> {getattr(asked, a)}"
-                         for k, a in (("seq", "seq"), ("mbs", "mbs"), ("global batch", "global_batch"))
-                         if getattr(config, a) != getattr(asked, a))
+        what = ", ".join(f"{label} {config[toggle]} -> {asked[toggle]}"
+                         for _option, toggle, label in WANTS if config[toggle] != asked[toggle])
         fits = ("fits" if asked_est.fits else "does not fit") if device else "unknown fit"
         memory_reasons.append(f"asked for a bigger shape ({what}): estimate "
                               f"{asked_est.peak_gib:.1f} GiB of {device or '?'} GiB "
@@ -130,7 +135,7 @@ def bottleneck(inputs: RunInputs, config: RunConfig, est: Estimate, asked: RunCo
         else:
             evidence.append(line)
     if device is None:
-        evidence.append(f"GPU memory unknown: {config.platform_source}")
+        evidence.append(f"GPU memory unknown: {platform_source}")
     elif not memory_reasons:
         evidence.append(f"estimated peak {est.peak_gib:.1f} GiB, {_pct(est.fraction)} of "
                         f"{device:.0f} GiB ({config.platform}): fits under 90%")
@@ -171,39 +176,40 @@ def bottleneck(inputs: RunInputs, config: RunConfig, est: Estimate, asked: RunCo
 
 # -- 2. shape -----------------------------------------------------------------------------------
 
-def shape(config: RunConfig) -> dict[str, Any]:
-    c = config
-    layers = (f"{c.num_layers} of {c.preset_layers} layers" if c.num_layers != c.preset_layers
-              else f"{c.num_layers} layers")
-    long_seq = c.seq >= rules.LONG_SEQUENCE
-    if c.data_path:
+def shape(config: RunDescription, platform_source: str = "") -> dict[str, Any]:
+    c, m, lay = config, config.model, config.layout
+    layers = (f"{m.num_layers} of {m.preset_layers} layers" if m.num_layers != m.preset_layers
+              else f"{m.num_layers} layers")
+    long_seq = m.seq_length >= rules.LONG_SEQUENCE
+    if c.get("DATA_PATH"):
         data = ("fixed-length: Megatron's GPT dataset packs documents end to end into "
-                f"{c.seq}-token samples (no padding: packing is built in; padding-free / "
+                f"{m.seq_length}-token samples (no padding: packing is built in; padding-free / "
                 "variable-length levers do not apply)")
     else:
         data = "fixed-length: mock data (every sample is seq_length tokens)"
-    layout = (f"{c.world} GPU{'s' if c.world != 1 else ''} ({c.nnodes} node x "
-              f"{c.gpus_per_node}): TP {c.tp} x PP {c.pp} x CP {c.cp} x DP {c.dp}"
-              f"{', sequence parallel' if c.sp else ''}"
-              f"{', FSDP' if c.fsdp else ', distributed optimizer' if c.dist_opt else ''}; "
-              f"MBS {c.mbs}, global batch {c.global_batch} "
-              f"({c.microbatches} micro-batch{'es' if c.microbatches != 1 else ''} per step)")
-    return {"model": f"{c.model}, {layers}", "architecture": "MoE" if c.moe else "dense",
-            "sequence": f"{c.seq} tokens: {'long' if long_seq else 'short'} "
+    optimizer = (", FSDP" if c["FSDP"] else
+                 ", distributed optimizer" if c["DISTRIBUTED_OPTIMIZER"] else "")
+    layout = (f"{lay.world_size} GPU{'s' if lay.world_size != 1 else ''} ({lay.nnodes} node x "
+              f"{lay.gpus_per_node}): TP {lay.tp} x PP {lay.pp} x CP {lay.cp} x DP {lay.dp}"
+              f"{', sequence parallel' if c['SEQUENCE_PARALLEL'] else ''}{optimizer}; "
+              f"MBS {lay.mbs}, global batch {lay.global_batch} "
+              f"({lay.microbatches} micro-batch{'es' if lay.microbatches != 1 else ''} per step)")
+    return {"model": f"{m.name}, {layers}", "architecture": "MoE" if m.moe else "dense",
+            "sequence": f"{m.seq_length} tokens: {'long' if long_seq else 'short'} "
                         f"(long from {rules.LONG_SEQUENCE})",
             "long_sequence": long_seq, "data": data, "layout": layout,
             "precision": c.precision,
             "backend": c.backend + (f" ({c.kernels} kernels)" if c.backend == "native" else ""),
-            "recompute": c.recompute, "platform": c.platform,
-            "platform_source": c.platform_source,
-            "tp": c.tp, "pp": c.pp, "cp": c.cp, "dp": c.dp, "mbs": c.mbs, "seq": c.seq,
-            "global_batch": c.global_batch, "world": c.world}
+            "recompute": c["RECOMPUTE"], "platform": c.platform,
+            "platform_source": platform_source,
+            "tp": lay.tp, "pp": lay.pp, "cp": lay.cp, "dp": lay.dp, "mbs": lay.mbs,
+            "seq": m.seq_length, "global_batch": lay.global_batch, "world": lay.world_size}
 
 
 # -- already on ----------------------------------------------------------------------------------
 
 def defaults(inputs: RunInputs, book: LeverBook | None = None,
-             config: RunConfig | None = None) -> tuple[list[dict], list[dict]]:
+             config: RunDescription | None = None) -> tuple[list[dict], list[dict]]:
     """(already on, turned off) from the manifest's toggle rows; the launcher's environment.
     A default that the levers file measured *slower* than its off setting, at the shape
     closest to this run, says so instead of 'no action' (CROSS_ENTROPY_LOSS_FUSION on an H200
@@ -219,7 +225,7 @@ def defaults(inputs: RunInputs, book: LeverBook | None = None,
             continue                    # only the native backend uses them
         value, source = str(row.get("value")), row.get("source")
         good = rules.CONFIRM_TOGGLES.get(name, ("1",))
-        what = BY_NAME[name].help if name in BY_NAME else ""
+        what = BY_NAME[name].description if name in BY_NAME else ""
         item = {"toggle": name, "value": value, "source": source,
                 "reason": row.get("reason") or "", "what": what}
         if value in good:
@@ -250,7 +256,7 @@ def defaults(inputs: RunInputs, book: LeverBook | None = None,
     return on, off
 
 
-def _measured_slower(book: LeverBook | None, config: RunConfig | None, name: str,
+def _measured_slower(book: LeverBook | None, config: RunDescription | None, name: str,
                      value: str) -> Match | None:
     if book is None or config is None or name not in {t.name for t in PERF_TOGGLES}:
         return None
@@ -260,9 +266,9 @@ def _measured_slower(book: LeverBook | None, config: RunConfig | None, name: str
 
 # -- 3. levers ---------------------------------------------------------------------------------
 
-def _match(book: LeverBook, sets: dict[str, str], config: RunConfig,
+def _match(book: LeverBook, sets: dict[str, str], config: RunDescription,
            baseline: dict[str, str], measured: bool = False) -> Match | None:
-    return book.find(sets, config.shape_key(), config.platform, baseline, measured)
+    return book.find(sets, shape_key(config), config.platform, baseline, measured)
 
 
 def _batch_one(match: Match | None) -> bool:
@@ -307,36 +313,33 @@ def _recommendation(candidate_id: str, title: str, why: str, mechanism: str,
     return rec
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
-def layout_search(config: RunConfig, more_gpus: bool) -> tuple[dict[str, str], RunConfig] | None:
+def layout_search(config: RunDescription,
+                  more_gpus: bool) -> tuple[dict[str, str], RunDescription] | None:
     """The smallest model-parallel layout that fits: at this GPU count, or on more GPUs."""
-    c = config
+    c, lay = config, config.layout
     if more_gpus:
-        worlds = [w for w in (8, 16, 32, 64, 128, 256, 512, 1024) if w > c.world]
+        worlds = [w for w in (8, 16, 32, 64, 128, 256, 512, 1024) if w > lay.world_size]
     else:
-        worlds = [c.world]
-    tps = [t for t in _divisors(math.gcd(c.heads, c.groups))]
+        worlds = [lay.world_size]
+    tps = divisors(math.gcd(c.model.num_attention_heads, c.model.num_query_groups))
     for world in worlds:
-        gpn = c.gpus_per_node if not more_gpus else min(world, rules.GPUS_PER_NODE_ASSUMED)
+        gpn = lay.gpus_per_node if not more_gpus else min(world, rules.GPUS_PER_NODE_ASSUMED)
         nnodes = world // gpn
         options = []
         for tp in tps:
             if tp > gpn:
                 continue
             for cp in (1, 2, 4, 8):
-                if cp > 1 and (c.backend != "transformer_engine" or c.seq % (2 * cp)):
+                if cp > 1 and (c.backend != "transformer_engine" or c.model.seq_length % (2 * cp)):
                     continue
-                for pp in _divisors(c.num_layers):
+                for pp in divisors(c.model.num_layers):
                     mp = tp * cp * pp
                     if world % mp:
                         continue
-                    if not more_gpus and (tp, cp, pp) == (c.tp, c.cp, c.pp):
+                    if not more_gpus and (tp, cp, pp) == (lay.tp, lay.cp, lay.pp):
                         continue
-                    new = c.with_changes(tp=tp, cp=cp, pp=pp, nnodes=nnodes, gpus_per_node=gpn)
-                    if new.global_batch % (new.mbs * new.dp):
+                    new = c.with_values(TP=tp, CP=cp, PP=pp, NNODES=nnodes, GPUS_PER_NODE=gpn)
+                    if new.layout.global_batch % (new.layout.mbs * new.layout.dp):
                         continue
                     est = estimate(new)
                     if est.fits:
@@ -344,21 +347,19 @@ def layout_search(config: RunConfig, more_gpus: bool) -> tuple[dict[str, str], R
         if options:
             options.sort(key=lambda item: item[0])
             new = options[0][1]
-            sets = {name: str(getattr(new, attr)) for name, attr in
-                    (("TP", "tp"), ("PP", "pp"), ("CP", "cp"))
-                    if getattr(new, attr) != getattr(c, attr)}
-            if new.world != c.world:
-                sets["NNODES"] = str(new.nnodes)
-                sets["GPUS_PER_NODE"] = str(new.gpus_per_node)
+            sets = {name: str(new[name]) for name in ("TP", "PP", "CP") if new[name] != c[name]}
+            if new.layout.world_size != lay.world_size:
+                sets["NNODES"] = str(new["NNODES"])
+                sets["GPUS_PER_NODE"] = str(new["GPUS_PER_NODE"])
             return sets, new
     return None
 
 
-def memory_flow(config: RunConfig, ctx: Context, book: LeverBook) -> dict[str, Any]:
+def memory_flow(config: RunDescription, ctx: Context, book: LeverBook) -> dict[str, Any]:
     recs: list[dict] = []
     current, est = config, estimate(config)
     start = est
-    device = config.device_gib
+    device = device_gib(config)
 
     def steps():
         for cand in rules.MEMORY_LEVERS:
@@ -378,13 +379,14 @@ def memory_flow(config: RunConfig, ctx: Context, book: LeverBook) -> dict[str, A
             new_est = estimate(new)
             title = ("more GPUs, model-parallel layout" if cand == "more_gpus"
                      else "model-parallel layout")
-            why = (f"at {current.world} GPU{'s' if current.world != 1 else ''} the estimate "
+            gpus = current.layout.world_size
+            why = (f"at {gpus} GPU{'s' if gpus != 1 else ''} the estimate "
                    f"is {est.peak_gib:.1f} GiB" + (": no layout fits" if cand == "more_gpus"
                                                    else ""))
             mechanism = ("TP shards weights and activations inside a node; PP splits the "
                          "layers (the first stage holds up to PP micro-batches); CP shards the "
                          "sequence (Transformer Engine only)")
-            baseline = {"TP": str(current.tp), "PP": str(current.pp)}
+            baseline = {"TP": str(current.layout.tp), "PP": str(current.layout.pp)}
             match = _match(book, {k: v for k, v in sets.items() if k in ("TP", "PP", "CP")},
                            current, baseline)
             recs.append(_recommendation(cand, title, why, mechanism, sets, match, "memory",
@@ -434,20 +436,11 @@ def _user_off_candidates(inputs: RunInputs) -> list[tuple[str, str]]:
     for name in names:
         row = rows.get(name)
         if row and str(row.get("value")) == "0" and row.get("source") in USER_SOURCES:
-            out.append((name, BY_NAME[name].help if name in BY_NAME else ""))
+            out.append((name, BY_NAME[name].description if name in BY_NAME else ""))
     return out
 
 
-# A default-on toggle switched back on, as the estimate's RunConfig sees it.
-_BACK_ON = {"DISTRIBUTED_OPTIMIZER": {"dist_opt": True},
-           "OVERLAP_GRAD_REDUCE": {"overlap_grad_reduce": True},
-           "OVERLAP_PARAM_GATHER": {"overlap_param_gather": True},
-           "GRAD_REDUCE_IN_BF16": {"grad_bf16": True},
-           "CROSS_ENTROPY_LOSS_FUSION": {"ce_fusion": True},
-           "GRADIENT_ACCUMULATION_FUSION": {"grad_accum_fusion": True}}
-
-
-def throughput_flow(config: RunConfig, ctx: Context, book: LeverBook,
+def throughput_flow(config: RunDescription, ctx: Context, book: LeverBook,
                     inputs: RunInputs, convergence=recipes_mod.CONVERGENCE) -> dict[str, Any]:
     split = ctx.split
     recs: list[dict] = []
@@ -475,12 +468,11 @@ def throughput_flow(config: RunConfig, ctx: Context, book: LeverBook,
         return rec
 
     for name, help_text in _user_off_candidates(inputs):
-        if name in rules.ON_TOGGLES_FOR_SPEED and config.dp * config.cp == 1:
+        if name in rules.ON_TOGGLES_FOR_SPEED and config.layout.dp * config.layout.cp == 1:
             considered.append(f"{name}=0: at DP x CP = 1 there is no optimizer state to shard "
                               "and no gradient reduce or param gather to overlap, so it stays")
             continue
-        changes = _BACK_ON.get(name, {})
-        new = config.with_changes(**changes) if changes else config
+        new = config.with_values(**{name: True})
         consider(f"on:{name}", f"{name} back on (a default-on toggle)",
                  f"you set {name}=0", help_text, {name: "1"}, new, {name: "0"})
     guarded = [r.get("toggle") for r in inputs.manifest.get("toggles", [])
@@ -498,18 +490,19 @@ def throughput_flow(config: RunConfig, ctx: Context, book: LeverBook,
         sets, new = cand.change(config)
         consider(cand.id, cand.title, why, cand.mechanism, sets, new, cand.baseline(config))
     _precision_recipe(config, book, consider, considered, convergence)
-    bigger = config.with_changes(mbs=config.mbs * 2)
-    if (config.device_gib and config.global_batch % (bigger.mbs * bigger.dp) == 0
+    bigger = config.with_values(MBS=config.layout.mbs * 2)
+    if (device_gib(config) and config.layout.global_batch % (bigger.layout.mbs
+                                                             * bigger.layout.dp) == 0
             and not any(r["id"] == "mbs_up" for r in recs + unproductive)):
         est = estimate(bigger)
         if not est.fits:
-            considered.append(f"MBS={bigger.mbs}: estimate {est.peak_gib:.1f} GiB, "
-                              f"{_pct(est.fraction)} of {config.device_gib:.0f} GiB: above "
+            considered.append(f"MBS={bigger.layout.mbs}: estimate {est.peak_gib:.1f} GiB, "
+                              f"{_pct(est.fraction)} of {device_gib(config):.0f} GiB: above "
                               "90%, so the micro-batch stays")
     return {"recommendations": recs, "unproductive": unproductive, "considered": considered}
 
 
-def _precision_recipe(config: RunConfig, book: LeverBook, consider, considered: list[str],
+def _precision_recipe(config: RunDescription, book: LeverBook, consider, considered: list[str],
                       convergence) -> None:
     """The recipe of this GPU measured fastest against bf16, with its convergence A/B."""
     names = recipes_mod.platform_recipes(config)
@@ -532,7 +525,7 @@ def _precision_recipe(config: RunConfig, book: LeverBook, consider, considered: 
              "Transformer Engine computes the GEMMs in 8-bit floats with per-tensor or "
              "per-block scales (twice the tensor-core rate of bf16) and keeps bf16 master "
              "weights; it changes numerics, hence the convergence A/B",
-             {"PRECISION": name}, config.with_changes(precision=name), {"PRECISION": "bf16"},
+             {"PRECISION": name}, config.with_values(PRECISION=name), {"PRECISION": "bf16"},
              measured=True)
     text = recipes_mod.convergence_text(name, convergence)
     rec["convergence"] = text
@@ -542,7 +535,7 @@ def _precision_recipe(config: RunConfig, book: LeverBook, consider, considered: 
         rec["set"] = " ".join(f"{k}={v}" for k, v in rec["sets"].items())
 
 
-def dead_ends(config: RunConfig, ctx: Context, book: LeverBook,
+def dead_ends(config: RunDescription, ctx: Context, book: LeverBook,
               unproductive: list[dict], recommended: frozenset[str] = frozenset()
               ) -> list[dict]:
     out = []
@@ -553,7 +546,7 @@ def dead_ends(config: RunConfig, ctx: Context, book: LeverBook,
     for dead in rules.DEAD_ENDS:
         if not dead.when(config, ctx) or dead.superseded_by in recommended:
             continue
-        match = (book.find(dead.cite, config.shape_key(), config.platform)
+        match = (book.find(dead.cite, shape_key(config), config.platform)
                  if dead.cite else None)
         if match is not None and (not match.exact or match.verdict == "not measured"):
             match = None                   # cite only a measured entry of exactly that setting
@@ -565,8 +558,9 @@ def dead_ends(config: RunConfig, ctx: Context, book: LeverBook,
     return out
 
 
-def command(inputs: RunInputs, config: RunConfig, recs: list[dict],
-            asked: RunConfig | None = None, base: RunConfig | None = None) -> str | None:
+def command(inputs: RunInputs, config: RunDescription, recs: list[dict],
+            asked: RunDescription | None = None,
+            base: RunDescription | None = None) -> str | None:
     if not recs:
         return None
     rows = inputs.manifest.get("toggles", [])
@@ -576,12 +570,12 @@ def command(inputs: RunInputs, config: RunConfig, recs: list[dict],
                 and row.get("toggle") not in NOT_IN_COMMAND):
             words[row["toggle"]] = str(row.get("value"))
     if asked is not None and base is not None:
-        for name, attr in (("SEQ_LENGTH", "seq"), ("MBS", "mbs"), ("BS", "global_batch")):
-            if getattr(asked, attr) != getattr(base, attr):
-                words[name] = str(getattr(asked, attr))
+        for _option, name, _label in WANTS:
+            if asked[name] != base[name]:
+                words[name] = str(asked[name])
     for rec in recs:
         words.update(rec["sets"])
-    return ("DRY_RUN=1 bash " + config.script + " " +
+    return ("DRY_RUN=1 bash " + script(config) + " " +
             " ".join(f"{k}={shlex.quote(v)}" for k, v in words.items())).strip()
 
 
@@ -601,10 +595,11 @@ def advise(inputs: RunInputs, book: LeverBook, platform: str | None = None,
            want: dict[str, int | None] | None = None,
            convergence=recipes_mod.CONVERGENCE) -> dict[str, Any]:
     config = from_manifest(inputs.manifest, platform)
+    _platform, platform_source = platform_of(inputs.manifest, platform)
     est = estimate(config)
     asked = asked_config(config, want or {})
     asked_est = estimate(asked) if asked else None
-    neck = bottleneck(inputs, config, est, asked, asked_est)
+    neck = bottleneck(inputs, config, est, asked, asked_est, platform_source)
     target = asked or config
     target_est = asked_est or est
     ctx = Context(config=target, estimate=target_est, bottleneck=neck["kind"],
@@ -641,8 +636,8 @@ def advise(inputs: RunInputs, book: LeverBook, platform: str | None = None,
                    "train_log": str(inputs.log_path) if inputs.log_path else None},
         "levers_file": book.describe(),
         "bottleneck": neck,
-        "shape": shape(target),
-        "asked": ({"seq_length": asked.seq, "mbs": asked.mbs, "global_batch": asked.global_batch}
+        "shape": shape(target, platform_source),
+        "asked": ({option: asked[toggle] for option, toggle, _label in WANTS}
                   if asked else None),
         "memory": {"estimate": est.to_dict(),
                    "asked_estimate": asked_est.to_dict() if asked_est else None,

@@ -18,11 +18,12 @@ import json
 import sys
 from pathlib import Path
 
+from training import REPO_ROOT
+
 from .config import from_manifest
 from .inputs import BadInput, load_run
 from .memory import OVERHEAD_GIB, error_pct, estimate, phase_errors
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_RUNS = ("tests/data/runs/h200_l8_native", "tests/data/runs/h200_l8_local",
                 "tests/data/runs/h200x2_l32_native",
                 "tests/data/runs/h200x2_l32_native_full_recompute",
@@ -41,10 +42,10 @@ def calibrate(run: str | Path) -> dict:
     if measured is None:
         raise BadInput(f"{run}: no measured peak (a DRY_RUN manifest, or a run without "
                        "metrics): nothing to calibrate against")
-    row = {"run": str(run), "model": config.model, "layers": config.num_layers,
-           "seq": config.seq, "mbs": config.mbs, "backend": config.backend,
-           "gpus": config.nnodes * config.gpus_per_node, "dist_opt": config.dist_opt,
-           "recompute": config.recompute, "estimated_peak_gib": est.peak_gib,
+    row = {"run": str(run), "model": config.model.name, "layers": config.model.num_layers,
+           "seq": config.model.seq_length, "mbs": config.layout.mbs, "backend": config.backend,
+           "gpus": config.layout.world_size, "dist_opt": config["DISTRIBUTED_OPTIMIZER"],
+           "recompute": config["RECOMPUTE"], "estimated_peak_gib": est.peak_gib,
            "peak_phase": est.peak_phase, "measured_peak_gib": measured, "measured_from": where,
            "error_pct": error_pct(est.peak_gib, measured),
            "within_goal": abs(error_pct(est.peak_gib, measured)) <= GOAL_PCT}

@@ -12,11 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
-class BadInput(Exception):
-    """Input the advisor cannot work from; the message is the one line the user sees."""
-
-    exit_code = 2
+# Input the advisor cannot work from: the launcher's BadInput (one line, exit status 2).
+from training.launch.settings import BadInput
 
 
 # What an out-of-memory looks like in a train.log (torch's CUDA and HIP allocators, NCCL's

@@ -58,7 +58,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .config import RunConfig
+from training.run_description import RunDescription
+
+from .config import device_gib, flce, fused_adam
 
 GIB = 2 ** 30
 OVERHEAD_GIB = 1.0
@@ -124,31 +126,35 @@ def _g(value: float) -> float:
     return value / GIB
 
 
-def layer_params(c: RunConfig) -> tuple[float, float]:
+def layer_params(c: RunDescription) -> tuple[float, float]:
     """(tensor-parallel-sharded, replicated) parameters of one layer on one rank."""
-    h, f = c.hidden, c.ffn
-    attention = h * (h + 2 * c.kv_width) + h * h       # QKV and output projections
+    m, lay = c.model, c.layout
+    h, f = m.hidden_size, m.ffn_hidden_size
+    attention = h * (h + 2 * m.kv_width) + h * h       # QKV and output projections
     mlp = 3 * h * f                                      # SwiGLU: fc1 (2f x h) + fc2 (h x f)
-    return (attention + mlp) / c.tp, 2 * h               # two RMSNorm weights
+    return (attention + mlp) / lay.tp, 2 * h             # two RMSNorm weights
 
 
-def stage_params(c: RunConfig, stage: str) -> float:
+def stage_params(c: RunDescription, stage: str) -> float:
+    m, lay = c.model, c.layout
     sharded, replicated = layer_params(c)
-    layers = math.ceil(c.num_layers / c.pp)
+    layers = math.ceil(m.num_layers / lay.pp)
     count = layers * (sharded + replicated)
-    embedding = c.padded_vocab * c.hidden / c.tp
+    embedding = m.padded_vocab(lay.tp) * m.hidden_size / lay.tp
     if stage in ("only", "first"):
         count += embedding                               # input embedding
     if stage in ("only", "last"):
-        count += embedding + c.hidden                    # untied output layer + final norm
+        count += embedding + m.hidden_size               # untied output layer + final norm
     return count
 
 
-def activation_bytes_per_token(c: RunConfig, recompute: str | None = None) -> dict[str, float]:
+def activation_bytes_per_token(c: RunDescription,
+                               recompute: str | None = None) -> dict[str, float]:
     """Stored bytes per token of one layer on one rank, split by how they are sharded."""
-    h, f, n, kv = c.hidden, c.ffn, c.heads, c.kv_width
-    mode = recompute or c.recompute
-    sp_div = c.tp if c.sp else 1
+    m, lay = c.model, c.layout
+    h, f, n, kv = m.hidden_size, m.ffn_hidden_size, m.num_attention_heads, m.kv_width
+    mode = recompute or c["RECOMPUTE"]
+    sp_div = lay.tp if c["SEQUENCE_PARALLEL"] else 1
     if mode == "full":
         return {"sp": 2 * h / sp_div, "tp": 0.0, "scores": 0.0}
     norms = 4 * 2 * h
@@ -158,21 +164,22 @@ def activation_bytes_per_token(c: RunConfig, recompute: str | None = None) -> di
         scores = 0.0
     elif c.backend == "local":
         attention = 2 * h + 2 * 2 * h + 2 * h            # q, k and v repeated to n heads, context
-        scores = 2 * n * c.seq                            # bf16 softmax probabilities
+        scores = 2 * n * m.seq_length                     # bf16 softmax probabilities
     elif c.backend == "native":
         attention = 2 * (h + 2 * kv) + 2 * h + 2 * h      # q, k, v, SDPA output, its [s,b,h] copy
         scores = 0.0
     else:                                                 # transformer_engine
         attention = 2 * (h + 2 * kv) + 2 * h
         scores = 0.0
-    return {"sp": norms / sp_div, "tp": (attention + mlp) / c.tp, "scores": scores / c.tp}
+    return {"sp": norms / sp_div, "tp": (attention + mlp) / lay.tp, "scores": scores / lay.tp}
 
 
-def _formula_per_token(c: RunConfig, mode: str) -> str:
+def _formula_per_token(c: RunDescription, mode: str) -> str:
+    lay = c.layout
+    sp = "/TP" if c["SEQUENCE_PARALLEL"] and lay.tp > 1 else ""
     if mode == "full":
-        return "2h" + ("/TP" if c.sp and c.tp > 1 else "") + " (layer input only)"
-    sp = "/TP" if c.sp and c.tp > 1 else ""
-    tp = "/TP" if c.tp > 1 else ""
+        return "2h" + sp + " (layer input only)"
+    tp = "/TP" if lay.tp > 1 else ""
     if mode == "selective":
         return f"8h{sp} + (2(h+2kv) + 2h + 6f){tp}"
     if c.backend == "local":
@@ -182,21 +189,22 @@ def _formula_per_token(c: RunConfig, mode: str) -> str:
     return f"8h{sp} + (2(h+2kv) + 2h + 6f){tp}"
 
 
-def _stage_estimate(c: RunConfig, stage: str) -> Estimate:
-    h, f, n = c.hidden, c.ffn, c.heads
-    V = c.padded_vocab
-    tokens = c.seq * c.mbs / c.cp
-    sp_div = c.tp if c.sp else 1
-    layers = math.ceil(c.num_layers / c.pp)
+def _stage_estimate(c: RunDescription, stage: str) -> Estimate:
+    m, lay = c.model, c.layout
+    h, f, n = m.hidden_size, m.ffn_hidden_size, m.num_attention_heads
+    V = m.padded_vocab(lay.tp)
+    tokens = m.seq_length * lay.mbs / lay.cp
+    sp_div = lay.tp if c["SEQUENCE_PARALLEL"] else 1
+    layers = math.ceil(m.num_layers / lay.pp)
     params = stage_params(c, stage)
     terms: list[Term] = []
     notes: list[str] = []
 
     # -- weights, gradients, optimizer ---------------------------------------------------------
-    grad_bytes = 2 if c.grad_bf16 else 4
-    grad_name = "bf16" if c.grad_bf16 else "fp32"
-    if c.fsdp:
-        shard = c.dp
+    grad_bytes = 2 if c["GRAD_REDUCE_IN_BF16"] else 4
+    grad_name = "bf16" if c["GRAD_REDUCE_IN_BF16"] else "fp32"
+    if c["FSDP"]:
+        shard = lay.dp
         sharded, replicated = layer_params(c)
         gathered = 2 * (sharded + replicated) * (2 + grad_bytes)
         terms += [
@@ -215,25 +223,26 @@ def _stage_estimate(c: RunConfig, stage: str) -> Estimate:
         notes.append("FSDP=1 is modelled as full sharding of weights, gradients and optimizer "
                      "state over DP plus two gathered layers; not calibrated on a measured run.")
     else:
-        shard = c.dp * c.cp if c.dist_opt else 1
-        where = f"/ (DP*CP = {shard})" if c.dist_opt else "(not sharded: DISTRIBUTED_OPTIMIZER=0)"
+        shard = lay.dp * lay.cp if c["DISTRIBUTED_OPTIMIZER"] else 1
+        where = (f"/ (DP*CP = {shard})" if c["DISTRIBUTED_OPTIMIZER"]
+                 else "(not sharded: DISTRIBUTED_OPTIMIZER=0)")
         terms += [
             Term("weights", "bf16 weights", _g(params * 2), "static",
                  f"{params / 1e9:.3f}B params x 2 B"),
             Term("grads", f"{grad_name} gradient buffer", _g(params * grad_bytes), "static",
-                 f"params x {grad_bytes} B (GRAD_REDUCE_IN_BF16={int(c.grad_bf16)})"),
+                 f"params x {grad_bytes} B (GRAD_REDUCE_IN_BF16={int(c['GRAD_REDUCE_IN_BF16'])})"),
             Term("main_params", "fp32 main params", _g(params * 4 / shard), "static",
                  f"params x 4 B {where}"),
             Term("adam", "Adam moments (2 x fp32)", _g(params * 8 / shard), "static",
                  f"params x 8 B {where}"),
         ]
         step_extra = 0.0
-        if c.grad_bf16:
+        if c["GRAD_REDUCE_IN_BF16"]:
             step_extra += params * 4 / shard
             terms.append(Term("step_fp32_grads", "fp32 copy of the gradient shard (step only)",
                               _g(params * 4 / shard), "step",
                               f"params x 4 B {where}: bf16 grads -> fp32 for the optimizer"))
-        if not c.fused_adam:
+        if not fused_adam(c):
             step_extra += params * 4 / shard
             terms.append(Term("step_adam_tmp", "torch multi-tensor AdamW temporary (step only)",
                               _g(params * 4 / shard), "step",
@@ -243,7 +252,7 @@ def _stage_estimate(c: RunConfig, stage: str) -> Estimate:
     # -- persistent buffers and overhead -----------------------------------------------------
     persistent = 0.0
     if c.backend == "local":
-        buffer = 2 * c.mbs * (n / c.tp) * c.seq * c.seq
+        buffer = 2 * lay.mbs * (n / lay.tp) * m.seq_length * m.seq_length
         persistent += buffer
         terms.append(Term("scores_buffer", "QK^T input buffer (local backend)", _g(buffer),
                           "persistent", "2 B x b x n/TP x s^2 (Megatron's global memory buffer)"))
@@ -252,30 +261,30 @@ def _stage_estimate(c: RunConfig, stage: str) -> Estimate:
     persistent += OVERHEAD_GIB * GIB
 
     # -- activations ---------------------------------------------------------------------------
-    inflight = min(c.pp, c.microbatches) if (stage == "first" and c.pp > 1) else 1
+    inflight = min(lay.pp, lay.microbatches) if (stage == "first" and lay.pp > 1) else 1
     per_token = activation_bytes_per_token(c)
     per_token_total = sum(per_token.values())
     stored = layers * tokens * per_token_total * inflight
-    label = f"activations, RECOMPUTE={c.recompute}"
+    label = f"activations, RECOMPUTE={c['RECOMPUTE']}"
     terms.append(Term("activations", label, _g(stored), "activations",
                       f"{layers} layers x {tokens:.0f} tokens x {per_token_total:.0f} B "
-                      f"[{_formula_per_token(c, c.recompute)}]"
+                      f"[{_formula_per_token(c, c['RECOMPUTE'])}]"
                       + (f" x {inflight} micro-batches in flight" if inflight > 1 else "")))
 
     full = activation_bytes_per_token(c, "none")
     # Backward of one layer: its input gradients (6f/TP per token); the local backend's
     # unfused attention also holds the probabilities' and scores' gradients (2 x 2ns/TP),
     # and under RECOMPUTE=selective the probabilities rebuilt for it (2ns/TP).
-    attn_grads = 2 * 2 * n * c.seq / c.tp if c.backend == "local" else 0.0
-    if c.backend == "local" and c.recompute == "selective":
-        attn_grads += 2 * n * c.seq / c.tp
-    per_token_backward = max(6 * f / c.tp, attn_grads)
+    attn_grads = 2 * 2 * n * m.seq_length / lay.tp if c.backend == "local" else 0.0
+    if c.backend == "local" and c["RECOMPUTE"] == "selective":
+        attn_grads += 2 * n * m.seq_length / lay.tp
+    per_token_backward = max(6 * f / lay.tp, attn_grads)
     backward = tokens * per_token_backward
     backward_formula = ("one layer: 6f/TP per token" if c.backend != "local" else
                         "one layer: max(6f, 2 x 2ns" +
-                        (" + 2ns rebuilt" if c.recompute == "selective" else "") +
+                        (" + 2ns rebuilt" if c["RECOMPUTE"] == "selective" else "") +
                         ")/TP per token (attention probabilities' gradients)")
-    if c.recompute == "full":
+    if c["RECOMPUTE"] == "full":
         rebuilt = tokens * sum(full.values())
         backward += rebuilt
         backward_formula = (f"one layer rebuilt ({sum(full.values()):.0f} B/token) + "
@@ -284,15 +293,15 @@ def _stage_estimate(c: RunConfig, stage: str) -> Estimate:
     loss = 0.0
     if stage in ("only", "last"):
         norm = tokens * 4 * h / sp_div
-        if c.flce:
+        if flce(c):
             loss_stored = tokens * 2 * h + 2 * V * h
             loss_transient = 2 * V * h + tokens * 2 * h
             loss_formula = ("fused linear CE, no logits: 2h per token + output-weight "
                             "gradient 2Vh, x2 while backward scales it; final norm 4h")
         else:
-            loss_stored = tokens * 4 * V / c.tp
-            loss_transient = tokens * 2 * V / c.tp
-            why = ("CROSS_ENTROPY_LOSS_FUSION=0" if not c.ce_fusion else
+            loss_stored = tokens * 4 * V / lay.tp
+            loss_transient = tokens * 2 * V / lay.tp
+            why = ("CROSS_ENTROPY_LOSS_FUSION=0" if not c["CROSS_ENTROPY_LOSS_FUSION"] else
                    "TP>1" if c.backend == "native" else f"{c.backend} backend")
             loss_formula = (f"logits ({why}): (2 B bf16 + 4 B fp32) x V/TP per token; "
                             "final norm 4h")
@@ -316,17 +325,17 @@ def _stage_estimate(c: RunConfig, stage: str) -> Estimate:
         notes.append("Transformer Engine backend: activations follow the same tensor count "
                      "without the native backend's attention-output copy; not calibrated on a "
                      "measured TE run.")
-    if c.cp > 1:
+    if lay.cp > 1:
         notes.append("CP>1: tokens per rank divided by CP; ring-attention KV buffers not modelled.")
-    if c.moe:
+    if m.moe:
         notes.append("MoE layers are not modelled: the estimate counts dense layers only.")
     return Estimate(stage=stage, params_on_rank=params, terms=terms, fwd_bwd_gib=_g(fwd_bwd),
-                    step_gib=_g(step), device_gib=c.device_gib, notes=notes)
+                    step_gib=_g(step), device_gib=device_gib(c), notes=notes)
 
 
-def estimate(c: RunConfig) -> Estimate:
+def estimate(c: RunDescription) -> Estimate:
     """The estimate on the pipeline stage whose peak is largest."""
-    if c.pp == 1:
+    if c.layout.pp == 1:
         return _stage_estimate(c, "only")
     first, last = _stage_estimate(c, "first"), _stage_estimate(c, "last")
     return first if first.peak_gib >= last.peak_gib else last

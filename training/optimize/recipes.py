@@ -9,20 +9,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from training import REPO_ROOT
 from training.launch.recipes import RECIPES
 from training.platforms import PLATFORMS
+from training.run_description import RunDescription
 
-from .config import RunConfig
+from .config import available
 
-CONVERGENCE = Path(__file__).resolve().parents[2] / "docs" / "convergence" / "te_recipes.json"
+CONVERGENCE = REPO_ROOT / "docs" / "convergence" / "te_recipes.json"
 GRID = "docs/convergence/grid_te_recipes.yaml"
 
 
-def platform_recipes(c: RunConfig) -> list[str]:
+def platform_recipes(c: RunDescription) -> list[str]:
     """The fp8/fp4 recipes this run could switch to: bf16 now, Transformer Engine available,
     and the GPU has the recipe's number formats."""
     platform = PLATFORMS.get(c.platform) if c.platform else None
-    if c.precision != "bf16" or not c.te_available or platform is None:
+    if c.precision != "bf16" or not available(c, "transformer_engine") or platform is None:
         return []
     return [name for name, r in RECIPES.items()
             if r.kind != "bf16" and r.supports(platform.sm, platform.gfx)]

@@ -15,7 +15,9 @@ from typing import Any, Callable
 
 from training.launch.toggles import BY_NAME
 
-from .config import RunConfig
+from training.run_description import RunDescription
+
+from .config import available, flce
 
 LONG_SEQUENCE = 16384
 DATA_RANGE_PCT = 5.0
@@ -39,130 +41,137 @@ class Candidate:
     flows: tuple[str, ...]
     mechanism: str
     # (config, advisor context) -> why it applies here, or None
-    applies: Callable[[RunConfig, Any], str | None]
-    # config -> (toggles to set, the changed config)
-    change: Callable[[RunConfig], tuple[dict[str, str], RunConfig]]
+    applies: Callable[[RunDescription, Any], str | None]
+    # run -> (toggles to set, the run with them: _lever)
+    change: Callable[[RunDescription], tuple[dict[str, str], RunDescription]]
     costs_throughput: bool = False   # memory levers: a speed cost is expected (recompute, ...)
-    baseline: Callable[[RunConfig], dict[str, str]] = lambda c: {}
+    baseline: Callable[[RunDescription], dict[str, str]] = lambda c: {}
 
 
 def _set(**sets: Any) -> dict[str, str]:
     return {k: str(int(v)) if isinstance(v, bool) else str(v) for k, v in sets.items()}
 
 
+def _lever(c: RunDescription, follows: dict[str, Any] | None = None,
+           **sets: Any) -> tuple[dict[str, str], RunDescription]:
+    """A lever's toggles (as the suggested command writes them) and the run with them set;
+    `follows`: values that change with them without being set (a default a guard had turned
+    off comes back when the guard's reason goes)."""
+    return _set(**sets), c.with_values(**sets, **(follows or {}))
+
+
 # -- memory levers, in the order an engineer pulls them: free ones first ------------------------
 
-def _flce_applies(c: RunConfig, ctx) -> str | None:
-    if c.backend == "native" and not c.ce_fusion and c.tp == 1 and c.cp == 1:
+def _flce_applies(c: RunDescription, ctx) -> str | None:
+    if (c.backend == "native" and not c["CROSS_ENTROPY_LOSS_FUSION"] and c.layout.tp == 1
+            and c.layout.cp == 1):
         return "the logits are materialised (CROSS_ENTROPY_LOSS_FUSION=0)"
     return None
 
 
-def _native_for_memory(c: RunConfig, ctx) -> str | None:
-    if c.backend == "local" and c.cp == 1:
+def _native_for_memory(c: RunDescription, ctx) -> str | None:
+    if c.backend == "local" and c.layout.cp == 1:
         return ("the local backend's unfused attention keeps the s^2 softmax probabilities of "
                 "every layer; SDPA keeps none")
-    if (c.backend == "transformer_engine" and c.tp == 1 and c.cp == 1 and c.precision == "bf16"
-            and c.ce_fusion):
+    if (c.backend == "transformer_engine" and c.layout.tp == 1 and c.layout.cp == 1
+            and c.precision == "bf16" and c["CROSS_ENTROPY_LOSS_FUSION"]):
         return ("at TP=1 the native backend's fused linear cross-entropy never materialises "
                 "the logits (Transformer Engine's path does)")
     return None
 
 
-def _grad_bf16_applies(c: RunConfig, ctx) -> str | None:
-    return None if c.grad_bf16 else "the gradient buffer is fp32 (4 B per parameter)"
+def _grad_bf16_applies(c: RunDescription, ctx) -> str | None:
+    return None if c["GRAD_REDUCE_IN_BF16"] else "the gradient buffer is fp32 (4 B per parameter)"
 
 
-def _dist_opt_applies(c: RunConfig, ctx) -> str | None:
-    if not c.dist_opt and not c.fsdp and c.dp * c.cp > 1:
-        return f"optimizer state is replicated on all {c.dp * c.cp} data-parallel ranks"
+def _dist_opt_applies(c: RunDescription, ctx) -> str | None:
+    ranks = c.layout.dp * c.layout.cp
+    if not c["DISTRIBUTED_OPTIMIZER"] and not c["FSDP"] and ranks > 1:
+        return f"optimizer state is replicated on all {ranks} data-parallel ranks"
     return None
 
 
-def _mbs_down_applies(c: RunConfig, ctx) -> str | None:
-    return f"MBS={c.mbs}: activations grow with the micro-batch" if c.mbs > 1 else None
+def _mbs_down_applies(c: RunDescription, ctx) -> str | None:
+    mbs = c.layout.mbs
+    return f"MBS={mbs}: activations grow with the micro-batch" if mbs > 1 else None
 
 
-def _mbs_down(c: RunConfig) -> tuple[dict[str, str], RunConfig]:
+def _mbs_down(c: RunDescription) -> tuple[dict[str, str], RunDescription]:
     """The largest smaller micro-batch that fits (estimate) and divides the batch, else 1."""
     from .memory import estimate
 
     new = 1
-    for mbs in range(c.mbs - 1, 1, -1):
-        if c.global_batch % (mbs * c.dp) == 0 and estimate(c.with_changes(mbs=mbs)).fits:
+    for mbs in range(c.layout.mbs - 1, 1, -1):
+        if c.layout.global_batch % (mbs * c.layout.dp) == 0 and \
+                estimate(c.with_values(MBS=mbs)).fits:
             new = mbs
             break
-    return _set(MBS=new), c.with_changes(mbs=new)
+    return _lever(c, MBS=new)
 
 
-def _selective_applies(c: RunConfig, ctx) -> str | None:
-    if c.recompute != "none":
+def _selective_applies(c: RunDescription, ctx) -> str | None:
+    if c["RECOMPUTE"] != "none":
         return None
     if c.backend == "local":
         return "recomputing the attention core drops the stored s^2 probabilities"
     return "recomputing the attention core drops its stored output"
 
 
-def _full_applies(c: RunConfig, ctx) -> str | None:
-    return None if c.recompute == "full" else "each layer then keeps only its input"
+def _full_applies(c: RunDescription, ctx) -> str | None:
+    return None if c["RECOMPUTE"] == "full" else "each layer then keeps only its input"
 
 
 MEMORY_LEVERS: tuple[Candidate, ...] = (
     Candidate("flce", "fused linear cross-entropy", (MEMORY,),
               "computes the loss chunk by chunk from the last hidden states: the "
               "[tokens x vocab] logits are never stored",
-              _flce_applies, lambda c: (_set(CROSS_ENTROPY_LOSS_FUSION=1),
-                                        c.with_changes(ce_fusion=True)),
+              _flce_applies, lambda c: _lever(c, CROSS_ENTROPY_LOSS_FUSION=True),
               baseline=lambda c: _set(CROSS_ENTROPY_LOSS_FUSION=0)),
     Candidate("backend_native_memory", "native backend (SDPA attention, fused linear CE)",
               (MEMORY,),
               "SDPA (cuDNN/flash) attention stores no s^2 scores; at TP=1 the loss is the "
               "fused linear cross-entropy",
               _native_for_memory,
-              lambda c: (_set(TRANSFORMER_IMPL="native"),
-                         c.with_changes(backend="native", ce_fusion=True)),
+              lambda c: _lever(c, {"CROSS_ENTROPY_LOSS_FUSION": True},
+                               TRANSFORMER_IMPL="native"),
               baseline=lambda c: _set(TRANSFORMER_IMPL=c.backend)),
     Candidate("grad_bf16", "bf16 gradient buffer", (MEMORY,),
               "gradients accumulate and reduce in bf16: 2 B per parameter instead of 4",
-              _grad_bf16_applies, lambda c: (_set(GRAD_REDUCE_IN_BF16=1),
-                                             c.with_changes(grad_bf16=True)),
+              _grad_bf16_applies, lambda c: _lever(c, GRAD_REDUCE_IN_BF16=True),
               baseline=lambda c: _set(GRAD_REDUCE_IN_BF16=0)),
     Candidate("dist_opt", "distributed optimizer", (MEMORY,),
               "fp32 main params and Adam moments are sharded over the data-parallel ranks",
-              _dist_opt_applies, lambda c: (_set(DISTRIBUTED_OPTIMIZER=1),
-                                            c.with_changes(dist_opt=True)),
+              _dist_opt_applies, lambda c: _lever(c, DISTRIBUTED_OPTIMIZER=True),
               baseline=lambda c: _set(DISTRIBUTED_OPTIMIZER=0)),
     Candidate("mbs_down", "smaller micro-batch, same global batch", (MEMORY,),
               "activations scale with the micro-batch; the global batch is kept by more "
               "gradient-accumulation steps",
               _mbs_down_applies, _mbs_down, costs_throughput=True,
-              baseline=lambda c: _set(MBS=c.mbs)),
+              baseline=lambda c: _set(MBS=c.layout.mbs)),
     Candidate("recompute_selective", "selective activation recompute", (MEMORY,),
               "the attention core is recomputed in the backward pass instead of stored",
-              _selective_applies, lambda c: (_set(RECOMPUTE="selective"),
-                                             c.with_changes(recompute="selective")),
-              costs_throughput=True, baseline=lambda c: _set(RECOMPUTE=c.recompute)),
+              _selective_applies, lambda c: _lever(c, RECOMPUTE="selective"),
+              costs_throughput=True, baseline=lambda c: _set(RECOMPUTE=c["RECOMPUTE"])),
     # the parallel-layout search runs here (advisor.layout_search)
     Candidate("recompute_full", "full activation recompute", (MEMORY,),
               "every layer is recomputed in the backward pass; each keeps only its input",
-              _full_applies, lambda c: (_set(RECOMPUTE="full"),
-                                        c.with_changes(recompute="full")),
-              costs_throughput=True, baseline=lambda c: _set(RECOMPUTE=c.recompute)),
+              _full_applies, lambda c: _lever(c, RECOMPUTE="full"),
+              costs_throughput=True, baseline=lambda c: _set(RECOMPUTE=c["RECOMPUTE"])),
 )
 LAYOUT_AFTER = "recompute_selective"   # the layout search is tried after this lever
 
 
 # -- throughput levers ---------------------------------------------------------------------------
 
-def _native_for_speed(c: RunConfig, ctx) -> str | None:
-    if c.backend == "local" and c.cp == 1:
+def _native_for_speed(c: RunDescription, ctx) -> str | None:
+    if c.backend == "local" and c.layout.cp == 1:
         return ("the local backend runs unfused attention (s^2 scores in memory) and torch "
                 "norms; the native backend has SDPA/cuDNN attention and fused kernels")
     return None
 
 
-def _liger_applies(c: RunConfig, ctx) -> str | None:
-    if c.backend == "native" and c.kernels == "torch" and c.liger_available:
+def _liger_applies(c: RunDescription, ctx) -> str | None:
+    if c.backend == "native" and c.kernels == "torch" and available(c, "liger"):
         return "NATIVE_KERNELS=torch while Liger-Kernel is installed"
     return None
 
@@ -170,45 +179,45 @@ def _liger_applies(c: RunConfig, ctx) -> str | None:
 CE_CHUNK_MEM_DEFAULT = BY_NAME["CE_CHUNK_MEM"].default
 
 
-def _ce_chunk_applies(c: RunConfig, ctx) -> str | None:
-    if (c.flce and c.kernels == "liger" and c.ce_chunk_mem is not None
-            and c.ce_chunk_mem < CE_CHUNK_MEM_DEFAULT):
-        return (f"CE_CHUNK_MEM={c.ce_chunk_mem} runs the fused linear cross-entropy in many "
+def _ce_chunk_applies(c: RunDescription, ctx) -> str | None:
+    chunk = c.get("CE_CHUNK_MEM")   # None: a manifest from before CE_CHUNK_MEM existed
+    if flce(c) and c.kernels == "liger" and chunk is not None and chunk < CE_CHUNK_MEM_DEFAULT:
+        return (f"CE_CHUNK_MEM={chunk} runs the fused linear cross-entropy in many "
                 "small chunks, each a read and write of the whole output-weight gradient")
     return None
 
 
-def _deterministic_applies(c: RunConfig, ctx) -> str | None:
-    return "DETERMINISTIC=1 selects slower deterministic kernels" if c.deterministic else None
+def _deterministic_applies(c: RunDescription, ctx) -> str | None:
+    return "DETERMINISTIC=1 selects slower deterministic kernels" if c["DETERMINISTIC"] else None
 
 
-def _recompute_off_applies(c: RunConfig, ctx) -> str | None:
-    if c.recompute == "none":
+def _recompute_off_applies(c: RunDescription, ctx) -> str | None:
+    if c["RECOMPUTE"] == "none":
         return None
-    fits = ctx.fits(c.with_changes(recompute="none"))
+    fits = ctx.fits(c.with_values(RECOMPUTE="none"))
     if fits:
-        return f"RECOMPUTE={c.recompute} re-runs forward work, and the run fits without it"
-    if c.recompute == "full" and ctx.fits(c.with_changes(recompute="selective")):
+        return f"RECOMPUTE={c['RECOMPUTE']} re-runs forward work, and the run fits without it"
+    if c["RECOMPUTE"] == "full" and ctx.fits(c.with_values(RECOMPUTE="selective")):
         return "RECOMPUTE=full re-runs every layer; selective fits and recomputes far less"
     return None
 
 
-def _mbs_up_applies(c: RunConfig, ctx) -> str | None:
-    new = c.mbs * 2
-    if c.global_batch % (new * c.dp):
+def _mbs_up_applies(c: RunDescription, ctx) -> str | None:
+    new = c.layout.mbs * 2
+    if c.layout.global_batch % (new * c.layout.dp):
         return None
-    if ctx.fits(c.with_changes(mbs=new)):
+    if ctx.fits(c.with_values(MBS=new)):
         return (f"MBS={new} fits (estimate) and gives each GEMM and kernel launch twice "
                 "the tokens")
     return None
 
 
-def _tp_down_applies(c: RunConfig, ctx) -> str | None:
-    if c.tp <= 1:
+def _tp_down_applies(c: RunDescription, ctx) -> str | None:
+    if c.layout.tp <= 1:
         return None
-    new = c.tp // 2
-    changed = c.with_changes(tp=new)
-    if c.global_batch % (c.mbs * changed.dp):
+    new = c.layout.tp // 2
+    changed = c.with_values(TP=new)
+    if c.layout.global_batch % (c.layout.mbs * changed.layout.dp):
         return None
     if ctx.fits(changed):
         return (f"TP={new} fits (estimate): less per-layer tensor-parallel communication "
@@ -216,22 +225,22 @@ def _tp_down_applies(c: RunConfig, ctx) -> str | None:
     return None
 
 
-def _te_applies(c: RunConfig, ctx) -> str | None:
-    if c.backend == "native" and c.te_available:
+def _te_applies(c: RunDescription, ctx) -> str | None:
+    if c.backend == "native" and available(c, "transformer_engine"):
         return "Transformer Engine is installed: its fused attention and GEMM paths"
     return None
 
 
-def _workers_applies(c: RunConfig, ctx) -> str | None:
+def _workers_applies(c: RunDescription, ctx) -> str | None:
     pct = ctx.data_range_pct()
     if pct is not None and pct > DATA_RANGE_PCT:
         return f"the trace's train/data range takes {pct:.1f}% of the step"
     return None
 
 
-def _workers(c: RunConfig) -> tuple[dict[str, str], RunConfig]:
-    new = 2 * max(c.num_workers, 1)
-    return _set(NUM_WORKERS=new), c.with_changes(num_workers=new)
+def _workers(c: RunDescription) -> tuple[dict[str, str], RunDescription]:
+    new = 2 * max(c["NUM_WORKERS"], 1)
+    return _lever(c, NUM_WORKERS=new)
 
 
 THROUGHPUT_LEVERS: tuple[Candidate, ...] = (
@@ -240,48 +249,43 @@ THROUGHPUT_LEVERS: tuple[Candidate, ...] = (
               "SDPA (cuDNN) attention, Liger RMSNorm, fused QKV RoPE and SwiGLU, fused wgrad "
               "accumulation, fused AdamW and the fused linear cross-entropy",
               _native_for_speed,
-              lambda c: (_set(TRANSFORMER_IMPL="native"),
-                         c.with_changes(backend="native", grad_accum_fusion=True)),
+              lambda c: _lever(c, {"GRADIENT_ACCUMULATION_FUSION": True},
+                               TRANSFORMER_IMPL="native"),
               baseline=lambda c: _set(TRANSFORMER_IMPL=c.backend)),
     Candidate("liger_kernels", "Liger/Triton kernels in the native backend", THROUGHPUT_FLOWS,
               "Triton RMSNorm, RoPE, SwiGLU and fused linear CE instead of plain torch",
-              _liger_applies, lambda c: (_set(NATIVE_KERNELS="liger"),
-                                         c.with_changes(kernels="liger")),
+              _liger_applies, lambda c: _lever(c, NATIVE_KERNELS="liger"),
               baseline=lambda c: _set(NATIVE_KERNELS="torch")),
     Candidate("ce_chunk", "larger fused cross-entropy chunks", THROUGHPUT_FLOWS,
               "fewer, larger chunks of Liger's fused linear cross-entropy: fewer passes over "
               "the output-weight gradient for a little more transient memory",
               _ce_chunk_applies,
-              lambda c: (_set(CE_CHUNK_MEM=CE_CHUNK_MEM_DEFAULT),
-                         c.with_changes(ce_chunk_mem=CE_CHUNK_MEM_DEFAULT)),
-              baseline=lambda c: _set(CE_CHUNK_MEM=c.ce_chunk_mem)),
+              lambda c: _lever(c, CE_CHUNK_MEM=CE_CHUNK_MEM_DEFAULT),
+              baseline=lambda c: _set(CE_CHUNK_MEM=c.get("CE_CHUNK_MEM"))),
     Candidate("deterministic_off", "non-deterministic (default) kernels", THROUGHPUT_FLOWS,
               "deterministic mode forces slower kernels; keep it for debugging only",
-              _deterministic_applies, lambda c: (_set(DETERMINISTIC=0),
-                                                 c.with_changes(deterministic=False)),
+              _deterministic_applies, lambda c: _lever(c, DETERMINISTIC=False),
               baseline=lambda c: _set(DETERMINISTIC=1)),
     Candidate("recompute_off", "less activation recompute", THROUGHPUT_FLOWS,
               "recompute buys memory with forward work; drop it where memory allows",
               _recompute_off_applies,
-              lambda c: ((_set(RECOMPUTE="selective"), c.with_changes(recompute="selective"))
-                         if c.recompute == "full" and not _fits_none(c) else
-                         (_set(RECOMPUTE="none"), c.with_changes(recompute="none"))),
-              baseline=lambda c: _set(RECOMPUTE=c.recompute)),
+              lambda c: _lever(c, RECOMPUTE="selective" if c["RECOMPUTE"] == "full"
+                               and not _fits_none(c) else "none"),
+              baseline=lambda c: _set(RECOMPUTE=c["RECOMPUTE"])),
     Candidate("tp_down", "less tensor parallelism", (COMM, COMPUTE, UNKNOWN),
               "tensor parallelism adds communication inside every layer and shrinks the "
               "GEMMs; use the smallest TP that fits",
               _tp_down_applies,
-              lambda c: (_set(TP=c.tp // 2), c.with_changes(tp=c.tp // 2)),
-              baseline=lambda c: _set(TP=c.tp)),
+              lambda c: _lever(c, TP=c.layout.tp // 2),
+              baseline=lambda c: _set(TP=c.layout.tp)),
     Candidate("mbs_up", "larger micro-batch", (COMPUTE, IDLE, COMM, UNKNOWN),
               "more tokens per GEMM and per kernel launch, fewer accumulation steps per "
               "gradient reduce",
-              _mbs_up_applies, lambda c: (_set(MBS=c.mbs * 2), c.with_changes(mbs=c.mbs * 2)),
-              baseline=lambda c: _set(MBS=c.mbs)),
+              _mbs_up_applies, lambda c: _lever(c, MBS=c.layout.mbs * 2),
+              baseline=lambda c: _set(MBS=c.layout.mbs)),
     Candidate("te_backend", "Transformer Engine backend", (COMPUTE, UNKNOWN),
               "TE's fused attention, LayerNorm-linear and GEMM kernels",
-              _te_applies, lambda c: (_set(TRANSFORMER_IMPL="transformer_engine"),
-                                      c.with_changes(backend="transformer_engine")),
+              _te_applies, lambda c: _lever(c, TRANSFORMER_IMPL="transformer_engine"),
               baseline=lambda c: _set(TRANSFORMER_IMPL="native")),
     Candidate("data_workers", "more data-loader workers", (IDLE, UNKNOWN),
               "the GPU waits while the host fetches the batch",
@@ -296,10 +300,10 @@ THROUGHPUT_LEVERS: tuple[Candidate, ...] = (
 ON_TOGGLES_FOR_SPEED = ("DISTRIBUTED_OPTIMIZER", "OVERLAP_GRAD_REDUCE", "OVERLAP_PARAM_GATHER")
 
 
-def _fits_none(c: RunConfig) -> bool:
+def _fits_none(c: RunDescription) -> bool:
     from .memory import estimate
 
-    est = estimate(c.with_changes(recompute="none"))
+    est = estimate(c.with_values(RECOMPUTE="none"))
     return bool(est.fits)
 
 
@@ -309,13 +313,13 @@ def _fits_none(c: RunConfig) -> bool:
 class DeadEnd:
     id: str
     title: str
-    when: Callable[[RunConfig, Any], bool]
-    caution: Callable[[RunConfig, Any], str]    # words; numbers only from the run or estimate
+    when: Callable[[RunDescription, Any], bool]
+    caution: Callable[[RunDescription, Any], str]    # words; numbers only from the run or estimate
     cite: dict[str, str] = field(default_factory=dict)  # levers.json entry to quote, if any
     superseded_by: str | None = None   # a lever whose measured quote says it instead
 
 
-def _launch_bound_caution(c: RunConfig, ctx) -> str:
+def _launch_bound_caution(c: RunDescription, ctx) -> str:
     idle = ctx.trace_pct("idle_pct")
     where = (f"the trace shows {idle:.1f}% idle, so launch overhead is not what limits the step"
              if idle is not None else "without a trace nothing shows the step is launch-bound")
@@ -323,12 +327,12 @@ def _launch_bound_caution(c: RunConfig, ctx) -> str:
             f"overhead: {where}; the launcher has no such toggle. Do not chase it.")
 
 
-def _lowp_when(c: RunConfig, ctx) -> bool:
+def _lowp_when(c: RunDescription, ctx) -> bool:
     return c.precision == "bf16"
 
 
-def _lowp_caution(c: RunConfig, ctx) -> str:
-    if not c.te_available:
+def _lowp_caution(c: RunDescription, ctx) -> str:
+    if not available(c, "transformer_engine"):
         return ("fp8/fp4 recipes need Transformer Engine, which this platform's capabilities "
                 "do not list: the launcher refuses them here. Low-precision compute is not a "
                 "lever on this node.")
@@ -337,20 +341,20 @@ def _lowp_caution(c: RunConfig, ctx) -> str:
             "and it changes numerics.")
 
 
-def _recompute_for_speed_when(c: RunConfig, ctx) -> bool:
-    return ctx.bottleneck != "memory-bound" and c.recompute == "none"
+def _recompute_for_speed_when(c: RunDescription, ctx) -> bool:
+    return ctx.bottleneck != "memory-bound" and c["RECOMPUTE"] == "none"
 
 
-def _recompute_for_speed_caution(c: RunConfig, ctx) -> str:
+def _recompute_for_speed_caution(c: RunDescription, ctx) -> str:
     return ("activation recompute buys memory with extra forward work (full recompute runs "
             "the forward pass twice); with memory to spare it only slows the step.")
 
 
-def _selective_flash_when(c: RunConfig, ctx) -> bool:
-    return ctx.bottleneck == "memory-bound" and c.backend != "local" and c.recompute == "none"
+def _selective_flash_when(c: RunDescription, ctx) -> bool:
+    return ctx.bottleneck == "memory-bound" and c.backend != "local" and c["RECOMPUTE"] == "none"
 
 
-def _selective_flash_caution(c: RunConfig, ctx) -> str:
+def _selective_flash_caution(c: RunDescription, ctx) -> str:
     from .memory import activation_bytes_per_token
 
     none = sum(activation_bytes_per_token(c, "none").values())
@@ -361,32 +365,32 @@ def _selective_flash_caution(c: RunConfig, ctx) -> str:
             "stored activations here (estimate), at the price of recomputing attention.")
 
 
-def _global_batch_when(c: RunConfig, ctx) -> bool:
+def _global_batch_when(c: RunDescription, ctx) -> bool:
     return ctx.asked.get("global_batch") is not None
 
 
-def _global_batch_caution(c: RunConfig, ctx) -> str:
+def _global_batch_caution(c: RunDescription, ctx) -> str:
     return ("a bigger global batch is more gradient accumulation: per-GPU memory depends on "
             "the micro-batch (MBS), not on BS; what it changes is the step time and the "
             "optimizer's batch.")
 
 
-def _te_ce_when(c: RunConfig, ctx) -> bool:
-    return not c.flce and c.ce_fusion
+def _te_ce_when(c: RunDescription, ctx) -> bool:
+    return not flce(c) and c["CROSS_ENTROPY_LOSS_FUSION"]
 
 
-def _te_ce_caution(c: RunConfig, ctx) -> str:
+def _te_ce_caution(c: RunDescription, ctx) -> str:
     return ("CROSS_ENTROPY_FUSION_IMPL=te is refused: megatron-core 0.19.2's validate_args "
             "disables Transformer Engine's cross-entropy fusion ('stability issues').")
 
 
-def _tp_over_nodes_when(c: RunConfig, ctx) -> bool:
-    return c.tp > c.gpus_per_node
+def _tp_over_nodes_when(c: RunDescription, ctx) -> bool:
+    return c.layout.tp > c.layout.gpus_per_node
 
 
-def _tp_over_nodes_caution(c: RunConfig, ctx) -> str:
-    return (f"TP={c.tp} spans more than one node ({c.gpus_per_node} GPUs per node): tensor "
-            "parallelism communicates inside every layer and belongs inside a node; use PP "
+def _tp_over_nodes_caution(c: RunDescription, ctx) -> str:
+    return (f"TP={c.layout.tp} spans more than one node ({c.layout.gpus_per_node} GPUs per "
+            "node): tensor parallelism communicates inside every layer and belongs inside a node; use PP "
             "or more data parallelism across nodes.")
 
 

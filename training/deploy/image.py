@@ -5,23 +5,23 @@ Engine, apex, Triton and flash-attention built for their CUDA or ROCm; pyproject
 torch==2.11.0 for the CPU/venv setup. So the image build
 
   1. checks the base: Python >= 3.12 (megatron-core 0.19.2 requires it), torch and
-     Transformer Engine import                        (`python -m training.launch.image check`)
+     Transformer Engine import                        (`python -m training.deploy.image check`)
   2. snapshots the stack                              (`python -m training.versions snapshot`)
   3. installs pyproject's other pins with the image's GPU packages frozen as constraints:
-       pip list --format=freeze | python -m training.launch.image constraints > /tmp/gpu-stack.txt
-       python -m training.launch.image requirements  > /tmp/requirements.txt
+       pip list --format=freeze | python -m training.deploy.image constraints > /tmp/gpu-stack.txt
+       python -m training.deploy.image requirements  > /tmp/requirements.txt
        pip install -c /tmp/gpu-stack.txt -r /tmp/requirements.txt
      a requirement that would replace one of them fails the build instead;
      GPU-kernel packages whose own dependency is torch/triton (liger-kernel) are installed
      with --no-deps, so pip never pulls a CUDA wheel of triton into a ROCm image
-                                                      (`python -m training.launch.image no-deps`)
+                                                      (`python -m training.deploy.image no-deps`)
   4. installs this package itself with --no-deps
   5. checks torch, Transformer Engine and apex are unchanged since the snapshot
                                                       (`python -m training.versions unchanged`)
      and that `import megatron.core` finds the pinned megatron-core
-                                                      (`python -m training.launch.image check-megatron`)
+                                                      (`python -m training.deploy.image check-megatron`)
      or, in the ROCm image, AMD's fork with the recipe choices recorded for it, parsing the
-     launcher's MI355X mxfp4 launch           (`python -m training.launch.image check-megatron rocm`)
+     launcher's MI355X mxfp4 launch           (`python -m training.deploy.image check-megatron rocm`)
 """
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ import re
 import sys
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from training import REPO_ROOT
+
 MIN_PYTHON = (3, 12)
 # Provided by the base image, built for its CUDA/ROCm: never installed from pyproject.
 IMAGE_PROVIDED = ("torch",)
@@ -115,12 +116,13 @@ def check_megatron(reqs: list[str]) -> list[str]:
     return []
 
 
-def check_megatron_fork(build=None, parse=None) -> list[str]:
+def check_megatron_fork(build=None, parse=None, targets=None) -> list[str]:
     """The ROCm image's Megatron is the fork training/launch/megatron_info.py records: its own
     parser offers the recorded recipe choices, every Megatron name this package imports exists
-    in it, and it parses what the launcher emits for `PLATFORM=mi355x PRECISION=mxfp4` (every
-    flag, ours included)."""
-    from .megatron_info import ROCM_FORK, asked
+    in it, and so does every target of the run's patch table (training/megatron_patches.py),
+    and it parses what the launcher emits for `PLATFORM=mi355x PRECISION=mxfp4` (every flag,
+    ours included)."""
+    from training.launch.megatron_info import ROCM_FORK, asked
 
     try:
         build = build or asked()
@@ -138,14 +140,17 @@ def check_megatron_fork(build=None, parse=None) -> list[str]:
     missing = missing_megatron_api(megatron_imports())
     if missing:
         return [f"the fork lacks what this package imports from Megatron: {'; '.join(missing)}."]
-    from .resolve import resolve
+    if not (targets or _patch_targets_present)():
+        return ["the fork lacks a target of the run's Megatron patch table (named above): "
+                "training/megatron_patches.py would fail at the first run."]
+    from training.launch.resolve import resolve
 
     launch = resolve("llama3", {"DRY_RUN": "1", "PLATFORM": "mi355x", "PRECISION": "mxfp4",
                                 "EXPERIMENT_DIR": "/tmp/check-megatron"})
     words = [w for bucket in ("GPT_ARGS", "TRAIN_ARGS", "DATA_ARGS", "OUTPUT_ARGS", "EXTRA_ARGS")
              for w in launch.buckets[bucket]]
     try:
-        (parse or _parse_with_installed)(words)
+        (parse or _parse_as_the_run)(words)
     except SystemExit:
         return ["the fork's parser rejects the launcher's MI355X mxfp4 launch (its error above): "
                 "a flag the launcher emits is not in this Megatron."]
@@ -188,16 +193,25 @@ def missing_megatron_api(imports: list[tuple[str, str | None, str]]) -> list[str
     return missing
 
 
-def _parse_with_installed(words: list[str]) -> None:
-    import argparse
+def _patch_targets_present() -> bool:
+    """The run's patch table against the Megatron on the path, in a process of its own
+    (`python -m training.megatron_patches check`: it names what is missing)."""
+    import subprocess
 
-    from megatron.training.arguments import add_megatron_arguments
+    return subprocess.run([sys.executable, "-m", "training.megatron_patches", "check"],
+                          check=False).returncode == 0
 
-    from training.arguments import add_training_args
 
-    parser = argparse.ArgumentParser(allow_abbrev=False)
-    add_training_args(add_megatron_arguments(parser))
-    parser.parse_args(words)
+def _parse_as_the_run(words: list[str]) -> None:
+    """The words through the parser pretrain_gpt.py uses (Megatron's with ours:
+    `python -m training.arguments parse`), in a process of its own, as deployment runs the
+    run side (it imports nothing below the torchrun seam). SystemExit on a rejected word."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "training.arguments", "parse", *words],
+                          check=False)
+    if done.returncode:
+        raise SystemExit(done.returncode)
 
 
 def check_base(version_info: tuple[int, ...] = tuple(sys.version_info)) -> list[str]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from .capabilities import detect
+from training.launch.capabilities import detect
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 """The `docker run` command that runs an example script inside this project's image.
 
-    python -m training.launch.docker [SCRIPT] [KEY=VALUE ...] [--megatron-flags]
+    python -m training.deploy.docker [SCRIPT] [KEY=VALUE ...] [--megatron-flags]
 
 prints shell assignments for launchers/docker_run.sh to `eval`: DOCKER_CMD (a bash array),
 DOCKER_LINE (the same, one shell-quoted line) and DRY_RUN. What the command holds:
@@ -31,14 +31,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from training import REPO_ROOT
+from training.launch.environment import PRESETS, USER_FAMILIES
+from training.launch.runfolder import git_sha
+from training.launch.settings import BadInput, LaunchError
+from training.launch.toggles import BY_NAME
 from training.platforms import PLATFORMS
 
-from .environment import PRESETS, USER_FAMILIES
-from .runfolder import git_sha
-from .settings import BadInput, LaunchError
-from .toggles import BY_NAME
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SCRIPT = "examples/llama/train_llama3.sh"
 DEFAULT_IMAGES = {"nvidia": "training:cuda", "amd": "training:rocm"}
 DEFAULT_SHM = "64g"

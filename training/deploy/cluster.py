@@ -4,9 +4,9 @@ By hand, each node runs the example script with NNODES, NODE_RANK, MASTER_ADDR (
 reachable address), MASTER_PORT and one shared RUN_ID. Under Slurm, launchers/slurm/ derives
 them from the allocation with this module:
 
-    python -m training.launch.cluster slurm-env                  this node's `export` lines
-    python -m training.launch.cluster slurm-plan SCRIPT [WORDS]   what every node would run
-    python -m training.launch.cluster srun-command SCRIPT [WORDS] the srun line (bash words)
+    python -m training.deploy.cluster slurm-env                  this node's `export` lines
+    python -m training.deploy.cluster slurm-plan SCRIPT [WORDS]   what every node would run
+    python -m training.deploy.cluster srun-command SCRIPT [WORDS] the srun line (bash words)
 
 Values (what the table on stderr shows, with where each came from):
     NNODES       SLURM_JOB_NUM_NODES (a different NNODES in your environment is refused)
@@ -31,20 +31,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .guards import _is_loopback as is_loopback
-from .settings import BadInput, LaunchError
+from training import REPO_ROOT
+from training.launch.guards import is_loopback
+from training.launch.runfolder import node_log_name
+from training.launch.settings import BadInput, LaunchError
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 PORT_BASE, PORT_SPAN = 29500, 1000
 
 
 class ClusterError(LaunchError):
     """The allocation or the user's environment cannot make a consistent multi-node launch."""
-
-
-def node_log_name(nnodes: int, node_rank: int) -> str:
-    """The log file a node tees its output to, inside the shared run folder."""
-    return "train.log" if nnodes <= 1 else f"train.node{node_rank}.log"
 
 
 def scontrol_hostnames(nodelist: str) -> list[str]:
@@ -251,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import os
 
-    parser = argparse.ArgumentParser(prog="python -m training.launch.cluster",
+    parser = argparse.ArgumentParser(prog="python -m training.deploy.cluster",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=("slurm-env", "slurm-plan", "srun-command"))
     parser.add_argument("--node-rank", type=int, default=None,

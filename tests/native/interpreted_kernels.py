@@ -1,0 +1,104 @@
+"""Run the native Triton kernels under Triton's interpreter (TRITON_INTERPRET=1) on the CPU.
+
+Started by test_kernels_interpreted.py in a fresh process: the interpreter is chosen when
+triton is first imported, so it cannot be switched on inside the test process. Prints one JSON
+object: for each check its name and either "ok" or the failure text.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+assert os.environ.get("TRITON_INTERPRET") == "1", "run with TRITON_INTERPRET=1"
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from tests.native import kernel_refs as refs  # noqa: E402
+from training.native import rope, swiglu  # noqa: E402
+
+DTYPES = (torch.bfloat16, torch.float32)
+
+
+@triton.jit
+def _swiglu_row_starts(row_ptr, out_ptr, F):
+    x_row, y_row = swiglu._row_starts(tl.load(row_ptr), F)   # row as the int32 program id
+    tl.store(out_ptr, x_row)
+    tl.store(out_ptr + 1, y_row)
+
+
+@triton.jit
+def _rope_row_start(t_ptr, out_ptr, g, GROUPS, WIDTH):
+    tl.store(out_ptr, rope._head_row(tl.load(t_ptr), g, GROUPS) * WIDTH)
+
+
+def offsets() -> dict:
+    """The int64 offset helpers with an index whose int32 product wraps: exact values."""
+    out = torch.zeros(2, dtype=torch.int64)
+    row, f = 100_000, 14_336                        # row * 2F = 2,867,200,000 > 2^31
+    _swiglu_row_starts[(1,)](torch.tensor([row], dtype=torch.int32), out, f)
+    t, g, groups, width = 3_000_000, 5, 8, 6 * 128  # (t * 8 + 5) * 768 > 2^34
+    rope_out = torch.zeros(1, dtype=torch.int64)
+    _rope_row_start[(1,)](torch.tensor([t], dtype=torch.int32), rope_out, g, groups, width)
+    return {"swiglu": out.tolist(), "swiglu_expected": [row * 2 * f, row * f],
+            "rope": rope_out.item(), "rope_expected": (t * groups + g) * width}
+
+
+def swiglu_case(rows: int, f: int, dtype) -> None:
+    gen = torch.Generator().manual_seed(rows * 7919 + f)
+    x = (torch.randn(rows, 2 * f, generator=gen) * 3).to(dtype).requires_grad_()
+    y = swiglu._SwiGLU.apply(x)
+    refs.assert_close(y, refs.swiglu_ref(x), dtype)
+    dy = torch.randn(rows, f, generator=gen).to(dtype)
+    x64 = x.detach().double().requires_grad_()
+    (dx_ref,) = torch.autograd.grad(refs.swiglu_ref(x64), x64, dy.double())
+    (dx,) = torch.autograd.grad(y, x, dy)
+    refs.assert_close(dx, dx_ref, dtype)
+
+
+def rope_case(s: int, b: int, groups: int, per_group: int, head_dim: int, dtype) -> None:
+    gen = torch.Generator().manual_seed(s * 31 + b * 7 + groups + head_dim)
+    mixed = torch.randn(s, b, groups, (per_group + 2) * head_dim, generator=gen).to(dtype)
+    mixed.requires_grad_()
+    fq = refs.rope_freqs(s, head_dim)
+    fk = fq * 0.5 + 0.1                             # q and k angles may differ (Megatron's API)
+    split = [per_group * head_dim, head_dim, head_dim]
+    fused = rope._FusedQKVRope.apply(mixed, fq, fk, per_group, head_dim)
+    mixed64 = mixed.detach().double().requires_grad_()
+    expected = refs.rope_ref(mixed64, fq, fk, per_group, head_dim)
+    for ours, ref in zip(fused, expected):
+        assert ours.shape == ref.shape, (ours.shape, ref.shape)
+        refs.assert_close(ours, ref, dtype)
+    grads = [torch.randn(t.shape, generator=gen).to(dtype) for t in fused]
+    (dqkv,) = torch.autograd.grad(fused, mixed, grads)
+    (dqkv_ref,) = torch.autograd.grad(expected, mixed64, [g.double() for g in grads])
+    refs.assert_close(dqkv, dqkv_ref, dtype)
+    assert split == [per_group * head_dim, head_dim, head_dim]
+
+
+def main() -> None:
+    results: dict = {}
+
+    def check(name, fn, *a):
+        try:
+            value = fn(*a)
+            results[name] = value if value is not None else "ok"
+        except Exception:  # noqa: BLE001 - reported to the test, which fails with it
+            results[name] = "FAILED: " + traceback.format_exc(limit=3)
+
+    check("offsets", offsets)
+    for dtype in DTYPES:
+        for rows, f in refs.SWIGLU_SHAPES:
+            check(f"swiglu {rows}x{f} {dtype}", swiglu_case, rows, f, dtype)
+        for shape in refs.ROPE_SHAPES:
+            check(f"rope {shape} {dtype}", rope_case, *shape, dtype)
+    print(json.dumps(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,45 @@
+"""The native Triton kernels (SwiGLU, fused QKV RoPE) on the CPU, through Triton's interpreter:
+their int64 offset helpers with indices whose int32 products wrap, and forward and backward
+over odd shapes in bf16 and fp32 against float64 references (tests/native/kernel_refs.py).
+The same shapes, and tensors past 2^31 elements, run compiled on a GPU: tests/gpu."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.native import kernel_refs as refs
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def interpreted():
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("interpreted_kernels.py"))],
+                          env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_offsets_are_int64_where_int32_wraps(interpreted):
+    got = interpreted["offsets"]
+    assert got["swiglu"] == got["swiglu_expected"] and got["swiglu_expected"][0] > 2 ** 31
+    assert got["rope"] == got["rope_expected"] and got["rope_expected"] > 2 ** 31
+
+
+@pytest.mark.parametrize("dtype", ["torch.bfloat16", "torch.float32"])
+@pytest.mark.parametrize("rows,f", refs.SWIGLU_SHAPES)
+def test_swiglu_matches_float64(interpreted, rows, f, dtype):
+    assert interpreted[f"swiglu {rows}x{f} {dtype}"] == "ok"
+
+
+@pytest.mark.parametrize("dtype", ["torch.bfloat16", "torch.float32"])
+@pytest.mark.parametrize("shape", refs.ROPE_SHAPES)
+def test_fused_qkv_rope_matches_float64(interpreted, shape, dtype):
+    assert interpreted[f"rope {shape} {dtype}"] == "ok"

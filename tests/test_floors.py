@@ -1,0 +1,31 @@
+"""docs/architecture.md's import table is generated from the tree, and the floors hold."""
+from __future__ import annotations
+
+from training import floors
+
+GROUND = {"run_description", "platforms", "versions", "data"}
+FAMILIES = {"mlperf"}
+READERS = {"bench", "optimize", "profiling", "convergence"}
+RUN = {"pretrain_gpt", "arguments", "megatron_patches", "run", "specs", "native", "metrics",
+       "loop_hooks", "numerics"}
+
+
+def test_the_architecture_doc_table_is_the_generated_one():
+    assert floors.main(["--check"]) == 0, "docs/architecture.md is stale: python -m training.floors"
+
+
+def test_the_floors_hold():
+    edges = floors.graph()
+    assert edges["run_description"] == set() and edges["platforms"] == set()
+    assert edges["launch"] <= GROUND, edges["launch"]          # no family, reader, run or deploy
+    assert edges["deploy"] <= GROUND | {"launch"}, edges["deploy"]
+    for part in GROUND:
+        assert not edges[part] & ({"launch", "deploy"} | FAMILIES | READERS | RUN), part
+    for part in READERS | FAMILIES | RUN:
+        assert "deploy" not in edges[part], part
+
+
+def test_the_graph_sees_lazy_and_relative_imports():
+    edges = floors.graph()
+    assert "data" in edges["launch"]          # `from training.data.check import ...` in a function
+    assert "launch" in edges["mlperf"]        # relative and absolute

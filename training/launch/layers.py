@@ -1,0 +1,85 @@
+"""Recipe layers: how a feature family plugs into a launch from above.
+
+The core (training/launch/) knows no family; a family's own entry point passes its layer to
+`resolve(family, environ, words, layers=[...])`. MLPerf's llama31_8b recipe is one
+(training/mlperf/layer.py, run by examples/mlperf/llama31_8b/run_llama31_8b.sh); MoE presets
+and checkpoint import are meant to be others. A layer brings:
+
+  toggles   registry entries of its own (training.launch.toggles.Toggle), added after the
+            core's for this launch only: parsed from env/words, shown in the table after the
+            core's rows, their value flags built like the core's. The core's README table
+            does not list them; the family documents them (its own README block).
+  values    values(settings) -> [RecipeValue]: a value for knobs the user left unset, each
+            with why. It sees the settings as the user gave them (defaults, env, KEY=VALUE
+            words; settings.is_explicit(name) says which the user set) and may derive from
+            them (MLPerf: EVAL_INTERVAL from the user's BS). resolve sets each with source
+            "recipe" and the reason "<layer name>: <why>"; a user's value is never replaced,
+            and the model preset and derivations never replace a layer's value.
+  guards    rules like the core's (a function of training.launch.guards.LaunchContext that
+            raises Refusal, corrects or warns), run with the core's guards after derivation:
+            every refusal of the launch is reported together.
+
+The order in resolve.prepare: registry defaults -> user values -> layers' values (in the order
+given) -> model preset -> derivation -> guards (core, then each layer's).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from .settings import Setting, Settings
+from .toggles import REGISTRY, Toggle, parse_value
+
+
+@dataclass(frozen=True)
+class RecipeValue:
+    name: str       # a toggle of the core or of the layer
+    value: Any
+    why: str
+
+
+@dataclass(frozen=True)
+class RecipeLayer:
+    name: str                                            # shown in each value's reason
+    values: Callable[[Settings], list[RecipeValue]]
+    toggles: tuple[Toggle, ...] = ()
+    guards: tuple[Callable[[Any], None], ...] = ()
+
+
+def registry_with(layers: Sequence[RecipeLayer]) -> tuple[Toggle, ...]:
+    """The core registry, then each layer's own entries (a name defined twice is a bug)."""
+    toggles = list(REGISTRY)
+    names = {t.name for t in toggles}
+    for layer in layers:
+        for toggle in layer.toggles:
+            if toggle.name in names:
+                raise ValueError(f"recipe layer {layer.name!r} redefines toggle {toggle.name}")
+            names.add(toggle.name)
+            toggles.append(toggle)
+    return tuple(toggles)
+
+
+def coerce(toggle: Toggle, value: Any) -> Any:
+    """A layer's value as the toggle's type (what the same value typed by a user becomes)."""
+    if isinstance(value, bool):
+        return parse_value(toggle, "1" if value else "0") if toggle.kind == "bool" \
+            else parse_value(toggle, str(int(value)))
+    if isinstance(value, float) and toggle.kind == "int" and value.is_integer():
+        value = int(value)
+    return parse_value(toggle, str(value)) if toggle.kind != "float" else float(value)
+
+
+def apply_layers(layers: Sequence[RecipeLayer], settings: Settings,
+                 toggles: tuple[Toggle, ...]) -> list[RecipeValue]:
+    """Each layer's values over the defaults, never over a user's; what was set."""
+    by_name = {t.name: t for t in toggles}
+    applied: list[RecipeValue] = []
+    for layer in layers:
+        for item in layer.values(settings):
+            if settings.is_explicit(item.name):
+                continue
+            value = coerce(by_name[item.name], item.value)
+            settings.values[item.name] = Setting(item.name, value, "recipe",
+                                                 f"{layer.name}: {item.why}")
+            applied.append(RecipeValue(item.name, value, item.why))
+    return applied

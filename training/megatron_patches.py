@@ -1,0 +1,472 @@
+"""Every change this project makes to megatron-core's modules at run time, in one table.
+
+Each Patch names its target ("module:attribute", or "module:Class.attribute"), our replacement
+("module:name" of a factory called with Megatron's original and the run, training.run.Run; or
+of an object put in as it is; or a constant), why, when it applies, and the target's signature
+the replacement was written against (parameters and defaults, annotations left out: see
+plain_signature). tests/test_megatron_patches.py checks every target against the pinned
+megatron-core, so an upgrade that moves or changes one fails on the CPU; at run time a
+changed signature is printed as a warning (a platform's image may run another Megatron).
+
+apply(run) puts the entries whose `when` holds in place (and takes out those of the
+selection whose `when` does not, left by an earlier run in the same process). It is
+idempotent: the target's owner (module or class) keeps a marker, MARKER, mapping the attribute
+to what was applied (patch, key, original, replacement); an entry already in place with the
+same key is left alone, one with another key (another run, other kernels) is rebuilt over the
+original it replaced, never stacked. What it changed is printed once, on rank 0. restore()
+puts the originals back. in_place(name) names what a target holds (ours, or what Megatron
+imported), for the manifest.
+
+The TE backend takes one entry group of the native kernels: the fused wgrad of its output
+layer (native_wgrad, where apex's kernel is absent); everything else is TE's.
+
+Native backend policy, with Transformer Engine or apex importable: the kernels that compute
+the model (fused QKV RoPE, SwiGLU; the norm is the spec's) are ours on every image, so a
+native run computes the same functions everywhere (parity-tested against HF); the
+optimizer-side kernels (FusedAdam, the multi-tensor l2 norm and scale, the fused wgrad GEMM)
+are TE's/apex's where Megatron imported them (the vendors' kernels; TE's FusedAdam also holds
+the precision-aware optimizer state) and ours only where Megatron fell back to torch.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass
+from typing import Any, Callable, Hashable
+
+MARKER = "__megatron_patches__"
+_ABSENT = object()   # an attribute that does not exist before the patch creates it
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What apply() did to one attribute (kept in the owner's MARKER dict)."""
+
+    name: str
+    key: Hashable
+    original: Any            # _ABSENT when the attribute did not exist
+    replacement: Any
+
+
+def _always(run) -> bool:
+    return True
+
+
+def _anything(original) -> bool:
+    return True
+
+
+def _no_key(run) -> Hashable:
+    return None
+
+
+def _this_run(run) -> Hashable:
+    return id(run)
+
+
+def _native(run) -> bool:
+    return run.args.transformer_backend == "native"
+
+
+def _profiling(run) -> bool:
+    return bool(run.args.profile and run.args.use_pytorch_profiler)
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    target: str                    # "module:attribute" or "module:Class.attribute"
+    replacement: str | None        # "module:name": a factory (original, run, *args), or as_is
+    why: str
+    signature: str | None          # plain_signature of the target when written; None: a value
+    what: str = ""                 # how the manifest names our replacement
+    group: str = "run"             # run | profile | native
+    when: Callable[[Any], bool] = _always
+    over: Callable[[Any], bool] = _anything   # replace only an original for which this holds
+    key: Callable[[Any], Hashable] = _no_key
+    as_is: bool = False            # replacement names the object itself, not a factory
+    constant: Any = None           # replacement None: this value
+    args: tuple = ()
+    absent_ok: bool = False        # the attribute may be missing before (the patch creates it)
+
+    @property
+    def module(self) -> str:
+        return self.target.split(":", 1)[0]
+
+    @property
+    def path(self) -> list[str]:
+        return self.target.split(":", 1)[1].split(".")
+
+    def build(self, original, run):
+        if self.replacement is None:
+            return self.constant
+        obj = resolve(self.replacement)
+        return obj if self.as_is else obj(original, run, *self.args)
+
+
+def resolve(reference: str):
+    """The object named "module:attr[.attr...]"."""
+    module, _, path = reference.partition(":")
+    obj = importlib.import_module(module)
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def plain_signature(obj) -> str:
+    """A callable's parameters and defaults, annotations left out (they render differently
+    across Python versions; the names, order, kinds and defaults are what a wrapper relies on)."""
+    sig = inspect.signature(obj)
+    params = [p.replace(annotation=inspect.Parameter.empty) for p in sig.parameters.values()]
+    return str(sig.replace(parameters=params, return_annotation=inspect.Signature.empty))
+
+
+# -- the fallbacks Megatron builds without TE or apex (the native optimizer-side entries
+#    replace only these) -----------------------------------------------------------------
+
+def _torch_adamw(original) -> bool:
+    import torch
+
+    return original is torch.optim.AdamW
+
+
+def _torch_optimizer_flag(original) -> bool:
+    return original is True
+
+
+def _local_l2_norm(original) -> bool:
+    from megatron.core import utils
+
+    return original is utils.local_multi_tensor_l2_norm
+
+
+def _local_scale(original) -> bool:
+    from megatron.core import utils
+
+    return original is utils.local_multi_tensor_scale
+
+
+def _no_wgrad_kernel(original) -> bool:
+    return original is _ABSENT or original is None
+
+
+def _no_wgrad_flag(original) -> bool:
+    return original is False
+
+
+def _qkv_rope(run) -> bool:
+    return _native(run) and bool(run.args.fused_single_qkv_rope)
+
+
+def _liger_swiglu(run) -> bool:
+    return _native(run) and run.args.native_kernels == "liger"
+
+
+def _wgrad(run) -> bool:
+    """Megatron's own linears take the fused wgrad: every linear of the native backend, and
+    under the TE spec its output layer (Megatron's ColumnParallelLinear, which asks for apex's
+    kernel even there; TE's linears use TE's own)."""
+    return (run.args.transformer_backend in ("native", "transformer_engine")
+            and bool(run.args.gradient_accumulation_fusion))
+
+
+def _kernels(run) -> Hashable:
+    return run.args.native_kernels
+
+
+def _swiglu_impl(run) -> Hashable:
+    from training.native import IMPLEMENTATION
+
+    return IMPLEMENTATION["swiglu"]
+
+
+def _ranged(range_name: str) -> tuple:
+    return (range_name,)
+
+
+TRAINING = "megatron.training.training"
+BUCKET_GROUP = "megatron.core.distributed.param_and_grad_buffer:_ParamAndGradBucketGroup"
+DIST_OPT = "megatron.core.optimizer.distrib_optimizer:DistributedOptimizer"
+SIG_SETUP = ("(model_type, model_provider_func=None, checkpointing_context=None, *, "
+             "cfg_container=None, pg_collection=None)")
+SIG_TRAIN_STEP = ("(forward_step_func, data_iterator, model, optimizer, opt_param_scheduler, "
+                  "config, forward_backward_func, iteration=None, pg_collection=None, "
+                  "p2p_communicator=None)")
+SIG_TRAINING_LOG = ("(loss_dict, total_loss_dict, learning_rate, iteration, loss_scale, "
+                    "report_memory_flag, skipped_iter, grad_norm, params_norm, "
+                    "num_zeros_in_grad, max_attention_logit, pg_collection=None, "
+                    "is_first_iteration=False, seqlen_squared_sum_in_batch=None, "
+                    "total_real_tokens_in_batch=None)")
+SIG_EVAL_PRINT = ("(prefix, forward_step_func, data_iterator, model, iteration, "
+                  "process_non_loss_data_func, config, verbose=False, "
+                  "write_to_tensorboard=True, non_loss_data_func=None, pg_collection=None, "
+                  "p2p_communicator=None)")
+SIG_EVALUATE = ("(forward_step_func, data_iterator, model, process_non_loss_data_func, config, "
+                "verbose=False, non_loss_data_func=None, eval_iters=None, pg_collection=None, "
+                "p2p_communicator=None)")
+SIG_TRAIN = ("(forward_step_func, model, optimizer, opt_param_scheduler, train_data_iterator, "
+             "valid_data_iterator, process_non_loss_data_func, config, checkpointing_context, "
+             "non_loss_data_func, inference_model=None, p2p_communicator=None, "
+             "pg_collection=None)")
+SIG_MULTI_TENSOR_L2 = "(chunk_size, noop_flag, tensor_lists, per_tensor, *args)"
+SIG_MULTI_TENSOR_SCALE = "(chunk_size, noop_flag, tensor_lists, scale)"
+
+PATCHES: tuple[Patch, ...] = (
+    # -- every run ------------------------------------------------------------------------
+    Patch("dataset_helpers", "megatron.core.datasets.utils:compile_helpers",
+          "training.megatron_patches:prebuilt_dataset_helpers",
+          "initialize runs `make -C megatron/core/datasets` to build the C++ dataset helpers; "
+          "the PyPI wheel ships them prebuilt (helpers_cpp) and no Makefile, so a stock run "
+          "exits with 'Failed to compile the C++ dataset helper functions'. The prebuilt "
+          "module is imported (raising if really missing) and the compile step skipped.",
+          "()", what="skipped: the wheel's prebuilt helpers_cpp"),
+    Patch("measured_setup", f"{TRAINING}:setup_model_and_optimizer",
+          "training.loop_hooks:measured_setup",
+          "the run's measurements start once torch.distributed is up and before the model is "
+          "built; the optimizer Megatron builds gets the peak-memory phase split (and, with "
+          "PROFILE=torch, a range around its step)", SIG_SETUP, key=_this_run),
+    Patch("timed_step", f"{TRAINING}:train_step", "training.loop_hooks:timed_train_step",
+          "step time with a device synchronisation on both sides: tokens/s, TFLOP/s, MFU",
+          SIG_TRAIN_STEP, key=_this_run),
+    Patch("metrics_log", f"{TRAINING}:training_log", "training.loop_hooks:logged_training_log",
+          "metrics.jsonl and TensorBoard after Megatron's log line; NAN_CHECK=step's stop",
+          SIG_TRAINING_LOG, key=_this_run),
+    Patch("eval_listeners", f"{TRAINING}:evaluate_and_print_results",
+          "training.loop_hooks:listened_evaluate_and_print",
+          "the evaluation's iteration for its record; loop listeners (MLPerf) told around "
+          "each evaluation, and their stop at a target", SIG_EVAL_PRINT, key=_this_run),
+    Patch("eval_loss", f"{TRAINING}:evaluate", "training.loop_hooks:recorded_evaluate",
+          "the evaluation's loss to metrics.jsonl and to the loop listeners", SIG_EVALUATE,
+          key=_this_run),
+    Patch("train_listeners", f"{TRAINING}:train", "training.loop_hooks:listened_train",
+          "loop listeners told when training starts and ends (MLPerf's run_start/run_stop)",
+          SIG_TRAIN, when=lambda run: bool(run.listeners), key=_this_run),
+    Patch("torch_adam_state_dict", f"{DIST_OPT}.state_dict",
+          "training.native.optimizer:state_filled_before_state_dict",
+          "a resume reads every parameter's Adam step before any step ran: a torch "
+          "Adam/AdamW is given the state of its first step first", "(self)"),
+    Patch("torch_adam_load_copy", f"{DIST_OPT}._set_main_param_and_optimizer_states",
+          "training.native.optimizer:copy_leaving_step",
+          "the per-parameter copy of a loaded checkpoint overwrote torch Adam's restored step "
+          "(bias correction restarted after every resume) or raised KeyError: 'step'",
+          "(self, model_param, tensors)"),
+    # -- PROFILE=torch: named ranges the trace report attributes time to -------------------
+    *(Patch(name, target, "training.loop_hooks:ranged",
+            f"PROFILE=torch: the trace's {range_name} range", signature, group="profile",
+            when=_profiling, args=_ranged(range_name))
+      for name, target, range_name, signature in (
+          ("range_backward", "megatron.core.pipeline_parallel.schedules:backward_step",
+           "train/backward", "(input_tensor, output_tensor, output_tensor_grad, config)"),
+          ("range_grad_sync_start", f"{BUCKET_GROUP}.start_grad_sync", "train/grad_reduce",
+           "(self, force_all_reduce=False)"),
+          ("range_grad_sync_finish", f"{BUCKET_GROUP}.finish_grad_sync", "train/grad_reduce",
+           "(self, force_all_reduce=False)"),
+          ("range_param_sync_start", f"{BUCKET_GROUP}.start_param_sync", "train/param_gather",
+           "(self, force_sync=False)"),
+          ("range_param_sync_finish", f"{BUCKET_GROUP}.finish_param_sync",
+           "train/param_gather", "(self, skip_next_bucket_dispatch=False)"))),
+    # -- the native backend ----------------------------------------------------------------
+    Patch("native_qkv_rope", "megatron.core.transformer.attention:apply_fused_qkv_rotary_pos_emb",
+          "training.native.rope:qkv_rope_replacement",
+          "fused_single_qkv_rope calls TE's function of this name; without TE Megatron has "
+          "none (and with TE the native backend keeps its own kernel)", None,
+          group="native", when=_qkv_rope, key=_kernels,
+          absent_ok=True),
+    Patch("native_qkv_rope_available", "megatron.core.transformer.attention:HAVE_FUSED_QKV_ROPE",
+          None, "Megatron's attention takes the fused path only where this is True", None,
+          group="native", when=_qkv_rope, constant=True),
+    Patch("native_swiglu", "megatron.core.transformer.mlp:bias_swiglu_impl",
+          "training.native.swiglu:swiglu_replacement",
+          "one Triton pass each way for the bias-free SwiGLU (NATIVE_KERNELS=liger)",
+          "(input, bias, fp8_input_store=False, cpu_offload_input=False)",
+          group="native", when=_liger_swiglu, key=_swiglu_impl),
+    Patch("native_adam", "megatron.core.optimizer:Adam",
+          "training.native.optimizer:FusedTorchAdamW",
+          "without TE or apex Megatron builds torch's foreach AdamW: torch's fused one instead",
+          None, what="torch AdamW, fused on CUDA, over the fp32 main params", group="native",
+          when=_native, over=_torch_adamw, as_is=True),
+    Patch("native_adam_kwargs", "megatron.core.optimizer:USING_PYTORCH_OPTIMIZER", None,
+          "Megatron passes FusedAdam's keywords (adam_w_mode) when this is False; "
+          "FusedTorchAdamW takes them", None, group="native", when=_native,
+          over=_torch_optimizer_flag, constant=False),
+    Patch("native_l2_norm", "megatron.core.optimizer.clip_grads:l2_norm_impl",
+          "training.native.multi_tensor:foreach_l2_norm",
+          "Megatron's local l2 norm syncs the host once per parameter", SIG_MULTI_TENSOR_L2,
+          what="torch foreach l2 norm (gradient clipping)", group="native", when=_native,
+          over=_local_l2_norm, as_is=True),
+    *(Patch(name, f"{module}:multi_tensor_scale_impl", "training.native.multi_tensor:foreach_scale",
+            why, SIG_MULTI_TENSOR_SCALE, what=what, group="native", when=_native,
+            over=_local_scale, as_is=True)
+      for name, module, why, what in (
+          ("native_clip_scale", "megatron.core.optimizer.clip_grads",
+           "Megatron's local scale copies each gradient it clips",
+           "torch foreach in-place scale (gradient clipping)"),
+          ("native_copy_scale", "megatron.core.optimizer.optimizer",
+           "the same scale for the optimizer's param copies",
+           "torch foreach scale (param copies)"))),
+    Patch("native_wgrad", "megatron.core.tensor_parallel.layers:fused_weight_gradient_mlp_cuda",
+          "training.native.wgrad:TorchWgradAccum",
+          "gradient-accumulation fusion calls apex's extension; without it, a cuBLAS GEMM "
+          "accumulating into main_grad (the native backend's linears, and the TE spec's output "
+          "layer)", None,
+          what="cuBLAS GEMM accumulating into main_grad (torch.addmm, beta=1)", group="native",
+          when=_wgrad, over=_no_wgrad_kernel, as_is=True, absent_ok=True),
+    Patch("native_wgrad_available", "megatron.core.tensor_parallel.layers:"
+          "_grad_accum_fusion_available", None,
+          "Megatron's linears refuse gradient-accumulation fusion while this is False", None,
+          group="native", when=_wgrad, over=_no_wgrad_flag, constant=True),
+)
+
+BY_NAME: dict[str, Patch] = {p.name: p for p in PATCHES}
+
+
+def prebuilt_dataset_helpers(original, run):
+    from megatron.core.datasets import helpers_cpp  # noqa: F401 - raises if really missing
+
+    def compile_helpers():
+        return None
+
+    return compile_helpers
+
+
+def owner_of(patch: Patch, owners: dict | None = None):
+    """(the object holding the target attribute, the attribute's name)."""
+    module = (owners or {}).get(patch.module) or importlib.import_module(patch.module)
+    owner = module
+    for part in patch.path[:-1]:
+        owner = getattr(owner, part)
+    return owner, patch.path[-1]
+
+
+def _records(owner) -> dict[str, Applied]:
+    records = vars(owner).get(MARKER)
+    if records is None:
+        records = {}
+        setattr(owner, MARKER, records)
+    return records
+
+
+def _selected(names=None, groups=None):
+    return [p for p in PATCHES if (names is None or p.name in names)
+            and (groups is None or p.group in groups)]
+
+
+def apply(run, names=None, groups=None, owners: dict | None = None) -> list[str]:
+    """Put in place the entries (all, or those named / of the groups) whose `when` holds for
+    the run. `owners`: stand-ins for target modules, by module name (tests). Returns the names
+    applied now; prints them once, on the run's rank 0."""
+    applied, changed = [], []
+    for patch in _selected(names, groups):
+        if not patch.when(run):      # not for this run: an earlier run's replacement goes
+            restore(names=(patch.name,), owners=owners)
+            continue
+        owner, attribute = owner_of(patch, owners)
+        records = _records(owner)
+        current = getattr(owner, attribute, _ABSENT)
+        record = records.get(attribute)
+        key = patch.key(run)
+        if record is not None and record.replacement is current:
+            if record.name == patch.name and record.key == key:
+                continue                                   # in place already
+            original = record.original                     # rebuild over the original
+        else:
+            original = current
+        if original is _ABSENT and not patch.absent_ok:
+            raise AttributeError(f"megatron patch {patch.name}: {patch.target} does not exist")
+        if not patch.over(original):
+            continue                                       # a vendor's kernel stays
+        if (patch.signature and owners is None and callable(original)
+                and plain_signature(original) != patch.signature):
+            changed.append(f"{patch.target} {plain_signature(original)}")
+        replacement = patch.build(None if original is _ABSENT else original, run)
+        setattr(owner, attribute, replacement)
+        records[attribute] = Applied(patch.name, key, original, replacement)
+        applied.append(patch.name)
+    run.patched.extend(applied)
+    if getattr(run, "rank", 0) == 0:
+        if applied:
+            print(f"megatron patches applied: {', '.join(applied)}", flush=True)
+        for text in changed:
+            print(f"WARNING: megatron patch target changed since it was written: {text}",
+                  flush=True)
+    return applied
+
+
+def restore(names=None, groups=None, owners: dict | None = None) -> list[str]:
+    """Put Megatron's originals back where our replacements are still in place."""
+    restored = []
+    for patch in _selected(names, groups):
+        owner, attribute = owner_of(patch, owners)
+        records = vars(owner).get(MARKER) or {}
+        record = records.get(attribute)
+        if record is None or record.name != patch.name:
+            continue
+        if getattr(owner, attribute, _ABSENT) is record.replacement:
+            if record.original is _ABSENT:
+                delattr(owner, attribute)
+            else:
+                setattr(owner, attribute, record.original)
+            restored.append(patch.name)
+        del records[attribute]
+    return restored
+
+
+def describe(obj) -> str:
+    """A qualified name for what a target holds."""
+    if obj is _ABSENT or obj is None:
+        return "absent"
+    if inspect.ismodule(obj):
+        return obj.__name__
+    name = getattr(obj, "__qualname__", None)
+    return f"{obj.__module__}.{name}" if name else repr(obj)
+
+
+def in_place(name: str) -> str:
+    """What the target of patch `name` holds now: ours (the entry's description and the
+    object's name), or what Megatron has there."""
+    patch = BY_NAME[name]
+    owner, attribute = owner_of(patch)
+    current = getattr(owner, attribute, _ABSENT)
+    record = (vars(owner).get(MARKER) or {}).get(attribute)
+    if record is not None and record.name == name and record.replacement is current:
+        text = getattr(current, "description", None) or patch.what or name
+        return f"{text} ({describe(current)})"
+    return f"{describe(current)} (Megatron's)"
+
+
+
+def missing_targets() -> list[str]:
+    """The table's targets the Megatron on the path lacks (an entry that may create its
+    attribute needs only the owner): what a platform image's Megatron must have before a run
+    (`python -m training.megatron_patches check`; the ROCm image's build runs it)."""
+    missing = []
+    for patch in PATCHES:
+        try:
+            owner, attribute = owner_of(patch)
+        except (ImportError, AttributeError) as err:
+            missing.append(f"{patch.target} ({patch.name}: {err})")
+            continue
+        if not patch.absent_ok and not hasattr(owner, attribute):
+            missing.append(f"{patch.target} ({patch.name})")
+    return missing
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m training.megatron_patches check`: exit 1, naming them, when a target of the
+    table is missing from the Megatron on the path."""
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if args != ["check"]:
+        print("usage: python -m training.megatron_patches check", file=sys.stderr)
+        return 2
+    missing = missing_targets()
+    for text in missing:
+        print(f"error: the Megatron on the path lacks the patch target {text}", file=sys.stderr)
+    if not missing:
+        print(f"every target of the Megatron patch table is present ({len(PATCHES)} entries)")
+    return 1 if missing else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
