@@ -300,9 +300,8 @@ def grad_accum_fusion_kernel(ctx: LaunchContext) -> None:
     lacking = [linear for linear, kernel in chosen if kernel is None]
     if lacking:
         _off_or_refuse(ctx, "GRADIENT_ACCUMULATION_FUSION", "grad_accum_fusion_kernel",
-                       f"the {ctx.backend} backend needs apex's fused_weight_gradient_mlp_cuda"
-                       + ("" if len(lacking) == len(chosen) else f" for {', '.join(lacking)}")
-                       + ", which is not installed here",
+                       f"the {ctx.backend} backend needs apex's fused_weight_gradient_mlp_cuda "
+                       f"for {', '.join(lacking)}, which is not installed here",
                        "Install apex, use TRANSFORMER_IMPL=native, or set it to 0.")
     elif len({kernel for _linear, kernel in chosen}) > 1:
         ctx.settings.info("grad_accum_fusion_kernel", "GRADIENT_ACCUMULATION_FUSION: " + "; ".join(
