@@ -22,8 +22,8 @@ step() {  # step NAME SECONDS PYTEST-ARGS...: within SECONDS and what is left of
 }
 export CUDA_VISIBLE_DEVICES=0
 { step "tiny TE run" 150 tests/gpu/test_train_gpu.py -k transformer_engine
-  step "fp8 recipes" 180 tests/gpu/test_te_gpu.py -k recipe
-  step "parity" 90 tests/gpu/test_te_gpu.py -k parity
+  step "fp8 recipes" 210 tests/gpu/test_te_gpu.py -k recipe
+  step "parity" 100 tests/gpu/test_te_gpu.py -k parity
   step "resume" 150 tests/gpu/test_te_gpu.py -k resume
 } > "$OUT/te_tests.log" 2>&1
 wait
