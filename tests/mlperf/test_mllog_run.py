@@ -13,48 +13,16 @@ import json
 
 import pytest
 
-from training import megatron_patches
 from training.mlperf import compliance, events, summary
 from training.mlperf.launch import resolve_mlperf
-from training.run import Run
 
-from .fake_megatron import FakeMegatron
+from .synth import keys, run_fake
 
 CLOSED_LOSSES = [7.9, 5.2, 4.1, 3.6, 3.31, 3.27, 3.2]   # the 6th evaluation reaches 3.3
 SHORT_RUN = {"MLPERF_DIVISION": "open", "MODEL_SIZE": "3.1-8B", "NUM_LAYERS": "2",
              "SEQ_LENGTH": "1024", "BS": "32", "MBS": "4", "GPUS_PER_NODE": "2",
              "MLPERF_EVAL_EVERY": "800", "MLPERF_EVAL_SAMPLES": "64", "WARMUP_ITERS": "30",
              "MLPERF_TARGET_LOSS": "5.5", "TOTAL_ITERS": "400"}
-
-
-def run_fake(env, losses, save=None, **toggles):
-    """Resolve the recipe, parse its Megatron args, and run the stand-in loop with mllog."""
-    from tests.launch.helpers import megatron_args
-
-    launch, _, config = resolve_mlperf(dict(env, **{k: str(v) for k, v in toggles.items()}), [])
-    args = megatron_args(launch)
-    args.consumed_train_samples, args.do_valid = 0, True
-    args.save, args.save_interval = save, (10**6 if save else None)
-    run_dir = launch.log_dir
-    # the page cache "dropped" by a harmless hook: this machine's tests must not drop its cache
-    config = {"cache_clear": "hook", "cache_clear_cmd": "true", **config}
-    run = events.start(args, {events.RUN_ENV: json.dumps(config), "RANK": "0"})
-    log = run_dir / "mlperf.log"
-    fake = FakeMegatron(args, losses, on_data=lambda: [k for _, k in keys(log)])
-    megatron_patches.apply(Run(args=args, mlperf=run), names=LISTENER_PATCHES,
-                           owners={"megatron.training.training": fake.module})
-    last = fake.pretrain()
-    run.log.close()
-    return run, fake, last, log
-
-
-# The patch table's entries a loop listener goes through (Megatron's data, train, evaluations).
-LISTENER_PATCHES = ("data_listeners", "train_listeners", "eval_listeners", "eval_loss")
-KIND = {"INTERVAL_START": "S", "INTERVAL_END": "E", "POINT_IN_TIME": "P"}
-
-
-def keys(log):
-    return [(KIND[e["event_type"]], e["key"]) for e in summary.read_events(log)]
 
 
 def test_closed_run_stops_at_the_target_and_its_log_passes_the_checker(mlperf_env):
