@@ -27,11 +27,13 @@ def _reference_valid():
     return CountedDataset(ref["eval_dataset_documents"], ref["eval_dataset_tokens"])
 
 
-def _run(env, tmp_path, i, at, seed_value=None, valid=None, **toggles):
+def _run(env, tmp_path, i, at, valid=None, **toggles):
+    """One closed run of the recipe (its seed drawn by the launch), converging at the `at`-th
+    evaluation."""
     env = dict(env, EXPERIMENT_DIR=str(tmp_path / "exp"), RUN_ID=f"run{i}", MLPERF_ORG=ORG,
-               MLPERF_PLATFORM=PLATFORM, GPUS_PER_NODE="8", **toggles)
-    words = ["--seed", str(seed.draw() if seed_value is None else seed_value)]
-    _, _, _, log = run_fake(env, losses_reaching(3.3, at), words=words,
+               MLPERF_PLATFORM=PLATFORM, GPUS_PER_NODE="8", MLPERF_CACHE_CLEAR_CMD="true",
+               **toggles)
+    _, _, _, log = run_fake(env, losses_reaching(3.3, at),
                             datasets=(CountedDataset(1000, 10**6), valid or _reference_valid()))
     return log
 
@@ -69,11 +71,18 @@ def test_ten_closed_runs_pass_every_checker(ten_runs, tmp_path):
     assert submission.main(["check", str(root)]) == 0
 
 
+def test_ten_runs_drew_ten_seeds(ten_runs):
+    _, logs = ten_runs
+    seeds = [next(e["value"] for e in _events(log) if e["key"] == "seed") for log in logs]
+    assert len(set(seeds)) == 10 and all(1 <= s < seed.LIMIT for s in seeds)
+
+
 def test_a_duplicated_seed_fails_the_seed_checker(ten_runs, tmp_path):
-    env, logs = ten_runs
+    _, logs = ten_runs
     taken = next(e["value"] for e in _events(logs[0]) if e["key"] == "seed")
-    twin = _run(env, tmp_path, 99, CONVERGED_AT[1], seed_value=taken)
-    root = _submit([logs[0], twin, *logs[2:]], tmp_path / "sub")
+    root = _submit(logs, tmp_path / "sub")
+    twin = next((root / "results").glob("*/llama31_8b/result_1.txt"))
+    twin.write_text(re.sub(r'("key": "seed", "value": )\d+', rf"\g<1>{taken}", twin.read_text()))
     checks = _by_name(submission.check(root))
     assert not checks["package_checker"].passed
     text = "\n".join(checks["package_checker"].messages)

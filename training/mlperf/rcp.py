@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,14 +43,21 @@ class Choice:
 
     @property
     def warmup_iters(self) -> int:
-        return math.ceil(self.warmup_samples / self.batch_size)
+        from .rules import warmup_iters
+
+        return warmup_iters(self.warmup_samples, self.batch_size)
 
 
 def rcp_file(ruleset: str, benchmark: str = BENCHMARK) -> Path:
-    """The package's own RCP file (the path its checker reads)."""
-    from mlperf_logging.rcp_checker import rcp_checker
+    """The package's own RCP file (the path its checker reads). Found without importing the
+    checker, which needs scipy: the launcher reads the file where scipy may be missing."""
+    import importlib.util
 
-    return Path(rcp_checker.__file__).parent / f"training_{ruleset}" / f"rcps_{benchmark}.json"
+    spec = importlib.util.find_spec("mlperf_logging")
+    if spec is None or spec.origin is None:
+        raise FileNotFoundError("mlperf-logging is not installed (pip install -e '.[mlperf]')")
+    return (Path(spec.origin).parent / "rcp_checker" / f"training_{ruleset}"
+            / f"rcps_{benchmark}.json")
 
 
 def load(ruleset: str, benchmark: str = BENCHMARK) -> list[RCP]:
