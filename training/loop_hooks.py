@@ -13,12 +13,13 @@ iteration; the replacements below take their place through the patch table
                 peak memory) and the same scalars to TensorBoard; NAN_CHECK=step's stop
   evaluate, evaluate_and_print_results  the validation loss, with its iteration, to
                 metrics.jsonl and to the loop listeners
+  build_train_valid_test_data_iterators  the loop listeners told before any data is read
   train         the loop listeners told when training starts and ends
 `finish()` (after pretrain returns) computes the steady-state summary, takes the peak memory
 over all ranks, prints the summary and stores it in manifest.json.
 
-Loop listeners (Run.listeners, e.g. training.mlperf.events.MLPerfRun) are told when training
-starts and ends and around each evaluation, with the eval loss on every rank; one that returns
+Loop listeners (Run.listeners, e.g. training.mlperf.events.MLPerfRun) are told before Megatron
+builds its data iterators (on_run_start), when training starts and ends and around each evaluation, with the eval loss on every rank; one that returns
 True from on_eval_end stops training after that iteration (`stop_after_this_evaluation`).
 """
 from __future__ import annotations
@@ -224,6 +225,24 @@ def recorded_evaluate(original, run):
         return result
 
     return evaluate
+
+
+def listened_data_iterators(original, run):
+    """build_train_valid_test_data_iterators: the listeners told before Megatron builds its
+    datasets and loaders, the first thing in pretrain() that reads the data (MLPerf's
+    run_start). Every rank meets at a barrier after them, so no rank reads before rank 0 has
+    logged."""
+
+    def build_train_valid_test_data_iterators(*a, **kw):
+        if run.listeners and not run.data_announced:
+            for listener in run.listeners:
+                listener.on_run_start(run.args)
+            run.data_announced = True
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                torch.distributed.barrier()
+        return original(*a, **kw)
+
+    return build_train_valid_test_data_iterators
 
 
 def listened_train(original, run):

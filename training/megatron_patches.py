@@ -208,6 +208,11 @@ SIG_TRAIN = ("(forward_step_func, model, optimizer, opt_param_scheduler, train_d
              "valid_data_iterator, process_non_loss_data_func, config, checkpointing_context, "
              "non_loss_data_func, inference_model=None, p2p_communicator=None, "
              "pg_collection=None)")
+SIG_DATA_ITERATORS = "(build_train_valid_test_datasets_provider)"
+SIG_SET_RANDOM_SEED = ("(seed_, data_parallel_random_init=False, te_rng_tracker=False, "
+                       "inference_rng_tracker=False, use_cudagraphable_rng=False, "
+                       "pp_group=None, dp_group=None, tp_group=None, ep_group=None, "
+                       "etp_group=None)")
 SIG_MULTI_TENSOR_L2 = "(chunk_size, noop_flag, tensor_lists, per_tensor, *args)"
 SIG_MULTI_TENSOR_SCALE = "(chunk_size, noop_flag, tensor_lists, scale)"
 
@@ -238,6 +243,17 @@ PATCHES: tuple[Patch, ...] = (
     Patch("eval_loss", f"{TRAINING}:evaluate", "training.loop_hooks:recorded_evaluate",
           "the evaluation's loss to metrics.jsonl and to the loop listeners", SIG_EVALUATE,
           key=_this_run),
+    Patch("data_listeners", f"{TRAINING}:build_train_valid_test_data_iterators",
+          "training.loop_hooks:listened_data_iterators",
+          "loop listeners told before Megatron builds its datasets and loaders, the first "
+          "reading of the data in pretrain() (MLPerf's run_start: the clock starts before any "
+          "data is touched)", SIG_DATA_ITERATORS, when=lambda run: bool(run.listeners),
+          key=_this_run),
+    Patch("mlperf_seed", "megatron.training.initialize:_set_random_seed",
+          "training.mlperf.events:seed_from_rank_zero",
+          "an MLPerf run's seed is drawn per run by each node's launcher: every rank takes rank "
+          "0's before Megatron seeds its generators (and before any dataset reads args.seed)",
+          SIG_SET_RANDOM_SEED, when=lambda run: run.mlperf is not None, key=_this_run),
     Patch("train_listeners", f"{TRAINING}:train", "training.loop_hooks:listened_train",
           "loop listeners told when training starts and ends (MLPerf's run_start/run_stop)",
           SIG_TRAIN, when=lambda run: bool(run.listeners), key=_this_run),

@@ -98,8 +98,11 @@ def datasets_provider(run, train_val_test_num_samples, vp_stage=None):
 
         dataset_class = in_order_validation(dataset_class,
                                             args.eval_iters * args.eval_global_batch_size)
-    return BlendedMegatronDatasetBuilder(dataset_class, train_val_test_num_samples,
-                                        lambda: True, config).build()
+    datasets = BlendedMegatronDatasetBuilder(dataset_class, train_val_test_num_samples,
+                                             lambda: True, config).build()
+    if run.mlperf is not None:  # mlperf.log: the documents and tokens the run reads
+        run.mlperf.on_datasets(datasets[0], datasets[1])
+    return datasets
 
 
 
@@ -166,7 +169,11 @@ def main() -> None:
     sys.argv[1:] = argv_as_the_launcher(sys.argv[1:], rank)
     args = parse_and_validate_args(extra_args_provider=add_training_args)
     run = Run(args=args, precision=_precision_of(args), rank=rank)
-    run.mlperf = mlperf_events.start(args)  # MLPERF_RUN set: mllog's init_start on rank 0
+    try:  # MLPERF_RUN set: the page cache dropped on each node, mllog's init_start on rank 0
+        run.mlperf = mlperf_events.start(args)
+    except mlperf_events.CacheNotCleared as err:
+        print(f"pretrain_gpt.py: {err}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
 
     megatron_patches.apply(run, groups=("run", "profile"))
     if args.transformer_backend == "native":

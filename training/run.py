@@ -22,6 +22,7 @@ class Run:
     loop: Any = None                            # training.loop_hooks.RunState, from the set-up
     eval_iteration: int | None = None           # the evaluation under way (loop hooks)
     eval_loss: float | None = None              # its loss, on the rank that computed it
+    data_announced: bool = False                # listeners told before the data is read
     patched: list[str] = field(default_factory=list)   # patch names applied, in order
 
     @property

@@ -6,7 +6,8 @@ megatron-core 0.19.2 does (test_mllog_run.py checks those lines of Megatron's so
   train():    `while iteration < args.train_iters`, consumed_train_samples += global batch,
               evaluate_and_print_results every eval_interval while args.do_valid, a checkpoint
               every save_interval
-  pretrain(): train(), then a final checkpoint unless the last iteration was just saved, then a
+  pretrain(): build_train_valid_test_data_iterators (the first reading of the data), train(),
+              then a final checkpoint unless the last iteration was just saved, then a
               validation when args.do_valid
   evaluate_and_print_results() calls evaluate() through the module, as Megatron's global lookup.
 """
@@ -16,13 +17,16 @@ import types
 
 
 class FakeMegatron:
-    def __init__(self, args, eval_losses: list[float]):
+    def __init__(self, args, eval_losses: list[float], on_data=None):
         self.args = args
         self.losses = list(eval_losses)
+        self.on_data = on_data                # called where Megatron first reads the data
+        self.data_reads: list = []
         self.evaluations: list[int] = []     # iterations evaluated (in the loop and after)
         self.saves: list[int] = []
         self.module = types.ModuleType("fake_megatron_training")
         self.module.train = self._train
+        self.module.build_train_valid_test_data_iterators = self._build_data_iterators
         self.module.evaluate = self._evaluate
         self.module.evaluate_and_print_results = self._evaluate_and_print_results
 
@@ -34,6 +38,10 @@ class FakeMegatron:
                                     iteration, *a, **kw):
         self.module.evaluate(forward_step_func, data_iterator, model)
         self.evaluations.append(iteration)
+
+    def _build_data_iterators(self, provider):
+        self.data_reads.append(self.on_data() if self.on_data else True)
+        return None, None, None
 
     def _train(self, *a, **kw):
         args, iteration = self.args, 0
@@ -49,6 +57,7 @@ class FakeMegatron:
 
     def pretrain(self) -> int:
         args = self.args
+        self.module.build_train_valid_test_data_iterators(None)
         iteration, _ = self.module.train()
         if args.save and iteration != 0 and iteration % args.save_interval != 0:
             self.saves.append(iteration)

@@ -1,6 +1,7 @@
 """The llama31_8b recipe and the guard mlperf_closed_rules: closed refuses a break, open warns."""
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -8,6 +9,7 @@ import yaml
 
 from training.launch.guards import Refusals
 from training.launch.resolve import resolve
+from training.mlperf import rcp as rcp_mod
 from training.mlperf import rules as rules_mod
 from training.mlperf.launch import resolve_mlperf
 
@@ -47,6 +49,9 @@ def test_recipe_defaults_are_the_reference_and_shown_as_recipe(mlperf_env):
     assert config == {**config, "division": "closed", "target_eval_loss": 3.3,
                       "eval_samples": 1024, "benchmark": "llama31_8b"}
     assert not [n for n in s.notices if n.guard == "mlperf_closed_rules"]
+    # the tests' validation set is not the reference's: named, with the reference's counts
+    (other,) = [n.message for n in s.notices if n.guard == "mlperf_reference_data"]
+    assert f"{RULES.reference_data['eval_dataset_tokens']:,}" in other
 
 
 @pytest.mark.parametrize("name,value", [
@@ -64,18 +69,60 @@ def test_a_closed_rule_broken_is_refused_and_open_warns(mlperf_env, name, value)
     assert len(warned) == 1 and f"{name}=" in warned[0], warned
 
 
-@pytest.mark.parametrize("bs,lr,interval,iters,warmup,min_lr", [
-    (64, 1e-3, 192, 16, 64, 1e-4),
-    (96, 1e-3, 128, 11, 43, 1e-4),
-    (16, 4e-4, 768, 64, 256, 4e-5),
-])
-def test_free_choices_stay_closed_and_rederive_the_cadence(mlperf_env, bs, lr, interval, iters,
-                                                           warmup, min_lr):
-    launch, _, _ = mlperf(mlperf_env, BS=bs, LR=lr, GPUS_PER_NODE=8)
+@pytest.mark.parametrize("rcp", rcp_mod.load(rules_mod.load().ruleset), ids=lambda r: r.name)
+def test_free_batch_sizes_take_their_rcps_lr_and_warmup_and_rederive_the_cadence(mlperf_env, rcp):
+    bs = rcp.batch_size
+    launch, _, _ = mlperf(mlperf_env, BS=bs, GPUS_PER_NODE=8)
     s = launch.settings
-    assert (s["EVAL_INTERVAL"], s["EVAL_ITERS"], s["WARMUP_ITERS"]) == (interval, iters, warmup)
-    assert s["MIN_LR"] == pytest.approx(min_lr)
+    assert s["LR"] == pytest.approx(rcp.lr) and s["MIN_LR"] == pytest.approx(0.1 * rcp.lr)
+    assert s["WARMUP_ITERS"] == math.ceil(rcp.warmup_samples / bs)
+    assert (s["EVAL_INTERVAL"], s["EVAL_ITERS"]) == (math.ceil(12288 / bs), math.ceil(1024 / bs))
+    assert f"the RCP of BS {bs}" in s.setting("LR").reason
     assert s["MLPERF_DIVISION"] == "closed"
+    assert not [n for n in s.notices if n.guard == "mlperf_rcp"]
+
+
+def test_a_batch_size_without_rcp_or_another_lr_is_named(mlperf_env):
+    rcps = rcp_mod.load(rules_mod.load().ruleset)
+    between = rcps[0].batch_size + 1
+    launch, _, _ = mlperf(mlperf_env, BS=between, GPUS_PER_NODE=1)
+    warned = [n.message for n in launch.settings.notices if n.guard == "mlperf_rcp"]
+    assert len(warned) == 1 and f"no RCP for BS {between}" in warned[0]
+    assert launch.settings["LR"] == pytest.approx(rcps[0].lr)
+    launch, _, _ = mlperf(mlperf_env, BS=rcps[1].batch_size, LR=rcps[1].lr * 2, GPUS_PER_NODE=8)
+    s = launch.settings
+    warned = [n.message for n in s.notices if n.guard == "mlperf_rcp"]
+    assert len(warned) == 1 and warned[0].startswith("LR=") and "RCP checker" in warned[0]
+    assert s["MIN_LR"] == pytest.approx(0.2 * rcps[1].lr)      # 0.1 x the user's LR
+
+
+def test_each_launch_draws_its_own_seed_and_closed_refuses_a_fixed_one(mlperf_env):
+    seeds = {mlperf(mlperf_env)[0].settings["SEED"] for _ in range(3)}
+    assert len(seeds) == 3
+    launch, _, _ = mlperf(mlperf_env)
+    assert launch.settings.setting("SEED").source == "recipe"
+    words = launch.buckets["TRAIN_ARGS"]
+    assert words[words.index("--seed") + 1] == str(launch.settings["SEED"])
+    for env, words in (({"SEED": "1234"}, []), ({}, ["--seed", "7"])):
+        with pytest.raises(Refusals) as err:
+            resolve_mlperf({**mlperf_env, **env}, words)
+        assert any(r.guard == "mlperf_seed" for r in err.value.refusals)
+    launch, _, _ = mlperf(mlperf_env, SEED=1234, MLPERF_DIVISION="open")
+    assert launch.settings["SEED"] == 1234
+    assert any(n.guard == "mlperf_seed" for n in launch.settings.notices)
+
+
+def test_closed_refuses_a_launch_that_cannot_drop_the_page_cache(mlperf_env):
+    launch, _, config = mlperf(mlperf_env, MLPERF_CACHE_CLEAR_CMD="sudo -n /sbin/drop")
+    assert (config["cache_clear"], config["cache_clear_cmd"]) == ("hook", "sudo -n /sbin/drop")
+    with pytest.raises(Refusals) as err:
+        resolve_mlperf({**mlperf_env, "MLPERF_CACHE_CLEAR_CMD": "'unbalanced"}, [])
+    assert any(r.guard == "mlperf_cache_clear" for r in err.value.refusals)
+    launch, _, config = mlperf(mlperf_env, MLPERF_CACHE_CLEAR_CMD="'unbalanced",
+                               MLPERF_DIVISION="open")
+    assert config["cache_clear"] == "none"
+    assert any(n.guard == "mlperf_cache_clear" and n.level == "warning"
+               for n in launch.settings.notices)
 
 
 def test_eval_knobs_must_agree_with_the_mlperf_cadence_in_either_division(mlperf_env):

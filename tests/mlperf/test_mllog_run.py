@@ -13,45 +13,16 @@ import json
 
 import pytest
 
-from training import megatron_patches
 from training.mlperf import compliance, events, summary
 from training.mlperf.launch import resolve_mlperf
-from training.run import Run
 
-from .fake_megatron import FakeMegatron
+from .synth import keys, run_fake
 
 CLOSED_LOSSES = [7.9, 5.2, 4.1, 3.6, 3.31, 3.27, 3.2]   # the 6th evaluation reaches 3.3
 SHORT_RUN = {"MLPERF_DIVISION": "open", "MODEL_SIZE": "3.1-8B", "NUM_LAYERS": "2",
              "SEQ_LENGTH": "1024", "BS": "32", "MBS": "4", "GPUS_PER_NODE": "2",
              "MLPERF_EVAL_EVERY": "800", "MLPERF_EVAL_SAMPLES": "64", "WARMUP_ITERS": "30",
              "MLPERF_TARGET_LOSS": "5.5", "TOTAL_ITERS": "400"}
-
-
-def run_fake(env, losses, save=None, **toggles):
-    """Resolve the recipe, parse its Megatron args, and run the stand-in loop with mllog."""
-    from tests.launch.helpers import megatron_args
-
-    launch, _, config = resolve_mlperf(dict(env, **{k: str(v) for k, v in toggles.items()}), [])
-    args = megatron_args(launch)
-    args.consumed_train_samples, args.do_valid = 0, True
-    args.save, args.save_interval = save, (10**6 if save else None)
-    run_dir = launch.log_dir
-    run = events.start(args, {events.RUN_ENV: json.dumps(config), "RANK": "0"})
-    fake = FakeMegatron(args, losses)
-    megatron_patches.apply(Run(args=args, mlperf=run), names=LISTENER_PATCHES,
-                           owners={"megatron.training.training": fake.module})
-    last = fake.pretrain()
-    run.log.close()
-    return run, fake, last, run_dir / "mlperf.log"
-
-
-# The patch table's entries a loop listener goes through (Megatron's train and evaluations).
-LISTENER_PATCHES = ("train_listeners", "eval_listeners", "eval_loss")
-KIND = {"INTERVAL_START": "S", "INTERVAL_END": "E", "POINT_IN_TIME": "P"}
-
-
-def keys(log):
-    return [(KIND[e["event_type"]], e["key"]) for e in summary.read_events(log)]
 
 
 def test_closed_run_stops_at_the_target_and_its_log_passes_the_checker(mlperf_env):
@@ -61,6 +32,9 @@ def test_closed_run_stops_at_the_target_and_its_log_passes_the_checker(mlperf_en
     assert fake.saves == [last]                 # the final checkpoint, at the stop
     assert run.result.status == "success" and run.result.samples_to_converge == 6 * 384 * 32
 
+    # the clock started before the first reading of the data, the block after it
+    (logged_when_read,) = fake.data_reads
+    assert logged_when_read[-2:] == ["init_stop", "run_start"]
     seq = keys(log)
     head = [k for _, k in seq[:seq.index(("E", "init_stop"))]]
     assert head[:2] == ["cache_clear", "init_start"]
@@ -162,6 +136,21 @@ def test_megatron_loop_still_behaves_as_the_stand_in_assumes():
     assert "evaluate_and_print_results(prefix" in train
     pretrain = inspect.getsource(training.pretrain)
     assert "iteration = train(" in pretrain or "= train(\n" in pretrain
+    # the data is first read by build_train_valid_test_data_iterators: after the model and
+    # optimizer set-up, before train() (run_start is logged right before it)
+    setup = pretrain.index("setup_model_and_optimizer(")
+    data = pretrain.index("build_train_valid_test_data_iterators(")
+    assert setup < data < pretrain.index("= train(")
+    # and nothing before uses the dataset provider (the only way pretrain() reaches the data)
+    import ast
+    import textwrap
+
+    tree = ast.parse(textwrap.dedent(pretrain))
+    uses = [n.lineno for n in ast.walk(tree)
+            if isinstance(n, ast.Name) and n.id == "train_valid_test_dataset_provider"]
+    calls = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and getattr(n.func, "id", None) == "setup_model_and_optimizer"]
+    assert uses and calls and min(uses) > min(calls)
     assert "iteration % cfg_container.checkpoint.save_interval != 0" in pretrain
     assert "if args.do_valid:" in pretrain
     assert "evaluate(" in inspect.getsource(training.evaluate_and_print_results)

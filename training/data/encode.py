@@ -1,8 +1,8 @@
 """Tokenize chunks of input lines: the work a preparation worker does.
 
 Kept free of torch and megatron imports so that worker processes start fast. A chunk
-becomes one flat array of token ids (each document followed by the end-of-document token)
-plus the length of each document and the lines that were skipped.
+becomes one flat array of token ids (each document followed by the end-of-document token,
+unless append_eod is off) plus the length of each document and the lines that were skipped.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from itertools import chain
 
 import numpy as np
 
-from training.data.sources import INVALID_UNICODE, Chunk, Skip, find_unencodable, parse_chunk
+from training.data.sources import (EMPTY_TEXT, INVALID_UNICODE, Chunk, Skip, find_unencodable,
+                                   parse_chunk)
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,7 @@ class EncodeSettings:
     text_key: str = "text"
     text_unit: str = "file"
     add_special_tokens: bool = True
+    append_eod: bool = True  # False: documents end where their text ends (NeMo without --append-eod)
 
 
 @dataclass
@@ -53,25 +55,31 @@ class Encoder:
     def __call__(self, chunk: Chunk, fmt: str) -> Encoded:
         s = self.settings
         parsed = parse_chunk(chunk, fmt, s.text_key, s.text_unit)
-        texts, skips = parsed.texts, parsed.skips
+        texts, lines, skips = parsed.texts, parsed.lines, parsed.skips
         try:
             ids = self._encode(texts)
         except Exception:
             # Rust strings cannot hold unpaired surrogates (valid in JSON, "\ud800");
             # find them, skip those documents, encode the rest.
-            keep = []
-            for text, line in zip(texts, parsed.lines):
+            keep, kept_lines = [], []
+            for text, line in zip(texts, lines):
                 bad = find_unencodable(text)
                 if bad is None:
                     keep.append(text)
+                    kept_lines.append(line)
                 else:
                     skips.append(Skip(chunk.path, line, INVALID_UNICODE, f"character {bad}"))
-            ids = self._encode(keep)
+            ids, lines = self._encode(keep), kept_lines
         eod = s.eod_id
-        for doc in ids:
-            # A tokenizer whose post-processor already appends EOD gets no second one.
-            if not doc or doc[-1] != eod:
-                doc.append(eod)
+        if s.append_eod:
+            for doc in ids:
+                # A tokenizer whose post-processor already appends EOD gets no second one.
+                if not doc or doc[-1] != eod:
+                    doc.append(eod)
+        elif not all(ids):  # a document of no tokens is no document (NeMo skips it too)
+            skips += [Skip(chunk.path, line, EMPTY_TEXT, "no tokens")
+                      for line, doc in zip(lines, ids) if not doc]
+            ids = [doc for doc in ids if doc]
         lengths = np.fromiter((len(d) for d in ids), dtype=np.int64, count=len(ids))
         flat = np.fromiter(chain.from_iterable(ids), dtype=self.dtype, count=int(lengths.sum()))
         skips.sort(key=lambda k: k.line)

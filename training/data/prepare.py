@@ -3,9 +3,9 @@
     python -m training.data.prepare 'c4/en/c4-train.0000[0-3]-of-01024.json.gz' \\
         --tokenizer /models/Llama-3.1-8B --output-prefix data/c4_llama31
 
-Every document is tokenized (with the tokenizer's own special tokens, e.g. Llama 3's BOS)
-and followed by the end-of-document token (the tokenizer's eos token, which Megatron uses
-as EOD). The dataset is written through megatron.core.datasets.indexed_dataset, under
+Every document is tokenized (with the tokenizer's own special tokens, e.g. Llama 3's BOS,
+unless --no-add-special-tokens) and followed by the end-of-document token (the tokenizer's eos
+token, which Megatron uses as EOD; --no-append-eod leaves it out). The dataset is written through megatron.core.datasets.indexed_dataset, under
 temporary names renamed only when it is complete, with PREFIX.dataset.json beside it
 recording the tokenizer (see record.py). Lines that cannot be a document are skipped and
 reported with file and line; a file that cannot be read fails the run.
@@ -272,6 +272,7 @@ def prepare(
     chunk_mb: float = DEFAULT_CHUNK_MB,
     eod_token: str | None = None,
     add_special_tokens: bool = True,
+    append_eod: bool = True,
     overwrite: bool = False,
     strict: bool = False,
     progress: bool = True,
@@ -299,7 +300,7 @@ def prepare(
     summary.files = [FileStats(f.path, f.size) for f in files]
     summary.input_bytes = sum(f.size for f in files)
     settings = EncodeSettings(info.tokenizer_json, info.eod_id, dtype.__name__, text_key,
-                              text_unit, add_special_tokens)
+                              text_unit, add_special_tokens, append_eod)
     final, tmp = output_paths(output_prefix), temp_paths(output_prefix)
     offsets = [0]
     for f in files:
@@ -345,6 +346,7 @@ def prepare(
             "prefix": os.path.basename(output_prefix),
             "tokenizer": rec.tokenizer_entry(info, record_dir),
             "add_special_tokens": add_special_tokens,
+            "append_eod": append_eod,
             "dtype": summary.dtype,
             "documents": summary.documents,
             "tokens": summary.tokens,
@@ -433,6 +435,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--add-special-tokens", action=argparse.BooleanOptionalAction, default=True,
                    help="let the tokenizer add its special tokens (Llama 3: BOS) to each document, as Megatron's "
                    "tokenizer.tokenize does (default: yes)")
+    p.add_argument("--append-eod", action=argparse.BooleanOptionalAction, default=True,
+                   help="end each document with the end-of-document token (default: yes). MLPerf "
+                   "llama31_8b's reference data has none and no BOS either (NeMo's preprocessing without "
+                   "--append-eod): --no-add-special-tokens --no-append-eod gives its tokens (docs/mlperf.md)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing dataset at PREFIX")
     p.add_argument("--strict", action="store_true", help="fail (exit 1, nothing written) at the first skipped line or empty file")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -448,7 +454,7 @@ def main(argv: list[str] | None = None) -> int:
             args.inputs, args.output_prefix, args.tokenizer, text_key=args.text_key, fmt=args.format,
             text_unit=args.text_unit, workers=args.workers, chunk_mb=args.chunk_mb,
             eod_token=args.eod_token, add_special_tokens=args.add_special_tokens,
-            overwrite=args.overwrite, strict=args.strict, progress=not args.no_progress, command=command,
+            append_eod=args.append_eod, overwrite=args.overwrite, strict=args.strict, progress=not args.no_progress, command=command,
         )
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -4,8 +4,12 @@ The run gets its MLPerf settings from MLPERF_RUN (JSON, exported by training.mlp
 everything else from Megatron's own args, so mlperf.log states what the run really trained with.
 Events (global rank 0 only, to <run>/mlperf.log and stdout):
 
-  main() starts          cache_clear, init_start
-  training starts        submission_*, the hyperparameters, init_stop, run_start, block_start
+  main() starts          cache_clear (what training.mlperf.cache did on this node), init_start
+  before any data is     submission_*, the hyperparameters (the seed: node 0's, every rank's),
+  read (Megatron builds  init_stop, run_start
+  its data iterators)
+  the datasets built     train/eval_dataset_documents and _tokens (what the run reads)
+  training starts        block_start
   each evaluation        block_stop, eval_start, eval_accuracy (eval loss), eval_stop, and unless
                          the target is reached, block_start
   training ends          [block_stop], run_stop (status success | aborted), train_samples
@@ -14,6 +18,11 @@ samples_count in every event's metadata is Megatron's consumed_train_samples (se
 An evaluation with eval loss <= target ends the run: MLPerfRun.on_eval_end returns True and
 training/loop_hooks.py stops Megatron's loop after that iteration (final checkpoint included).
 Evaluations after run_stop (Megatron's post-training validation) are not logged.
+
+The page cache is dropped (training.mlperf.cache) on each node's local rank 0 before
+init_start, as the launch planned it; a closed run whose drop fails stops there. The seed every
+rank uses is rank 0's (seed_from_rank_zero, the patch table's mlperf_seed entry): each node's
+launcher draws its own, node 0's wins, before Megatron seeds its generators or builds a dataset.
 """
 from __future__ import annotations
 
@@ -43,6 +52,9 @@ class RunConfig:
     precision: str = "bf16"
     ruleset: str = "6.1.0"
     config_filename: str = ""
+    cache_clear: str = "none"           # the launch's plan: hook | drop_caches | none
+    cache_clear_cmd: str | None = None  # MLPERF_CACHE_CLEAR_CMD (the hook)
+    cache_clear_why: str = "the launch planned no cache drop"
 
     @classmethod
     def from_env(cls, environ=os.environ) -> "RunConfig | None":
@@ -75,6 +87,10 @@ class MLLog:
         self._logger = logger
         # stack offset 2: the call site recorded is the caller of event/start/end
         self._ml = mllog.MLLogger(logger=logger, default_stack_offset=2, root_dir=str(REPO_ROOT))
+
+    @property
+    def active(self) -> bool:
+        return self._ml is not None
 
     def event(self, key: str, value: Any = None, metadata: dict | None = None) -> None:
         if self._ml is not None:
@@ -193,6 +209,7 @@ class MLPerfRun:
         self.log = log
         self.result = Result()
         self.running = False
+        self.started = False       # run_start logged (once)
         self.block_open = False
 
     def _samples(self, args) -> dict[str, int]:
@@ -200,16 +217,20 @@ class MLPerfRun:
 
         return {c.SAMPLES_COUNT: int(args.consumed_train_samples)}
 
-    def init_start(self) -> None:
+    def init_start(self, cache) -> None:
+        """cache_clear (training.mlperf.cache.CacheClear: what this node did), init_start."""
         from mlperf_logging.mllog import constants as c
 
-        # No page cache is dropped here (that needs root): logged as False, not claimed.
-        self.log.event(c.CACHE_CLEAR, value=False)
+        self.log.event(c.CACHE_CLEAR, value=bool(cache.done), metadata=cache.as_metadata())
         self.log.start(c.INIT_START)
 
-    def on_train_start(self, args) -> None:
+    def on_run_start(self, args) -> None:
+        """Before Megatron builds its datasets and loaders (nothing has read the data yet):
+        the submission and the hyperparameters, init_stop, run_start: the clock starts."""
         from mlperf_logging.mllog import constants as c
 
+        if self.started:
+            return
         cfg = self.config
         self.log.event(c.SUBMISSION_BENCHMARK, value=cfg.benchmark)
         self.log.event(c.SUBMISSION_ORG, value=cfg.org or "unspecified")
@@ -222,7 +243,24 @@ class MLPerfRun:
         self.log.end(c.INIT_STOP)
         self.log.start(c.RUN_START)
         self.result.run_start_ms = _now_ms()
-        self.running = True
+        self.started = self.running = True
+
+    def on_datasets(self, train, valid) -> None:
+        """What the run reads: documents and tokens of its training and validation sets."""
+        if not (self.log.active and self.running):
+            return
+        for name, dataset in (("train", train), ("eval", valid)):
+            counted = dataset_counts(dataset)
+            if counted is not None:
+                self.log.event(f"{name}_dataset_documents", value=counted[0])
+                self.log.event(f"{name}_dataset_tokens", value=counted[1])
+
+    def on_train_start(self, args) -> None:
+        from mlperf_logging.mllog import constants as c
+
+        if not self.started:
+            raise RuntimeError("MLPerf: training started without run_start: the patch table's "
+                               "data_listeners entry did not run before Megatron read the data")
         self.log.start(c.BLOCK_START, metadata=self._samples(args))
         self.block_open = True
 
@@ -276,13 +314,82 @@ def _now_ms() -> int:
     return int(time.time() * 1e3)
 
 
+def dataset_counts(dataset) -> tuple[int, int] | None:
+    """(documents, tokens) a Megatron dataset reads: a GPTDataset's documents of its indexed
+    dataset, summed over a blend's parts; None for what has no indexed dataset (mock data)."""
+    if dataset is None:
+        return None
+    parts = getattr(dataset, "datasets", None)
+    if parts is not None:                          # BlendedDataset
+        counted = [dataset_counts(part) for part in parts]
+        if any(c is None for c in counted):
+            return None
+        return sum(c[0] for c in counted), sum(c[1] for c in counted)
+    indexed, documents = getattr(dataset, "dataset", None), getattr(dataset, "indices", None)
+    lengths = getattr(indexed, "sequence_lengths", None)
+    if lengths is None or documents is None:
+        return None
+    import numpy
+
+    return int(len(documents)), int(numpy.sum(lengths[documents], dtype=numpy.int64))
+
+
+class CacheNotCleared(RuntimeError):
+    """A closed-division run whose page cache could not be dropped: it stops before init_start."""
+
+
 def start(args, environ=os.environ) -> MLPerfRun | None:
-    """The MLPerf listener when MLPERF_RUN is set (None otherwise); logs init_start on rank 0."""
+    """The MLPerf listener when MLPERF_RUN is set (None otherwise). Each node's local rank 0
+    drops the page cache as the launch planned (training.mlperf.cache); global rank 0 logs
+    cache_clear and init_start. Raises CacheNotCleared in the closed division when the drop
+    did not happen on this node."""
+    from . import cache
+
     config = RunConfig.from_env(environ)
     if config is None:
         return None
     rank = int(environ.get("RANK", "0"))
+    local_rank = int(environ.get("LOCAL_RANK", rank))
+    result = None
+    if local_rank == 0:
+        if config.cache_clear == "none":
+            result = cache.CacheClear(False, "none", config.cache_clear_why)
+        else:
+            result = cache.clear(config.cache_clear_cmd)
+        print(f"MLPerf cache_clear on this node: {'done' if result.done else 'NOT done'} "
+              f"({result.method}: {result.detail})", flush=True)
+        if not result.done and config.division == "closed":
+            raise CacheNotCleared(
+                f"MLPerf closed division: the page cache was not dropped on this node "
+                f"({result.method}: {result.detail}); run as root where /proc/sys/vm/drop_caches "
+                "is writable, or set MLPERF_CACHE_CLEAR_CMD (docs/mlperf.md, cache_clear)")
     path = Path(args.run_dir) / "mlperf.log" if (rank == 0 and args.run_dir) else None
     run = MLPerfRun(config, MLLog(path))
-    run.init_start()
+    if result is not None:
+        run.init_start(result)
     return run
+
+
+def seed_from_rank_zero(original, run):
+    """megatron.training.initialize._set_random_seed: every rank takes rank 0's seed (each
+    node's launcher drew its own; node 0's is the run's), sets it in args (the datasets and
+    mlperf.log read args.seed), then Megatron seeds its generators with it."""
+    import torch
+
+    def set_random_seed(seed_, *a, **kw):
+        seed = seed_
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            device = (torch.device("cuda", torch.cuda.current_device())
+                      if torch.cuda.is_available() and
+                      torch.distributed.get_backend() == "nccl" else torch.device("cpu"))
+            value = torch.tensor([int(seed_)], dtype=torch.int64, device=device)
+            torch.distributed.broadcast(value, src=0)
+            seed = int(value.item())
+        if seed != seed_:
+            print(f"MLPerf seed: this node's {seed_} replaced by node 0's {seed}", flush=True)
+        elif run.rank == 0:
+            print(f"MLPerf seed: {seed} (node 0's; every rank uses it)", flush=True)
+        run.args.seed = seed
+        return original(seed, *a, **kw)
+
+    return set_random_seed

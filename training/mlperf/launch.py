@@ -9,8 +9,9 @@ stdout) with the llama31_8b recipe layer (training/mlperf/layer.py) on top of it
      table shows them with source "recipe";
   2. the layer's guard mlperf_closed_rules checks the resolved launch with the core's guards
      (closed: a break, or a Megatron --flag that would change a rule, is refused);
-  3. `export MLPERF_RUN=<json>`: what the run needs for mlperf.log and the stop at the target
-     (every rank of every node reads it; node 0 also stores it in manifest.json as "mlperf").
+  3. `export MLPERF_RUN=<json>`: what the run needs for mlperf.log, the page cache drop and the
+     stop at the target (every rank of every node reads it; node 0 also stores it in
+     manifest.json as "mlperf"); MLPERF_INDEX: the untimed index step's arguments on node 0.
 """
 from __future__ import annotations
 
@@ -39,7 +40,18 @@ def run_config(launch, rules: rules_mod.Rules) -> dict[str, Any]:
             "eval_samples": s["MLPERF_EVAL_SAMPLES"],
             "org": s.get("MLPERF_ORG"), "platform": s.get("MLPERF_PLATFORM"),
             "precision": launch.run.precision, "ruleset": rules.ruleset,
-            "config_filename": rules.config_filename}
+            "config_filename": rules.config_filename, **cache_plan(s)}
+
+
+def cache_plan(settings) -> dict[str, Any]:
+    """How the run drops the page cache (training.mlperf.cache), decided here, shown by the
+    guard mlperf_cache_clear, done by each node's local rank 0 at the run's start."""
+    from .cache import plan
+
+    command = settings.get("MLPERF_CACHE_CLEAR_CMD")
+    how = plan(command)
+    return {"cache_clear": how.method if how.done else "none", "cache_clear_cmd": command,
+            "cache_clear_why": how.detail}
 
 
 def resolve_mlperf(environ: dict[str, str], words: list[str],
@@ -79,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
         update_manifest(launch.log_dir, "mlperf", {**config, "recipe": [asdict(r) for r in recipe]})
     sys.stdout.write(shell_assignments(launch))
     sys.stdout.write(f"export {RUN_ENV}={shlex.quote(json.dumps(config))}\n")
+    # node 0 builds the dataset indices before torchrun (training.mlperf.index, untimed)
+    index = (["--world-size", str(launch.run.layout.world_size)]
+             if launch.settings["NODE_RANK"] == 0 else [])
+    sys.stdout.write(f"MLPERF_INDEX=({' '.join(index)})\n")
     return 0
 
 

@@ -33,6 +33,7 @@ class Rules:
     dropout: float
     free: dict[str, Any]
     path: Path = field(default=CONFIG)
+    reference_data: dict[str, Any] = field(default_factory=dict)
 
     @property
     def config_filename(self) -> str:
@@ -49,7 +50,8 @@ def load(path: Path = CONFIG) -> Rules:
     return Rules(benchmark=data["benchmark"], ruleset=str(data["ruleset"]),
                  model=dict(data["model"]), closed=dict(data["closed"]),
                  min_lr_ratio=float(data["min_lr_ratio"]), dropout=float(data["dropout"]),
-                 free=dict(data["free"]), path=Path(path))
+                 free=dict(data["free"]), path=Path(path),
+                 reference_data=dict(data.get("reference_data") or {}))
 
 
 # -- cadence arithmetic ------------------------------------------------------------------------

@@ -10,6 +10,8 @@
 #   2. validation set: the first 91205 documents of c4-validation.00000..00007-of-00008, in
 #      order (the reference's c4-validation-91205-samples): $OUT/c4-validation-91205
 #   3. both checked by the launcher's data check against the tokenizer
+# Tokenized as the reference does (NeMo without --append-eod): no BOS, no EOD
+# (--no-add-special-tokens --no-append-eod); docs/mlperf.md, Data.
 # Needs about 30 GB free under $OUT for step 1 (C4_DIR holds the .json.gz shards as downloaded).
 set -euo pipefail
 : "${C4_DIR:?set C4_DIR to the folder of c4-train.*.json.gz and c4-validation.*.json.gz (en)}"
@@ -29,7 +31,7 @@ for i in $(seq "$FIRST_SHARD" "$LAST_SHARD"); do
     train+=("$(printf '%s/c4-train.%05d-of-01024.json.gz' "$C4_DIR" "$i")")
 done
 "$PYTHON" -m training.data.prepare "${train[@]}" --tokenizer "$TOKENIZER" \
-    --output-prefix "$OUT/c4-train.en_6"
+    --no-add-special-tokens --no-append-eod --output-prefix "$OUT/c4-train.en_6"
 
 # 2. the first VALID_DOCS validation documents, in file order (head closes the pipe early:
 #    zcat's SIGPIPE is expected, hence no pipefail in this subshell)
@@ -43,7 +45,7 @@ valid_json="$OUT/c4-validation-$VALID_DOCS.json.gz"
 lines=$(zcat "$valid_json" | wc -l)
 [ "$lines" -eq "$VALID_DOCS" ] || { echo "error: $valid_json holds $lines documents, not $VALID_DOCS" >&2; exit 1; }
 "$PYTHON" -m training.data.prepare "$valid_json" --tokenizer "$TOKENIZER" \
-    --output-prefix "$OUT/c4-validation-$VALID_DOCS"
+    --no-add-special-tokens --no-append-eod --output-prefix "$OUT/c4-validation-$VALID_DOCS"
 
 # 3. what the launcher checks before a run (files, sizes, one tokenizer for both)
 "$PYTHON" -m training.data.check verify "$OUT/c4-train.en_6" --tokenizer-model "$TOKENIZER"
