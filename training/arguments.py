@@ -26,6 +26,7 @@ TOGGLE_OF = {
     "ce_chunk_mem": "CE_CHUNK_MEM",
     "nan_check": "NAN_CHECK",
     "metrics_warmup_iters": "METRICS_WARMUP_ITERS",
+    "master_weights": "MASTER_WEIGHTS",
 }
 
 
@@ -35,6 +36,16 @@ def _default(dest: str):
 
 def _choices(dest: str) -> tuple[str, ...]:
     return BY_NAME[TOGGLE_OF[dest]].choices
+
+
+class MasterWeights(argparse.Action):
+    """--master-weights also sets Megatron's store_param_remainders (an OptimizerConfig field
+    without a flag of its own, copied from args): only 'remainder' keeps the fp32 master as
+    the low 16 bits beside the bf16 weights."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.store_param_remainders = values == "remainder"
 
 
 def add_training_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -63,6 +74,14 @@ def add_training_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
                        help="step: stop at the first iteration whose loss or global gradient "
                             "norm is NaN/Inf (Megatron's per-bucket check off); bucket: "
                             "Megatron's per-bucket check only.")
+
+    train.add_argument("--master-weights", choices=_choices("master_weights"),
+                       default=_default("master_weights"), action=MasterWeights,
+                       help="With --use-precision-aware-optimizer: the fp32 master weights as "
+                            "a copy (fp32), as 16-bit remainders beside the bf16 weights "
+                            "(remainder, exact), or none, the bf16 weights updated with "
+                            "stochastic rounding (stochastic; the native backend's optimizer).")
+    parser.set_defaults(store_param_remainders=False)
 
     run = parser.add_argument_group(title="launcher: run")
     run.add_argument("--run-dir", type=str, default=None,

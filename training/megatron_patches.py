@@ -174,6 +174,17 @@ def _kernels(run) -> Hashable:
     return run.args.native_kernels
 
 
+def _adam_key(run) -> Hashable:
+    return (getattr(run.args, "master_weights", "fp32"), run.args.native_kernels)
+
+
+def _native_without_te_adam(run) -> bool:
+    """Megatron's Adam is the native builder (it fell back to torch's: no TE or apex)."""
+    from megatron.core import optimizer
+
+    return _native(run) and bool(getattr(optimizer.Adam, "native", False))
+
+
 def _swiglu_impl(run) -> Hashable:
     from training.native import IMPLEMENTATION
 
@@ -296,11 +307,17 @@ PATCHES: tuple[Patch, ...] = (
           "one Triton pass each way for the bias-free SwiGLU (NATIVE_KERNELS=liger)",
           "(input, bias, fp8_input_store=False, cpu_offload_input=False)",
           group="native", when=_liger_swiglu, key=_swiglu_impl),
-    Patch("native_adam", "megatron.core.optimizer:Adam",
-          "training.native.optimizer:FusedTorchAdamW",
-          "without TE or apex Megatron builds torch's foreach AdamW: torch's fused one instead",
-          None, what="torch AdamW, fused on CUDA, over the fp32 main params", group="native",
-          when=_native, over=_torch_adamw, as_is=True),
+    Patch("native_adam", "megatron.core.optimizer:Adam", "training.native.optimizer:native_adam",
+          "without TE or apex Megatron builds torch's foreach AdamW: torch's fused one instead; "
+          "under --use-precision-aware-optimizer (the optimizer-state toggles) the native "
+          "MixedPrecisionAdamW, which takes the keywords Megatron gives TE's FusedAdam there",
+          None, group="native", when=_native, over=_torch_adamw, key=_adam_key),
+    Patch("native_precision_aware", "megatron.core.optimizer.optimizer_config:"
+          "OptimizerConfig.__post_init__", "training.native.optimizer:precision_aware_without_te",
+          "Megatron checks for TE's FusedAdam under --use-precision-aware-optimizer; where its "
+          "Adam is the native one (no TE or apex), that check is skipped as Megatron skips it "
+          "for its CPU offload, and its other checks run", "(self)", group="native",
+          when=_native_without_te_adam),
     Patch("native_adam_kwargs", "megatron.core.optimizer:USING_PYTORCH_OPTIMIZER", None,
           "Megatron passes FusedAdam's keywords (adam_w_mode) when this is False; "
           "FusedTorchAdamW takes them", None, group="native", when=_native,

@@ -13,11 +13,12 @@ export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 # resolve_launch FAMILY [KEY=VALUE ...] [--megatron-flags ...]
 # Defines GPT_ARGS TRAIN_ARGS DATA_ARGS OUTPUT_ARGS EXTRA_ARGS DISTRIBUTED_ARGS USER_ARGS
 # PROFILER_PREFIX (arrays), LOG_DIR, LOG_FILE (train.log; train.node<N>.log when NNODES > 1),
-# LAUNCH_LINE, DRY_RUN, and exports the environment presets.
+# LAUNCH_LINE, DRY_RUN, and exports the environment presets. The launcher's command line
+# (training.launch) with the memory pre-flight (PREFLIGHT_MEMORY, docs/optimize.md).
 resolve_launch() {
     local family=$1 resolved
     shift
-    resolved=$("$PYTHON" -m training.launch --family "$family" "$@") || exit $?
+    resolved=$("$PYTHON" -m training.optimize.preflight --family "$family" "$@") || exit $?
     eval "$resolved"
 }
 

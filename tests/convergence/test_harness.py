@@ -161,6 +161,10 @@ def test_the_time_budget_leaves_cells_for_the_next_invocation(fake_env, monkeypa
     ({"fixed": {"EXP_NAME": "x"}}, "set by the harness"),
     ({"verdict": {"windw": 3}}, "unknown verdict setting"),
     ({"axes": {}}, "no axes"),
+    ({"axes": None, "cells": [{"ADAM_EPS": 1e-8}, {"GRAD_REDUCE_IN_BF16": 0}]},
+     "every cell sets the same toggles"),
+    ({"axes": None, "cells": [{"ADAM_EPS": 1e-8}, {"ADAM_EPS": 1e-8}]}, "listed twice"),
+    ({"cells": [{"ADAM_EPS": 1e-8}]}, "axes or cells, not both"),
 ])
 def test_bad_grid_files_are_refused_with_what_to_change(tmp_path, change, message):
     path = grid_file(tmp_path)
@@ -240,3 +244,42 @@ def test_the_committed_te_recipe_grid_resolves_for_every_cell_on_hopper(tmp_path
                         + [w for b in ("TRAIN_ARGS", "DATA_ARGS", "EXTRA_ARGS")
                            for w in launch.buckets[b]])
     assert all(words == launches[0] for words in launches)   # nothing else differs
+
+
+def test_explicit_cells_run_in_their_order_with_their_values_as_axes(tmp_path):
+    path = grid_file(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data.pop("axes")
+    data["cells"] = [{"ADAM_EPS": 1e-5, "GRAD_REDUCE_IN_BF16": 1},
+                     {"ADAM_EPS": 1e-8, "GRAD_REDUCE_IN_BF16": 1},
+                     {"ADAM_EPS": 1e-8, "GRAD_REDUCE_IN_BF16": 0}]
+    path.write_text(yaml.safe_dump(data))
+    grid = load(path)
+    assert [c.label for c in grid.cells()] == [
+        "ADAM_EPS=1e-05 GRAD_REDUCE_IN_BF16=1", "ADAM_EPS=1e-08 GRAD_REDUCE_IN_BF16=1",
+        "ADAM_EPS=1e-08 GRAD_REDUCE_IN_BF16=0"]
+    assert grid.axes == {"ADAM_EPS": ["1e-05", "1e-08"], "GRAD_REDUCE_IN_BF16": ["1", "0"]}
+
+
+def test_the_committed_optimizer_state_grid_resolves_through_the_launcher(tmp_path):
+    """docs/convergence/grid_optimizer_state.yaml: every cell a valid launch on one GPU; the
+    first is Megatron's default optimizer, the others its precision-aware one with the state
+    the cell names, and nothing else differs."""
+    from tests.launch.helpers import megatron_args
+    from tests.mlperf.datasets import make_datasets
+    from training.launch.resolve import resolve
+
+    grid = load(REPO / "docs" / "convergence" / "grid_optimizer_state.yaml")
+    grid.fixed.update(make_datasets(tmp_path))
+    launches = []
+    for i, cell in enumerate(grid.cells()):
+        env = runner.cell_env(grid, cell, tmp_path / "exp", dry_run=True,
+                              base={"PATH": os.environ.get("PATH", "")})
+        launch = resolve("llama3", env)
+        assert launch.run.layout.dp == 1 and launch.settings["SEED"] == 1234
+        args = megatron_args(launch)
+        assert args.use_precision_aware_optimizer is (i > 0)
+        assert args.master_weights == cell.values["MASTER_WEIGHTS"]
+        launches.append([w for b in ("GPT_ARGS", "DATA_ARGS", "EXTRA_ARGS")
+                         for w in launch.buckets[b]])
+    assert all(words == launches[0] for words in launches)

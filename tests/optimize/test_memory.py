@@ -179,3 +179,53 @@ def test_the_advisor_report_calibrates_each_recorded_phase():
     row = calibration.calibrate(PHASES)
     assert cal["phases"] == row["phases"]
     assert advise(NATIVE)["memory"]["calibration"]["phases"] == {}
+
+
+# -- optimizer state (ADAM_MOMENTS_DTYPE, MASTER_WEIGHTS, OPTIMIZER_CPU_OFFLOAD) ---------------
+
+def _native_run(**values):
+    return from_manifest(load_run(NATIVE).manifest).with_values(**values)
+
+
+@pytest.mark.parametrize("moments,master,per_param", [
+    ("fp32", "fp32", 12), ("bf16", "fp32", 8), ("bf16", "remainder", 6), ("bf16", "stochastic", 4),
+    ("fp32", "remainder", 10)])
+def test_optimizer_state_terms_follow_the_state_dtypes(moments, master, per_param):
+    """The precision-aware optimizer's state per parameter (what MixedPrecisionAdamW holds:
+    tests/native/test_adamw.py counts its tensors) and no fp32 gradient copy at the step."""
+    from training.optimize.config import precision_aware
+
+    default = estimate(_native_run())
+    run = _native_run(ADAM_MOMENTS_DTYPE=moments, MASTER_WEIGHTS=master)
+    est = estimate(run)
+    state = est.term("main_params").gib + est.term("adam").gib
+    assert state * GIB == pytest.approx(est.params_on_rank * per_param, rel=1e-9)
+    if precision_aware(run):
+        assert est.term("step_fp32_grads") is None and est.term("step_adam_tmp") is None
+        saved = default.term("main_params").gib + default.term("adam").gib - state
+        assert default.step_gib - est.step_gib == pytest.approx(
+            saved + default.term("step_fp32_grads").gib)
+    else:
+        assert est.term("step_fp32_grads") is not None
+
+
+def test_the_torch_path_of_the_native_optimizer_adds_its_bounded_scratch():
+    est = estimate(_native_run(ADAM_MOMENTS_DTYPE="bf16", NATIVE_KERNELS="torch"))
+    assert est.term("step_adam_tmp").gib == pytest.approx(5 * 4 * 2 ** 24 / GIB)
+
+
+@pytest.mark.parametrize("fraction", [1.0, 0.5])
+def test_cpu_offload_keeps_the_gpu_part_and_notes_the_host_memory(fraction):
+    est = estimate(_native_run(OPTIMIZER_CPU_OFFLOAD=True, OPTIMIZER_OFFLOAD_FRACTION=fraction))
+    assert est.term("adam") is None
+    assert est.term("main_params").gib * GIB == pytest.approx(
+        est.params_on_rank * 16 * (1 - fraction))
+    assert any("pinned host memory" in note for note in est.notes)
+
+
+def test_full_llama3_8b_on_one_h200_fits_only_with_lighter_state():
+    """The issue's launch (seq 8192, one H200): Megatron's fp32 state does not fit; bf16
+    moments with 16-bit-remainder masters do (estimate)."""
+    full = _native_run(NUM_LAYERS=32).with_platform("h200")
+    assert not estimate(full).fits
+    assert estimate(full.with_values(ADAM_MOMENTS_DTYPE="bf16", MASTER_WEIGHTS="remainder")).fits

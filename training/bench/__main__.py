@@ -43,6 +43,20 @@ def _list(text: str | None) -> list[str] | None:
     return None if text is None else [x.strip() for x in text.split(",") if x.strip()]
 
 
+def _assignments(text: str | None) -> dict[str, str]:
+    """'A=1,B=x' -> {'A': '1', 'B': 'x'}: registry toggles only."""
+    from training.launch.toggles import BY_NAME
+
+    out = {}
+    for word in _list(text) or []:
+        key, eq, value = word.partition("=")
+        if not eq or key not in BY_NAME:
+            raise ValueError(f"--ours-env {word!r}: use TOGGLE=VALUE with registry toggles, "
+                             "comma-separated")
+        out[key] = value
+    return out
+
+
 def _tools(args):
     """(precheck, availability, runner, calibration): the real ones."""
     from .ours import precheck
@@ -103,8 +117,10 @@ def cmd_peers(args) -> int:
     shape = _shape(args)
     precheck, availability, runner, cal = _tools(args)
     try:
-        configs = suites.peer_configs(shape, _list(args.sides), precheck, availability)
-    except suites.SuiteError as err:
+        ours_env = _assignments(args.ours_env)
+        configs = suites.peer_configs(shape, _list(args.sides), precheck, availability,
+                                      ours_env)
+    except (suites.SuiteError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     name, out = _name_and_out(args, "peers", shape)
@@ -286,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     _shape_args(p)
     p.add_argument("--sides", default="native,hf,hf_liger,torchtitan,local",
                    help="the first is ours, compared with each other side")
+    p.add_argument("--ours-env", default=None,
+                   help="launcher toggles for our sides on top of the default, e.g. "
+                        "ADAM_MOMENTS_DTYPE=bf16,MASTER_WEIGHTS=remainder")
     p.add_argument("--name", default=None)
     p.add_argument("--out", default=None)
     p.set_defaults(fn=cmd_peers)

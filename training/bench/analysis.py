@@ -152,6 +152,8 @@ def peers_results(data: dict) -> list[dict]:
     groups = by_config(data.get("points", []))
     configs = data.get("configs") or [{"id": name, "status": "planned"} for name in groups]
     ours_id = configs[0]["id"] if configs else "native"
+    extra = " ".join(f"{k}={v}" for k, v in (configs[0].get("env") or {}).items()
+                     if k != "TRANSFORMER_IMPL") if configs else ""
     rows = []
     for config in configs[1:]:
         side = config["id"]
@@ -159,7 +161,8 @@ def peers_results(data: dict) -> list[dict]:
         key = f"TRANSFORMER_IMPL={side}" if backend else f"peer:{side}"
         base = {"key": key, "id": "TRANSFORMER_IMPL" if backend else f"peer:{side}",
                 "kind": "backend" if backend else "peer",
-                "set": f"TRANSFORMER_IMPL={ours_id} (launcher default)",
+                "set": (f"TRANSFORMER_IMPL={ours_id} {extra}" if extra
+                        else f"TRANSFORMER_IMPL={ours_id} (launcher default)"),
                 "baseline": (f"TRANSFORMER_IMPL={side}" if backend
                              else PEER_SIDES.get(side, side)),
                 "needs_dp_gt_1": False, "status": config.get("status", "planned"),

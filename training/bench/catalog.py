@@ -21,7 +21,7 @@ from .shape import BenchShape
 
 # levers.json kinds (agreed with the advisor)
 KINDS = ("toggle", "backend", "kernels", "recompute", "mbs", "seq", "flce", "dist_opt",
-         "overlap", "precision", "peer")
+         "overlap", "precision", "optimizer", "peer")
 
 
 @dataclass(frozen=True)
@@ -134,6 +134,39 @@ def other_levers(shape: BenchShape) -> list[Lever]:
               {"OVERLAP_PARAM_GATHER": "0"}, "OVERLAP_PARAM_GATHER=1",
               "OVERLAP_PARAM_GATHER=0", True, needs_dp=True,
               note="param all-gather overlapped with forward (distributed optimizer)"),
+        *optimizer_state_levers(),
+    ]
+
+
+def optimizer_state_levers() -> list[Lever]:
+    """Megatron's precision-aware optimizer (training/launch/optimizer_state.py) against its
+    fp32 state, and its CPU offload."""
+    fp32 = "ADAM_MOMENTS_DTYPE=fp32 MASTER_WEIGHTS=fp32"
+
+    def state(key, env, note):
+        words = " ".join(f"{k}={v}" for k, v in env.items())
+        return Lever(key, next(iter(env)), "optimizer", "optimizer_state", env, words,
+                     " ".join(w for w in fp32.split() if w.split("=")[0] in env), False,
+                     note=note)
+
+    return [
+        state("MASTER_WEIGHTS=remainder", {"MASTER_WEIGHTS": "remainder"},
+              "the fp32 master as 16-bit remainders beside the bf16 weights (exact), fp32 "
+              "moments; the step reads the gradient buffer in place"),
+        state("ADAM_MOMENTS_DTYPE=bf16", {"ADAM_MOMENTS_DTYPE": "bf16"},
+              "bf16 Adam moments, fp32 master copy"),
+        state("OPT_STATE_BF16", {"ADAM_MOMENTS_DTYPE": "bf16", "MASTER_WEIGHTS": "remainder"},
+              "bf16 moments and 16-bit-remainder masters: 6 B of state per parameter instead "
+              "of 12 (the advisor's first memory levers for the full model on one GPU)"),
+        state("OPT_STATE_BF16_SR", {"ADAM_MOMENTS_DTYPE": "bf16",
+                                    "MASTER_WEIGHTS": "stochastic"},
+              "bf16 moments, no master copy: bf16 weights updated with stochastic rounding "
+              "(4 B of state per parameter, the HF peers' footprint)"),
+        Lever("OPTIMIZER_CPU_OFFLOAD=1", "OPTIMIZER_CPU_OFFLOAD", "optimizer", "optimizer_state",
+              {"OPTIMIZER_CPU_OFFLOAD": "1"}, "OPTIMIZER_CPU_OFFLOAD=1",
+              "OPTIMIZER_CPU_OFFLOAD=0", False,
+              note="Megatron's HybridDeviceOptimizer: fp32 master and moments of every "
+                   "parameter in pinned host memory, their AdamW on the CPU"),
     ]
 
 
@@ -142,7 +175,7 @@ def all_levers(shape: BenchShape) -> list[Lever]:
 
 
 GROUPS = ("toggles", "flce", "flce_chunk", "nan_check", "gc", "precision", "backend", "kernels",
-          "recompute", "mbs", "seq", "dist_opt", "dp1_ddp", "overlap")
+          "recompute", "mbs", "seq", "dist_opt", "dp1_ddp", "overlap", "optimizer_state")
 
 # Peers: sides of `bench peers` (levers.json kind "peer"; native vs local is also the
 # TRANSFORMER_IMPL=local backend lever).
@@ -251,6 +284,9 @@ PARTS_DP1 = (
     # DDP_AVERAGE_IN_COLLECTIVE acts at DP>1 only: measured in dp2-comm, not here
     ("levers-ddp-gc", ("DP1_PLAIN_DDP", "MANUAL_GC_INTERVAL=100")),
     ("levers-seq", ("SEQ_LENGTH",)),
+    # the precision-aware optimizer's states (issue 23's 8-layer bar: OPT_STATE_BF16_SR)
+    ("levers-optimizer-state", ("OPT_STATE_BF16", "OPT_STATE_BF16_SR")),
+    ("levers-optimizer-offload", ("OPTIMIZER_CPU_OFFLOAD=1", "MASTER_WEIGHTS=remainder")),
 )
 PARTS_DP2 = (
     ("dp2-comm", ("DDP_AVERAGE_IN_COLLECTIVE", "GRAD_REDUCE_IN_BF16")),

@@ -36,10 +36,11 @@ def clean_environ(environ: dict[str, str] | None = None) -> tuple[dict[str, str]
 
 def precheck(toggles: dict[str, str], family: str = "llama3",
              environ: dict[str, str] | None = None) -> dict:
-    """Resolve the launch as the launcher would (DRY_RUN=1): refused, or the resolved values
-    and every correction a guard made."""
+    """Resolve the launch as the launcher would (DRY_RUN=1, with the memory pre-flight the
+    example scripts run): refused, or the resolved values and every correction a guard made."""
     from training.launch.resolve import resolve
     from training.launch.settings import LaunchError, fmt_value
+    from training.optimize.preflight import check
 
     env, _ = clean_environ(environ)
     env.update({k: str(v) for k, v in toggles.items()})
@@ -48,6 +49,7 @@ def precheck(toggles: dict[str, str], family: str = "llama3",
         with warnings.catch_warnings():  # Megatron's import-time notices (no TE/apex here)
             warnings.simplefilter("ignore")
             launch = resolve(family, env)
+            check(launch)
     except LaunchError as err:
         return {"status": "refused", "message": str(err)}
     values = launch.settings.values
@@ -163,11 +165,21 @@ def read_run(run: Path) -> dict:
     return out
 
 
+MASTER_TEXT = {"fp32": "fp32 main params", "remainder": "fp32 master as 16-bit remainders",
+               "stochastic": "no master (bf16 params, stochastic rounding)"}
+
+
 def optimizer_state(run: RunDescription) -> str:
     dist = "sharded over DP (distributed optimizer)" if run.get("DISTRIBUTED_OPTIMIZER") \
         else "replicated"
     grads = "bf16" if run.get("GRAD_REDUCE_IN_BF16") else "fp32"
-    return f"fp32 main params + fp32 Adam moments, {dist}; bf16 model params; {grads} grads"
+    if run.get("OPTIMIZER_CPU_OFFLOAD"):
+        share = float(run.get("OPTIMIZER_OFFLOAD_FRACTION") or 1.0)
+        return (f"fp32 main params + fp32 Adam moments, {share:.0%} of them on the CPU "
+                f"(CPU offload), {dist}; bf16 model params; {grads} grads")
+    master = MASTER_TEXT[run.get("MASTER_WEIGHTS") or "fp32"]
+    moments = run.get("ADAM_MOMENTS_DTYPE") or "fp32"
+    return f"{master} + {moments} Adam moments, {dist}; bf16 model params; {grads} grads"
 
 
 def _tail(path: Path, lines: int = 30) -> str:

@@ -68,7 +68,10 @@ def toggle_configs(shape: BenchShape, levers: list[Lever], precheck: Precheck
 
 
 def peer_configs(shape: BenchShape, sides: list[str], precheck: Precheck,
-                 availability: Availability) -> list[Config]:
+                 availability: Availability, ours_env: dict[str, str] | None = None
+                 ) -> list[Config]:
+    """ours_env: launcher toggles every side of ours runs with on top of the default (e.g.
+    the optimizer state the pre-flight recommends for a shape whose default does not fit)."""
     if not sides or sides[0] not in OURS_SIDES:
         raise SuiteError(f"the first side is ours (one of {', '.join(OURS_SIDES)}), the one "
                          "every other side is compared with")
@@ -81,8 +84,10 @@ def peer_configs(shape: BenchShape, sides: list[str], precheck: Precheck,
     configs = []
     for side in sides:
         if side in OURS_SIDES or side in OURS_PEERS:
-            env = ({} if side == "auto" else OURS_PEERS[side]() if side in OURS_PEERS
-                   else {"TRANSFORMER_IMPL": side})
+            # a peer that is our launcher (Megatron-LM with TE at its own defaults) takes its
+            # own toggles; our sides take ours_env on top of the default
+            env = (OURS_PEERS[side]() if side in OURS_PEERS else
+                   {**(ours_env or {}), **({} if side == "auto" else {"TRANSFORMER_IMPL": side})})
             config = Config(side, "ours", env)
             check = precheck({**shape.env(), **env})
             if check["status"] != "ok":

@@ -7,6 +7,9 @@
     axes:                                 # every combination is one cell, in this order
       ADAM_EPS: [1.0e-8, 1.0e-5]
       GRAD_REDUCE_IN_BF16: [0, 1]
+    cells:                                # instead of axes: the cells themselves, each
+      - {ADAM_EPS: 1.0e-8, GRAD_REDUCE_IN_BF16: 0}   # setting the same toggles (the axes are
+      - {ADAM_EPS: 1.0e-5, GRAD_REDUCE_IN_BF16: 1}   # their values, in order of appearance)
     verdict: {smooth: 10, window: 4, ...} # training/convergence/verdict.py Rules
     out: docs/convergence                 # where the table, JSON and PNG go
     timeout_s: 600                        # per cell
@@ -72,8 +75,11 @@ class Grid:
     timeout_s: int = 600
     budget_s: float | None = None
     source: dict[str, Any] = field(default_factory=dict)
+    explicit: list[dict[str, str]] | None = None   # `cells:` instead of the axes' product
 
     def cells(self) -> list[Cell]:
+        if self.explicit is not None:
+            return [Cell(dict(values)) for values in self.explicit]
         names = list(self.axes)
         return [Cell(dict(zip(names, combo)))
                 for combo in itertools.product(*(self.axes[n] for n in names))]
@@ -91,8 +97,8 @@ def load(path: Path) -> Grid:
     data = yaml.safe_load(Path(path).read_text())
     if not isinstance(data, dict):
         raise GridError(f"{path}: expected a mapping with name, fixed, axes")
-    known = {"name", "description", "script", "fixed", "args", "axes", "verdict", "out",
-             "timeout_s", "budget_s"}
+    known = {"name", "description", "script", "fixed", "args", "axes", "cells", "verdict",
+             "out", "timeout_s", "budget_s"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise GridError(f"{path}: unknown key(s) {', '.join(unknown)}; use {', '.join(sorted(known))}")
@@ -100,7 +106,12 @@ def load(path: Path) -> Grid:
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise GridError(f"{path}: name {name!r} must be letters, digits, '_', '.', '-'")
     fixed = {k: env_value(v) for k, v in (data.get("fixed") or {}).items()}
+    explicit = _explicit_cells(path, data)
     axes_raw = data.get("axes") or {}
+    if explicit is not None:
+        if axes_raw:
+            raise GridError(f"{path}: give axes or cells, not both")
+        axes_raw = {k: list(dict.fromkeys(c[k] for c in explicit)) for k in explicit[0]}
     if not axes_raw:
         raise GridError(f"{path}: no axes: a grid varies at least one toggle")
     axes = {}
@@ -130,4 +141,23 @@ def load(path: Path) -> Grid:
                 out=str(data.get("out") or "docs/convergence"),
                 timeout_s=int(data.get("timeout_s") or 600),
                 budget_s=float(data["budget_s"]) if data.get("budget_s") else None,
-                source=data)
+                source=data, explicit=explicit)
+
+
+def _explicit_cells(path: Path, data: dict) -> list[dict[str, str]] | None:
+    """The `cells:` list: mappings that all set the same toggles, no cell twice."""
+    raw = data.get("cells")
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not raw or not all(isinstance(c, dict) and c for c in raw):
+        raise GridError(f"{path}: cells must be a list of mappings TOGGLE: value")
+    cells = [{k: env_value(v) for k, v in c.items()} for c in raw]
+    keys = list(cells[0])
+    for cell in cells:
+        if sorted(cell) != sorted(keys):
+            raise GridError(f"{path}: every cell sets the same toggles ({', '.join(keys)}); "
+                            f"{cell} does not")
+    seen = [tuple(c[k] for k in keys) for c in cells]
+    if len(set(seen)) != len(seen):
+        raise GridError(f"{path}: a cell is listed twice")
+    return [{k: c[k] for k in keys} for c in cells]

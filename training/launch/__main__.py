@@ -57,7 +57,10 @@ def _split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     return own, argv[i:]
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, checks=()) -> int:
+    """`checks`: functions of the resolved Launch run before anything is printed or written
+    (a refusal is a LaunchError): how a reader plugs a check in from above (the memory
+    pre-flight: python -m training.optimize.preflight)."""
     parser = argparse.ArgumentParser(prog="python -m training.launch",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", required=True, help="model family: llama3 | llama2")
@@ -72,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         launch = resolve(args.family, dict(os.environ), words)
+        for check in checks:
+            check(launch)
     except LaunchError as err:
         print(f"error: {err}", file=sys.stderr)
         return err.exit_code

@@ -24,6 +24,7 @@ README = REPO_ROOT / "README.md"
 GROUP_TITLES = {
     "performance": "Performance toggles (default on; `=0` disables)",
     "model": "Model", "precision": "Precision", "backend": "Backend", "parallel": "Parallelism",
+    "optimizer": "Optimizer state",
     "training": "Training loop", "data": "Data", "output": "Run folder, logging, checkpoints",
     "profile": "Profiling", "cluster": "Cluster (torchrun)", "launcher": "Launcher",
     "mlperf": "MLPerf Llama 3.1 8B (examples/mlperf/llama31_8b)",

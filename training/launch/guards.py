@@ -28,7 +28,7 @@ from .capabilities import Capabilities
 from .presets import ModelPreset
 from .recipes import (RECIPES, Recipe, hardware_rule, platforms_supporting, recipe_args,
                       spelling_conflict)
-from .settings import LaunchError, Refusal, Settings
+from .settings import LaunchError, Refusal, Settings, fmt_value
 from .toggles import REGISTRY, Toggle
 
 
@@ -458,6 +458,74 @@ def optimizer_overlap(ctx: LaunchContext) -> None:
                        "overlapping the param all-gather needs DISTRIBUTED_OPTIMIZER=1 and "
                        "OVERLAP_GRAD_REDUCE=1",
                        "Turn those on, or set OVERLAP_PARAM_GATHER=0.")
+
+
+# -- optimizer state ------------------------------------------------------------------------------
+
+# fp8/fp4 recipes whose weights are quantised tensors: Megatron then keeps fp32 main params
+# itself under the precision-aware optimizer (only delayed-scaling fp8 leaves them to TE's Adam)
+_MCORE_KEEPS_MAIN_PARAMS = ("fp8_tensorwise", "mxfp8", "mxfp4", "nvfp4")
+
+
+@guard
+def optimizer_state(ctx: LaunchContext) -> None:
+    """Low-precision optimizer state and CPU offload: the distributed optimizer, a backend whose Adam takes them, no stochastic rounding under TE, an offload that keeps the fp32 state."""
+    from .optimizer_state import precision_aware
+
+    s = ctx.settings
+    if not precision_aware(s):
+        return
+    asked = [f"{n}={fmt_value(s[n])}" for n in ("ADAM_MOMENTS_DTYPE", "MASTER_WEIGHTS",
+                                                  "OPTIMIZER_CPU_OFFLOAD") if s.is_explicit(n)]
+    what = ", ".join(asked) or "the optimizer-state toggles"
+    if s["FSDP"] or not s["DISTRIBUTED_OPTIMIZER"]:   # FSDP=1: fsdp_constraints turns it off
+        why = "FSDP=1" if s["FSDP"] else "DISTRIBUTED_OPTIMIZER=0"
+        raise Refusal("optimizer_state",
+                      f"{what} use Megatron's precision-aware optimizer, which megatron-core "
+                      f"0.19.2 runs with the distributed optimizer only ({why}). Set "
+                      "DISTRIBUTED_OPTIMIZER=1 (and FSDP=0), or leave them at fp32/0.")
+    if ctx.backend == "local":
+        raise Refusal("optimizer_state",
+                      f"{what}: the local backend builds Megatron's torch AdamW, which keeps "
+                      "fp32 state. Use TRANSFORMER_IMPL=native (MixedPrecisionAdamW) or "
+                      "transformer_engine (TE's FusedAdam).")
+    te_adam = ctx.backend == "transformer_engine" or ctx.caps.transformer_engine
+    if s["MASTER_WEIGHTS"] == "stochastic" and te_adam:
+        raise Refusal("optimizer_state",
+                      "MASTER_WEIGHTS=stochastic: Megatron uses Transformer Engine's FusedAdam "
+                      "where TE imports, and it has no stochastic rounding of bf16 master "
+                      "weights. Use MASTER_WEIGHTS=remainder (an exact fp32 master in 2 B per "
+                      "parameter).")
+    if s["MASTER_WEIGHTS"] != "fp32" and ctx.recipe.name in _MCORE_KEEPS_MAIN_PARAMS:
+        raise Refusal("optimizer_state",
+                      f"MASTER_WEIGHTS={s['MASTER_WEIGHTS']} with PRECISION={ctx.recipe.name}: "
+                      "Megatron keeps fp32 main params of quantised weights itself, so the "
+                      "setting would change nothing. Use MASTER_WEIGHTS=fp32 "
+                      "(ADAM_MOMENTS_DTYPE=bf16 still applies).")
+    if s["ADAM_MOMENTS_DTYPE"] == "bf16" and s["ADAM_BETA2"] > 0.99:
+        s.warn("optimizer_state",
+               f"ADAM_MOMENTS_DTYPE=bf16 with ADAM_BETA2={s['ADAM_BETA2']:g}: each step moves "
+               f"the second moment by (1 - beta2) = {1 - s['ADAM_BETA2']:.3g} of the way to g^2, "
+               "and bf16 keeps 8 bits: changes below 2^-9 of it round away, so it lags. "
+               "Keep fp32 moments, or beta2 <= 0.99.")
+    if not s["OPTIMIZER_CPU_OFFLOAD"]:
+        return
+    fraction = s["OPTIMIZER_OFFLOAD_FRACTION"]
+    if not 0 < fraction <= 1:
+        raise Refusal("optimizer_state",
+                      f"OPTIMIZER_OFFLOAD_FRACTION={fraction:g}: use a share in (0, 1].")
+    if s["ADAM_MOMENTS_DTYPE"] != "fp32" or s["MASTER_WEIGHTS"] != "fp32":
+        raise Refusal("optimizer_state",
+                      "OPTIMIZER_CPU_OFFLOAD=1 with low-precision state: Megatron's "
+                      "HybridDeviceOptimizer keeps fp32 master weights and fp32 moments (it is "
+                      "not given the state dtypes). Use ADAM_MOMENTS_DTYPE=fp32 "
+                      "MASTER_WEIGHTS=fp32 with the offload, or no offload.")
+    if s.get("LOAD") and not te_adam:
+        raise Refusal("optimizer_state",
+                      "OPTIMIZER_CPU_OFFLOAD=1 with LOAD on the native backend without TE: "
+                      "megatron-core 0.19.2's checkpoint code reads torch's per-parameter Adam "
+                      "steps from the offloaded optimizer before its first step, when it has "
+                      "none. Resume without the offload, or under Transformer Engine.")
 
 
 # -- cluster -----------------------------------------------------------------------------------

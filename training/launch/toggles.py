@@ -42,6 +42,7 @@ GROUP_TO_BUCKET = {
     "profiling": OUTPUT_ARGS,
     "launcher: run": OUTPUT_ARGS,
     "distributed init": EXTRA_ARGS,
+    "experimental": TRAIN_ARGS,     # 0.19.2 defines the precision-aware optimizer's flags here
 }
 
 
@@ -227,6 +228,15 @@ def _profile_flags(toggle: Toggle, ctx) -> list[Flags]:
     return [Flags(OUTPUT_ARGS, words)]
 
 
+def _optimizer_state_flags(toggle: Toggle, ctx) -> list[Flags]:
+    """not fp32/0: Megatron's precision-aware optimizer with the state dtypes, the master
+    weights' storage (`--master-weights`), the CPU offload (training/launch/optimizer_state.py)"""
+    from .optimizer_state import optimizer_state_words
+
+    return [Flags(TRAIN_ARGS, words, name)
+            for name, words in optimizer_state_words(ctx.settings).items()]
+
+
 _RECOMPUTE_WORDS = {"selective": ("--recompute-granularity", "selective"),
                     "full": ("--recompute-granularity", "full", "--recompute-method", "uniform",
                              "--recompute-num-layers", "1")}
@@ -360,6 +370,35 @@ REGISTRY: tuple[Toggle, ...] = (
           "Overlap the parameter all-gather with the forward pass (distributed optimizer).",
           on=("--overlap-param-gather",), group="parallel", levers=True),
 
+    # -- optimizer state (training/native/adamw.py; Megatron's precision-aware optimizer) --------
+    Toggle("ADAM_MOMENTS_DTYPE", "choice", "fp32", TRAIN_ARGS,
+           "dtype of Adam's two moments: bf16 halves them (8 -> 4 B per parameter, sharded like "
+           "the optimizer). Not fp32: Megatron's precision-aware optimizer "
+           "(--use-precision-aware-optimizer), which also hands the optimizer the gradient "
+           "buffer itself (no fp32 gradient copy at the step): Transformer Engine's FusedAdam "
+           "under TE, the native backend's MixedPrecisionAdamW otherwise.",
+           choices=("fp32", "bf16"), group="optimizer", emit=_optimizer_state_flags,
+           levers=True),
+    Toggle("MASTER_WEIGHTS", "choice", "fp32", TRAIN_ARGS,
+           "How the fp32 master weights are kept. fp32: a copy (4 B per parameter); "
+           "remainder: the low 16 bits beside the bf16 weights (2 B, exact: TE's "
+           "store_param_remainders); stochastic: none (0 B), the bf16 weights are the master, "
+           "each update rounded stochastically (native backend without TE only). Not fp32: "
+           "the precision-aware optimizer, as ADAM_MOMENTS_DTYPE.",
+           choices=("fp32", "remainder", "stochastic"), group="optimizer",
+           emitted_by="ADAM_MOMENTS_DTYPE", levers=True),
+    _bool("OPTIMIZER_CPU_OFFLOAD", False, TRAIN_ARGS,
+          "Megatron's HybridDeviceOptimizer: the optimizer state and step of "
+          "OPTIMIZER_OFFLOAD_FRACTION of the parameters on the CPU (fp32 master and moments in "
+          "pinned host memory, gradients and weights copied each step); frees that share of "
+          "the GPU's optimizer memory for host-device copies and a CPU AdamW.",
+          group="optimizer", emitted_by="ADAM_MOMENTS_DTYPE", levers=True),
+    Toggle("OPTIMIZER_OFFLOAD_FRACTION", "float", 1.0, TRAIN_ARGS,
+           "Share of the parameters whose optimizer state OPTIMIZER_CPU_OFFLOAD=1 moves to the "
+           "CPU (0 < f <= 1).",
+           flag="--optimizer-offload-fraction", group="optimizer",
+           emitted_by="ADAM_MOMENTS_DTYPE"),
+
     # -- training loop ------------------------------------------------------------------------
     Toggle("MBS", "int", 1, TRAIN_ARGS, "Micro-batch size per GPU.",
            flag="--micro-batch-size", levers=True),
@@ -465,6 +504,12 @@ REGISTRY: tuple[Toggle, ...] = (
           group="launcher"),
     _bool("STRICT", False, LAUNCHER, "Unknown toggle-like variables are errors, not warnings.",
           group="launcher"),
+    Toggle("PREFLIGHT_MEMORY", "choice", "refuse", LAUNCHER,
+           "Before torchrun, the memory estimate of the resolved launch (training/optimize) "
+           "against the GPU's memory: refuse stops a launch whose estimated peak is above it "
+           "(exit 2, the estimate by term and the levers that fit), and warns between 90% and "
+           "100%; warn only warns; off skips the check.",
+           choices=("refuse", "warn", "off"), group="launcher"),
 
 )
 

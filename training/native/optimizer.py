@@ -5,11 +5,19 @@ implementation: on an H200 at the 8-layer Llama3-8B shape its step ran ~70 ms pe
 batch, several kernels per parameter group. torch's fused AdamW (one kernel, fp32 state, the
 same update rule) is what apex's and TE's FusedAdam give Megatron elsewhere: the patch table
 (training.megatron_patches, native backend) makes Megatron build FusedTorchAdamW where it fell
-back to torch's.
+back to torch's, and, under --use-precision-aware-optimizer (ADAM_MOMENTS_DTYPE,
+MASTER_WEIGHTS, OPTIMIZER_CPU_OFFLOAD), training.native.adamw.MixedPrecisionAdamW: the
+low-precision-state AdamW that takes the keywords Megatron gives TE's FusedAdam there.
 """
 from __future__ import annotations
 
 import torch
+
+from training.native.adamw import MixedPrecisionAdamW
+
+# The keywords Megatron adds for TE's FusedAdam under --use-precision-aware-optimizer.
+PRECISION_AWARE_KEYWORDS = ("exp_avg_dtype", "exp_avg_sq_dtype", "master_weights",
+                            "use_decoupled_grad", "master_weight_dtype")
 
 
 class FusedTorchAdamW(torch.optim.AdamW):
@@ -20,6 +28,65 @@ class FusedTorchAdamW(torch.optim.AdamW):
             raise ValueError("FusedTorchAdamW implements decoupled weight decay (AdamW) only")
         kwargs.setdefault("fused", torch.cuda.is_available())
         super().__init__(params, **kwargs)
+
+
+def adam_builder(master_weights: str = "fp32", kernels: str = "auto"):
+    """What Megatron's optimizer factory calls as `Adam(...)` on the native backend without
+    TE or apex:
+
+    - with the precision-aware keywords: MixedPrecisionAdamW over the bf16 parameter shards
+      (the moments' dtypes from Megatron, the master weights as --master-weights says);
+    - with no keyword at all: the GPU part of Megatron's HybridDeviceOptimizer (CPU offload),
+      which passes only parameter groups (fp32 copies, hyperparameters in the groups):
+      MixedPrecisionAdamW in fp32 (a torch AdamW subclass there would be taken for the CPU
+      part when the offload loads a checkpoint: Megatron tells the two apart by class);
+    - otherwise Megatron's usual call: FusedTorchAdamW over the fp32 main params."""
+
+    def adam(params, **kwargs) -> torch.optim.Optimizer:
+        if any(k in kwargs for k in PRECISION_AWARE_KEYWORDS):
+            return MixedPrecisionAdamW(params, main_params=master_weights, kernels=kernels,
+                                       **kwargs)
+        if not kwargs:
+            return MixedPrecisionAdamW(params, master_weights=False, kernels=kernels)
+        return FusedTorchAdamW(params, **kwargs)
+
+    from training.megatron_patches import describe
+
+    adam.native = True
+    adam.description = (f"{describe(FusedTorchAdamW)} (torch AdamW, fused on CUDA, over the "
+                        "fp32 main params); under the precision-aware optimizer "
+                        f"{describe(MixedPrecisionAdamW)} (master weights: {master_weights})")
+    return adam
+
+
+def native_adam(original, run):
+    """The patch table's factory for megatron.core.optimizer:Adam (native backend)."""
+    kernels = "torch" if run.args.native_kernels == "torch" else "auto"
+    return adam_builder(getattr(run.args, "master_weights", "fp32"), kernels)
+
+
+def precision_aware_without_te(original, run=None):
+    """OptimizerConfig.__post_init__ where Megatron's Adam is ours. Megatron 0.19.2 checks, for
+    --use-precision-aware-optimizer, that Transformer Engine's FusedAdam imports and takes the
+    precision keywords (RuntimeError otherwise); it skips that one check under CPU offload,
+    whose optimizer is its own. MixedPrecisionAdamW takes the same keywords: the check is
+    skipped the same way, Megatron's other checks run, then its flag for the precision-aware
+    path is set again without the offload term (the native backend runs no fp8, so the path
+    is always the master-weights one)."""
+
+    def post_init(self):
+        if not self.use_precision_aware_optimizer or self.optimizer_cpu_offload:
+            return original(self)
+        self.optimizer_cpu_offload = True
+        try:
+            original(self)
+        finally:
+            self.optimizer_cpu_offload = False
+        self.use_precision_aware_optimizer_no_fp8_or_ds_fp8 = (
+            self.main_params_dtype != torch.float32
+            or self.fp8_recipe is None or self.fp8_recipe == "delayed")
+
+    return post_init
 
 
 @torch.no_grad()
@@ -54,6 +121,8 @@ def fill_initial_adam_state(optimizer: torch.optim.Optimizer) -> None:
 #    tiny preset on an H200, against 1e-3 wanted). The copy now leaves 'step' alone (a
 #    non-tensor entry, which Megatron's loop skips).
 # With TE or apex, whose optimizers keep no per-parameter step, neither changes anything.
+# MixedPrecisionAdamW (the precision-aware path without TE) keeps torch's per-parameter step
+# too: its state is filled the same way (zero moments, the master from the parameter).
 
 def state_filled_before_state_dict(original, run=None):
     """DistributedOptimizer.state_dict: a torch Adam/AdamW without state is filled first."""
@@ -62,6 +131,10 @@ def state_filled_before_state_dict(original, run=None):
         inner = self.optimizer
         if isinstance(inner, (torch.optim.Adam, torch.optim.AdamW)) and not inner.state:
             fill_initial_adam_state(inner)
+        if isinstance(inner, MixedPrecisionAdamW) and not inner.state:
+            for group in inner.param_groups:
+                for p in group["params"]:
+                    inner.initialize_state(p, group)
         return original(self)
 
     return state_dict

@@ -396,13 +396,15 @@ def memory_flow(config: RunDescription, ctx: Context, book: LeverBook) -> dict[s
         why = cand.applies(current, ctx)
         if not why:
             continue
-        if cand.costs_throughput and (est.fits or device is None):
+        gated = cand.costs_throughput or cand.only_to_fit
+        if gated and (est.fits or device is None):
             continue
         sets, new = cand.change(current)
         new_est = estimate(new)
         saving = est.peak_gib - new_est.peak_gib
-        if saving <= 0.05 or (cand.costs_throughput
-                              and saving < rules.MATERIAL_SAVING * est.peak_gib):
+        if saving <= 0.05 or (gated and saving < rules.MATERIAL_SAVING * est.peak_gib):
+            continue
+        if cand.must_fit and not new_est.fits:
             continue
         match = _match(book, sets, current, cand.baseline(current))
         recs.append(_recommendation(cand.id, cand.title, why, cand.mechanism, sets, match,
@@ -558,12 +560,12 @@ def dead_ends(config: RunDescription, ctx: Context, book: LeverBook,
     return out
 
 
-def command(inputs: RunInputs, config: RunDescription, recs: list[dict],
+def command(manifest: dict, config: RunDescription, recs: list[dict],
             asked: RunDescription | None = None,
             base: RunDescription | None = None) -> str | None:
     if not recs:
         return None
-    rows = inputs.manifest.get("toggles", [])
+    rows = manifest.get("toggles", [])
     words: dict[str, str] = {}
     for row in rows:
         if (isinstance(row, dict) and row.get("source") in USER_SOURCES
@@ -650,6 +652,6 @@ def advise(inputs: RunInputs, book: LeverBook, platform: str | None = None,
         "turned_off": off,
         "dead_ends": dead_ends(target, ctx, book, unproductive,
                                frozenset(r["id"] for r in recs + unproductive)),
-        "command": command(inputs, target, recs, asked, config),
+        "command": command(inputs.manifest, target, recs, asked, config),
     }
     return report

@@ -81,10 +81,25 @@ def flce(run: RunDescription) -> bool:
 
 def fused_adam(run: RunDescription) -> bool:
     """Megatron's optimizer is a fused Adam: TE's or apex's, or the native backend's
-    torch AdamW(fused=True). Otherwise torch's multi-tensor AdamW runs."""
+    torch AdamW(fused=True) or MixedPrecisionAdamW. Otherwise torch's multi-tensor AdamW
+    runs."""
     caps = run.capabilities
     return (run.backend == "native" or bool(caps.get("transformer_engine"))
             or bool(caps.get("apex_fused_wgrad")))
+
+
+def optimizer_state(run: RunDescription) -> tuple[str, str, bool, float]:
+    """(ADAM_MOMENTS_DTYPE, MASTER_WEIGHTS, OPTIMIZER_CPU_OFFLOAD, OPTIMIZER_OFFLOAD_FRACTION);
+    a manifest older than these toggles ran Megatron's fp32 state."""
+    return (str(run.get("ADAM_MOMENTS_DTYPE") or "fp32"), str(run.get("MASTER_WEIGHTS") or "fp32"),
+            bool(run.get("OPTIMIZER_CPU_OFFLOAD")),
+            float(run.get("OPTIMIZER_OFFLOAD_FRACTION") or 1.0))
+
+
+def precision_aware(run: RunDescription) -> bool:
+    """Megatron's precision-aware optimizer runs (training/launch/optimizer_state.py)."""
+    moments, master, offload, _ = optimizer_state(run)
+    return moments != "fp32" or master != "fp32" or offload
 
 
 def available(run: RunDescription, library: str) -> bool:

@@ -14,6 +14,14 @@ Weights and optimizer (Megatron DDP, bf16 training), per parameter on the rank:
   Optimizer step only: with a bf16 gradient buffer Megatron copies each rank's gradient
   shard to fp32 for the step (4 B/shard, freed at the next zero_grad); torch's multi-tensor
   AdamW (no TE/apex fused Adam, not the native backend) adds a sqrt(v) temporary (4 B/shard).
+  Precision-aware optimizer (ADAM_MOMENTS_DTYPE / MASTER_WEIGHTS not fp32): the moments take
+  4 B (bf16) or 8 B, the master 4 B (fp32 copy), 2 B (16-bit remainder) or 0 B (stochastic
+  rounding of the bf16 weights), and the step reads the gradient buffer in place (no fp32
+  copy). Its native optimizer's torch path (NATIVE_KERNELS=torch) works in a bounded fp32
+  scratch (5 x 4 B x 2^24); its Triton kernel and TE's FusedAdam need none.
+  OPTIMIZER_CPU_OFFLOAD=1 (Megatron's HybridDeviceOptimizer): for the share of parameters kept
+  on the GPU, an fp32 copy, fp32 moments and the fp32 gradient it casts at the step
+  (16 B/shard); the offloaded share's state lives in pinned host memory (a note).
 
 Activations stored for backward, per layer and token (Korthikanti et al. 2022 "Reducing
 activation recomputation", Table 2, redone tensor by tensor for this code: RMSNorm, SwiGLU,
@@ -60,10 +68,20 @@ from typing import Any
 
 from training.run_description import RunDescription
 
-from .config import device_gib, flce, fused_adam
+from .config import (available, device_gib, flce, fused_adam, optimizer_state,
+                     precision_aware)
 
 GIB = 2 ** 30
 OVERHEAD_GIB = 1.0
+# Optimizer state per parameter on the rank holding its shard (training/native/adamw.py keeps
+# exactly these; tests/native/test_adamw.py counts its tensors against them).
+MOMENT_BYTES = {"fp32": 8, "bf16": 4}
+MASTER_BYTES = {"fp32": 4, "remainder": 2, "stochastic": 0}
+# Megatron's HybridDeviceOptimizer, per parameter whose state stays on the GPU: fp32 copy,
+# fp32 moments, the fp32 gradient it casts for the step and keeps.
+OFFLOAD_GPU_BYTES = 4 + 8 + 4
+# MixedPrecisionAdamW's torch path: its flat fp32 scratch (training/native/adamw.py CHUNK).
+TORCH_ADAMW_SCRATCH = 5 * 4 * 2 ** 24
 # A run counts as memory-bound when its peak is above this share of the GPU's memory.
 MEMORY_BOUND_FRACTION = 0.90
 
@@ -124,6 +142,17 @@ class Estimate:
 
 def _g(value: float) -> float:
     return value / GIB
+
+
+def optimizer_state_bytes(moments: str, master_weights: str) -> int:
+    """Adam moments + master weights, bytes per parameter (before sharding)."""
+    return MOMENT_BYTES[moments] + MASTER_BYTES[master_weights]
+
+
+_MASTER_LABELS = {"fp32": "fp32 main params",
+                  "remainder": "fp32 master as 16-bit remainders (MASTER_WEIGHTS=remainder)",
+                  "stochastic": "no master copy (MASTER_WEIGHTS=stochastic: bf16 weights, "
+                                "stochastic rounding)"}
 
 
 def layer_params(c: RunDescription) -> tuple[float, float]:
@@ -231,18 +260,41 @@ def _stage_estimate(c: RunDescription, stage: str) -> Estimate:
                  f"{params / 1e9:.3f}B params x 2 B"),
             Term("grads", f"{grad_name} gradient buffer", _g(params * grad_bytes), "static",
                  f"params x {grad_bytes} B (GRAD_REDUCE_IN_BF16={int(c['GRAD_REDUCE_IN_BF16'])})"),
-            Term("main_params", "fp32 main params", _g(params * 4 / shard), "static",
-                 f"params x 4 B {where}"),
-            Term("adam", "Adam moments (2 x fp32)", _g(params * 8 / shard), "static",
-                 f"params x 8 B {where}"),
         ]
+        moments_dtype, master_weights, offload, fraction = optimizer_state(c)
+        aware = precision_aware(c)
+        if offload:
+            terms.append(Term("main_params", "CPU offload: the GPU part's fp32 params, moments "
+                                             "and gradients", _g(params * OFFLOAD_GPU_BYTES
+                                                                 * (1.0 - fraction) / shard),
+                              "static", f"params x {OFFLOAD_GPU_BYTES} B x (1 - "
+                                        f"OPTIMIZER_OFFLOAD_FRACTION {fraction:g}) {where}"))
+            host = params * OFFLOAD_GPU_BYTES * fraction / shard
+            notes.append(f"OPTIMIZER_CPU_OFFLOAD=1: {_g(host):.1f} GiB of optimizer state per "
+                         "rank in pinned host memory (fp32 params, moments and gradients of "
+                         f"{fraction:.0%} of the parameters), not in this estimate.")
+        else:
+            master = MASTER_BYTES[master_weights] if aware else 4
+            moments = MOMENT_BYTES[moments_dtype] if aware else 8
+            terms += [
+                Term("main_params", _MASTER_LABELS[master_weights if aware else "fp32"],
+                     _g(params * master / shard), "static", f"params x {master} B {where}"),
+                Term("adam", f"Adam moments (2 x {moments_dtype if aware else 'fp32'})",
+                     _g(params * moments / shard), "static", f"params x {moments} B {where}"),
+            ]
         step_extra = 0.0
-        if c["GRAD_REDUCE_IN_BF16"]:
+        if c["GRAD_REDUCE_IN_BF16"] and not aware:
             step_extra += params * 4 / shard
             terms.append(Term("step_fp32_grads", "fp32 copy of the gradient shard (step only)",
                               _g(params * 4 / shard), "step",
                               f"params x 4 B {where}: bf16 grads -> fp32 for the optimizer"))
-        if not fused_adam(c):
+        if (aware and not offload and c.backend == "native"
+                and c["NATIVE_KERNELS"] == "torch" and not available(c, "transformer_engine")):
+            step_extra += TORCH_ADAMW_SCRATCH
+            terms.append(Term("step_adam_tmp", "MixedPrecisionAdamW torch path: fp32 scratch "
+                                               "(step only)", _g(TORCH_ADAMW_SCRATCH), "step",
+                              "5 x 4 B x 2^24 elements, whatever the model size"))
+        if not fused_adam(c) and not aware:
             step_extra += params * 4 / shard
             terms.append(Term("step_adam_tmp", "torch multi-tensor AdamW temporary (step only)",
                               _g(params * 4 / shard), "step",
@@ -327,6 +379,11 @@ def _stage_estimate(c: RunDescription, stage: str) -> Estimate:
                      "measured TE run.")
     if lay.cp > 1:
         notes.append("CP>1: tokens per rank divided by CP; ring-attention KV buffers not modelled.")
+    if precision_aware(c):
+        notes.append("Precision-aware optimizer state (ADAM_MOMENTS_DTYPE, MASTER_WEIGHTS, "
+                     "OPTIMIZER_CPU_OFFLOAD): its terms are the state's bytes per parameter "
+                     "(counted from the optimizer's tensors in tests/native); not yet "
+                     "calibrated on a measured run.")
     if m.moe:
         notes.append("MoE layers are not modelled: the estimate counts dense layers only.")
     return Estimate(stage=stage, params_on_rank=params, terms=terms, fwd_bwd_gib=_g(fwd_bwd),

@@ -17,7 +17,7 @@ from training.launch.toggles import BY_NAME
 
 from training.run_description import RunDescription
 
-from .config import available, flce
+from .config import available, flce, optimizer_state
 
 LONG_SEQUENCE = 16384
 DATA_RANGE_PCT = 5.0
@@ -46,6 +46,12 @@ class Candidate:
     change: Callable[[RunDescription], tuple[dict[str, str], RunDescription]]
     costs_throughput: bool = False   # memory levers: a speed cost is expected (recompute, ...)
     baseline: Callable[[RunDescription], dict[str, str]] = lambda c: {}
+    # like costs_throughput, pulled only while the estimate does not fit and only for a
+    # material saving, but for another cost: the optimizer's numerics or code path change
+    only_to_fit: bool = False
+    # a last resort: proposed only where the run then fits (CPU offload, whose host memory
+    # and speed cost are not worth paying on the way to another lever)
+    must_fit: bool = False
 
 
 def _set(**sets: Any) -> dict[str, str]:
@@ -89,6 +95,54 @@ def _dist_opt_applies(c: RunDescription, ctx) -> str | None:
     if not c["DISTRIBUTED_OPTIMIZER"] and not c["FSDP"] and ranks > 1:
         return f"optimizer state is replicated on all {ranks} data-parallel ranks"
     return None
+
+
+# Optimizer state (training/launch/optimizer_state.py; the guard optimizer_state says where
+# each runs). Quantised-weight recipes keep Megatron's own fp32 main params.
+_MCORE_MAIN_PARAMS_RECIPES = ("fp8_tensorwise", "mxfp8", "mxfp4", "nvfp4")
+
+
+def _optimizer_state_possible(c: RunDescription) -> bool:
+    return (bool(c["DISTRIBUTED_OPTIMIZER"]) and not c["FSDP"] and c.backend != "local"
+            and not optimizer_state(c)[2])
+
+
+def _remainder_applies(c: RunDescription, ctx) -> str | None:
+    if (_optimizer_state_possible(c) and optimizer_state(c)[1] == "fp32"
+            and c.precision not in _MCORE_MAIN_PARAMS_RECIPES):
+        copy = " and a step-time fp32 copy of the gradients" if c["GRAD_REDUCE_IN_BF16"] else ""
+        return f"the fp32 master weights are a 4 B copy per parameter{copy}"
+    return None
+
+
+def _moments_applies(c: RunDescription, ctx) -> str | None:
+    if _optimizer_state_possible(c) and optimizer_state(c)[0] == "fp32":
+        return "Adam's two moments are fp32 (8 B per parameter)"
+    return None
+
+
+def _stochastic_applies(c: RunDescription, ctx) -> str | None:
+    master = optimizer_state(c)[1]
+    if (_optimizer_state_possible(c) and master != "stochastic" and c.backend == "native"
+            and not available(c, "transformer_engine")):
+        return (f"the master weights still take {'2' if master == 'remainder' else '4'} B per "
+                "parameter")
+    return None
+
+
+def _offload_applies(c: RunDescription, ctx) -> str | None:
+    if (c["DISTRIBUTED_OPTIMIZER"] and not c["FSDP"] and c.backend != "local"
+            and not optimizer_state(c)[2]):
+        return "the optimizer state stays in GPU memory"
+    return None
+
+
+def _master_weights(cid: str, mode: str, title: str, mechanism: str, applies) -> Candidate:
+    """A MASTER_WEIGHTS lever: pulled only while the estimate does not fit."""
+    return Candidate(cid, title, (MEMORY,), mechanism, applies,
+                     lambda c: _lever(c, MASTER_WEIGHTS=mode),
+                     baseline=lambda c: _set(MASTER_WEIGHTS=optimizer_state(c)[1]),
+                     only_to_fit=True)
 
 
 def _mbs_down_applies(c: RunDescription, ctx) -> str | None:
@@ -143,6 +197,22 @@ MEMORY_LEVERS: tuple[Candidate, ...] = (
               "fp32 main params and Adam moments are sharded over the data-parallel ranks",
               _dist_opt_applies, lambda c: _lever(c, DISTRIBUTED_OPTIMIZER=True),
               baseline=lambda c: _set(DISTRIBUTED_OPTIMIZER=0)),
+    _master_weights("master_remainder", "remainder", "fp32 master weights as 16-bit remainders",
+                    "Megatron's precision-aware optimizer: the bf16 weights hold the high half "
+                    "of the fp32 master and the optimizer the low 16 bits (exact; 2 B instead "
+                    "of 4), and the step reads the gradient buffer in place instead of an fp32 "
+                    "copy", _remainder_applies),
+    Candidate("adam_moments_bf16", "bf16 Adam moments", (MEMORY,),
+              "the two moments stored in bf16 (4 B instead of 8 per parameter), updated in "
+              "fp32 in registers and rounded to nearest once per step",
+              _moments_applies, lambda c: _lever(c, ADAM_MOMENTS_DTYPE="bf16"),
+              baseline=lambda c: _set(ADAM_MOMENTS_DTYPE=optimizer_state(c)[0]),
+              only_to_fit=True),
+    _master_weights("master_stochastic", "stochastic",
+                    "bf16 master weights with stochastic rounding",
+                    "no master copy: each update is rounded to the bf16 weights stochastically "
+                    "(unbiased, so updates below bf16's resolution still move them on average)",
+                    _stochastic_applies),
     Candidate("mbs_down", "smaller micro-batch, same global batch", (MEMORY,),
               "activations scale with the micro-batch; the global batch is kept by more "
               "gradient-accumulation steps",
@@ -157,6 +227,15 @@ MEMORY_LEVERS: tuple[Candidate, ...] = (
               "every layer is recomputed in the backward pass; each keeps only its input",
               _full_applies, lambda c: _lever(c, RECOMPUTE="full"),
               costs_throughput=True, baseline=lambda c: _set(RECOMPUTE=c["RECOMPUTE"])),
+    Candidate("optimizer_cpu_offload", "optimizer state offloaded to the CPU", (MEMORY,),
+              "Megatron's HybridDeviceOptimizer keeps the fp32 master weights and moments in "
+              "pinned host memory and runs their AdamW on the CPU, copying gradients and "
+              "weights each step (it keeps fp32 state: the state dtypes go back to fp32)",
+              _offload_applies,
+              lambda c: _lever(c, {"OPTIMIZER_OFFLOAD_FRACTION": 1.0}, OPTIMIZER_CPU_OFFLOAD=True,
+                               ADAM_MOMENTS_DTYPE="fp32", MASTER_WEIGHTS="fp32"),
+              costs_throughput=True, baseline=lambda c: _set(OPTIMIZER_CPU_OFFLOAD=0),
+              must_fit=True),
 )
 LAYOUT_AFTER = "recompute_selective"   # the layout search is tried after this lever
 

@@ -1,0 +1,64 @@
+"""The Triton kernel of training/native/adamw.py under Triton's CPU interpreter, for
+tests/native/test_adamw.py (run with TRITON_INTERPRET=1 in a fresh process): prints one JSON
+line of measurements; the test asserts on them.
+
+    TRITON_INTERPRET=1 python -m tests.native.adamw_interpreted fp32/bf16 | remainder/bf16 | ...
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+
+from training.native import adamw, adamw_triton
+
+from .adamw_reference import (HYPER, fp32_bound, masters, max_error, mean_error_ulp, problem,
+                              reference, run, sub_ulp_problem, unbiased_tolerance)
+
+BLOCK = 256  # small blocks: several per tensor, one cut mid-tensor
+
+
+def _interpreted(opt) -> None:
+    """The optimizer's CUDA branch, routed to the kernel on CPU tensors."""
+    def update(ps, gs, ms, vs, xs, mode, hyper):
+        tables = adamw.pointer_tables(ps, gs, ms, vs, xs, BLOCK)
+        adamw_triton.launch(tables, ps[0].dtype, gs[0].dtype, ms[0].dtype, vs[0].dtype, mode,
+                            hyper, BLOCK)
+    opt._use_triton = lambda device: True
+    opt._triton_update = update
+
+
+def tracking(main_params: str, moments: str) -> dict:
+    steps = 40
+    init, grads = problem([(37,), (700,), (300,)], steps)
+    opt, params = run(init, grads, main_params, moments, optimizer_hook=_interpreted)
+    ref = reference(init, grads, torch.bfloat16 if moments == "bf16" else None)
+    bound = fp32_bound(steps, ref) + (steps * HYPER["lr"] * 2.0 ** -7 if moments == "bf16"
+                                      else 0.0)
+    torch_opt, torch_params = run(init, grads, main_params, moments)
+    return {"error": max_error(masters(opt, params), ref), "bound": bound,
+            "error_vs_torch": max_error(masters(opt, params), masters(torch_opt, torch_params))}
+
+
+def stochastic() -> dict:
+    steps, n = 30, 4000
+    hyper, init, grads = sub_ulp_problem(steps, n, seed=9)
+    opt, params = run(init, grads, "stochastic", "fp32", hyper=hyper,
+                      optimizer_hook=_interpreted)
+    ref = reference(init, grads, hyper=hyper)[0]
+    moved = (params[0].double() - init[0].double()).tolist()
+    return {"mean_error_ulp": mean_error_ulp(params[0], ref),
+            "tolerance_ulp": unbiased_tolerance(steps, n),
+            "distinct_updates": len({round(x, 6) for x in moved})}
+
+
+def main(scenario: str) -> dict:
+    if scenario == "stochastic":
+        return stochastic()
+    main_params, moments = scenario.split("/")
+    return tracking(main_params, moments)
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1])))

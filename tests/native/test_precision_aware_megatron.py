@@ -1,0 +1,166 @@
+"""MixedPrecisionAdamW inside megatron-core 0.19.2's precision-aware distributed optimizer, on
+the CPU in one gloo process (tests/native/megatron_cpu.py): what Megatron builds, that the step
+reads the gradient buffer in place and keeps no fp32 main params, and a save/resume through
+Megatron's dist_checkpointing in both optimizer formats."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from training.native import optimizer as native_optimizer
+from training.native.adamw import MixedPrecisionAdamW
+
+from .megatron_cpu import on_cpu, tiny_model
+
+
+NATIVE_OPTIMIZER = ("native_adam", "native_adam_kwargs", "native_precision_aware",
+                    "torch_adam_state_dict", "torch_adam_load_copy")
+
+
+@pytest.fixture
+def megatron_native():
+    """The patch table's optimizer entries as the native backend's run applies them (its
+    --master-weights, torch kernels on the CPU), taken out afterwards."""
+    from argparse import Namespace
+
+    from training import megatron_patches
+    from training.run import Run
+
+    def install(master_weights):
+        run = Run(args=Namespace(transformer_backend="native", native_kernels="torch",
+                                 master_weights=master_weights))
+        megatron_patches.apply(run, names=NATIVE_OPTIMIZER)
+    megatron_patches.restore(names=NATIVE_OPTIMIZER)   # Megatron's own (an earlier test's out)
+    yield install
+    megatron_patches.restore(names=NATIVE_OPTIMIZER)
+
+
+def _config(**extra):
+    from megatron.core.optimizer import OptimizerConfig
+
+    return OptimizerConfig(optimizer="adam", lr=1e-2, bf16=True, weight_decay=0.1,
+                           clip_grad=1.0, use_distributed_optimizer=True,
+                           use_precision_aware_optimizer=True, exp_avg_dtype=torch.bfloat16,
+                           exp_avg_sq_dtype=torch.bfloat16, main_grads_dtype=torch.bfloat16,
+                           **extra)
+
+
+def _build(seed: int):
+    from megatron.core.distributed import (DistributedDataParallel,
+                                           DistributedDataParallelConfig)
+    from megatron.core.optimizer import get_megatron_optimizer
+
+    torch.manual_seed(seed)
+    model, config = tiny_model()
+    ddp = DistributedDataParallel(
+        config, DistributedDataParallelConfig(grad_reduce_in_fp32=False,
+                                              use_distributed_optimizer=True), model)
+    return ddp, get_megatron_optimizer(_config(), [ddp])
+
+
+def _step(ddp, opt, seed: int):
+    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(seed)).to(torch.bfloat16)
+    ddp.zero_grad_buffer()
+    opt.zero_grad()
+    ddp(x).float().pow(2).mean().backward()
+    return opt.step()  # one rank: the reduce-scatter has nothing to do
+
+
+def _inner(opt) -> MixedPrecisionAdamW:
+    chained = getattr(opt, "chained_optimizers", [opt])
+    return chained[0].optimizer
+
+
+def test_without_the_native_install_megatron_asks_for_transformer_engine(megatron_native):
+    with pytest.raises(RuntimeError, match="TransformerEngine"):
+        _config()
+
+
+@pytest.mark.parametrize("master_weights", ["fp32", "remainder", "stochastic"])
+def test_megatron_builds_it_and_steps_on_the_gradient_buffer(megatron_native, master_weights):
+    megatron_native(master_weights)
+    with on_cpu():
+        ddp, opt = _build(0)
+        inner = _inner(opt)
+        assert isinstance(inner, MixedPrecisionAdamW) and inner.main_params == master_weights
+        before = [p.detach().clone() for p in ddp.module.parameters()]
+        ok, grad_norm, _ = _step(ddp, opt, 0)
+        assert ok and grad_norm > 0
+        buffer = ddp.buffers[0]
+        grad_lo = buffer.grad_data.data_ptr()
+        grad_hi = grad_lo + buffer.grad_data.numel() * buffer.grad_data.element_size()
+        for group in inner.param_groups:
+            for shard in group["params"]:
+                assert shard.dtype == torch.bfloat16
+                state = inner.state[shard]
+                assert state["exp_avg"].dtype == state["exp_avg_sq"].dtype == torch.bfloat16
+        for p in ddp.module.parameters():
+            assert p.main_param is None  # Megatron made no fp32 main params
+        shards = [s for g in inner.param_groups for s in g["params"]]
+        grads = [getattr(s, "decoupled_grad", None) for s in shards]
+        assert all(g is not None and g.dtype == torch.bfloat16 for g in grads)
+        assert all(grad_lo <= g.data_ptr() < grad_hi for g in grads)  # views, not copies
+        after = list(ddp.module.parameters())
+        assert all(not torch.equal(a, b) for a, b in zip(before, after))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("master_weights", ["fp32", "remainder", "stochastic"])
+@pytest.mark.parametrize("sharding", ["dp_reshardable", "fully_reshardable"])
+def test_dist_checkpoint_save_and_resume_continue_bit_for_bit(megatron_native, tmp_path,
+                                                               master_weights, sharding):
+    from megatron.core import dist_checkpointing
+
+    megatron_native(master_weights)
+    metadata = {"distrib_optim_sharding_type": sharding}
+    with on_cpu():
+        ddp, opt = _build(0)
+        for seed in range(3):
+            _step(ddp, opt, seed)
+        model_sd = ddp.module.sharded_state_dict(prefix="model.")
+        dist_checkpointing.save({"model": model_sd,
+                                 "optimizer": opt.sharded_state_dict(model_sd,
+                                                                     metadata=metadata)},
+                                str(tmp_path))
+        expected = [_step(ddp, opt, seed)[1] for seed in range(3, 6)]
+
+        resumed_ddp, resumed = _build(1)  # other initial weights: all must come from the load
+        model_sd = resumed_ddp.module.sharded_state_dict(prefix="model.")
+        loaded = dist_checkpointing.load(
+            {"model": model_sd,
+             "optimizer": resumed.sharded_state_dict(model_sd, is_loading=True,
+                                                     metadata=metadata)}, str(tmp_path))
+        resumed_ddp.module.load_state_dict({k[len("model."):]: v
+                                            for k, v in loaded["model"].items()})
+        resumed.load_state_dict(loaded["optimizer"])
+        got = [_step(resumed_ddp, resumed, seed)[1] for seed in range(3, 6)]
+        assert got == expected
+        for a, b in zip(ddp.module.parameters(), resumed_ddp.module.parameters()):
+            assert torch.equal(a, b)
+        inner = _inner(resumed)
+        assert {float(s["step"]) for s in inner.state.values()} == {6.0}
+
+
+def test_the_native_adam_builds_the_right_optimizer_for_each_call():
+    adam = native_optimizer.adam_builder("remainder", "torch")
+    params = [torch.nn.Parameter(torch.zeros(4))]
+    # Megatron's usual path: keywords, no precision ones
+    plain = adam(params, lr=1e-3, weight_decay=0.0, betas=(0.9, 0.95), eps=1e-8,
+                 adam_w_mode=True)
+    assert isinstance(plain, native_optimizer.FusedTorchAdamW)
+    # the precision-aware path
+    bf16 = [torch.nn.Parameter(torch.zeros(4, dtype=torch.bfloat16))]
+    aware = adam(bf16, lr=1e-3, adam_w_mode=True, master_weights=True,
+                 exp_avg_dtype=torch.bfloat16, exp_avg_sq_dtype=torch.bfloat16,
+                 use_decoupled_grad=True, master_weight_dtype=torch.float32)
+    assert isinstance(aware, MixedPrecisionAdamW) and aware.exp_avg_dtype == torch.bfloat16
+    assert aware.main_params == "remainder"
+    # HybridDeviceOptimizer's GPU part: parameter groups only (fp32 copies)
+    group = {"params": params, "lr": 1e-3, "betas": (0.9, 0.95), "eps": 1e-8,
+             "weight_decay": 0.1, "bias_correction": True, "fused": True}
+    offload_gpu = adam([group])
+    assert isinstance(offload_gpu, MixedPrecisionAdamW)
+    assert not isinstance(offload_gpu, torch.optim.AdamW)  # Megatron's CPU-part test by class
+    params[0].grad = torch.ones(4)
+    offload_gpu.step()
+    assert bool((params[0] < 0).all())
