@@ -1,8 +1,12 @@
 """A random HF LlamaForCausalLM and our GPTModel with the same weights, and their comparison
-(shared by the CPU and GPU parity tests). The weight mapping is training.hf_import's."""
+(shared by the CPU and GPU parity tests). The weights travel as a user's would: the HF model
+is saved with save_pretrained, imported by training.checkpoint into a Megatron distributed
+checkpoint, and loaded into GPTModel through Megatron's dist_checkpointing."""
 from __future__ import annotations
 
 import os
+import tempfile
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +35,8 @@ def init_single_rank(device: str) -> None:
 def hf_config(preset, num_layers: int):
     from transformers import LlamaConfig
 
+    from training.checkpoint.layout import LLAMA31_ROPE_SCALING
+
     config = LlamaConfig(
         vocab_size=preset.vocab_size, hidden_size=preset.hidden_size,
         intermediate_size=preset.ffn_hidden_size, num_hidden_layers=num_layers,
@@ -38,7 +44,8 @@ def hf_config(preset, num_layers: int):
         num_key_value_heads=preset.num_query_groups,
         max_position_embeddings=preset.max_position_embeddings,
         rope_theta=float(preset.rotary_base), rms_norm_eps=preset.norm_epsilon,
-        tie_word_embeddings=False, attention_bias=False, mlp_bias=False)
+        tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
+        rope_scaling=dict(LLAMA31_ROPE_SCALING) if preset.rope_scaling else None)
     config._attn_implementation = "sdpa"
     return config
 
@@ -74,7 +81,8 @@ def build_ours(hf_model, preset, num_layers: int, backend: str, kernels: str, de
     from megatron.core.transformer import TransformerConfig
 
     from training import specs
-    from training.hf_import import copy_hf_llama_weights
+    from training.checkpoint.convert import import_checkpoint
+    from training.checkpoint.megatron import load_weights
 
     config = TransformerConfig(
         num_layers=num_layers, hidden_size=preset.hidden_size,
@@ -94,9 +102,14 @@ def build_ours(hf_model, preset, num_layers: int, backend: str, kernels: str, de
                    transformer_layer_spec=specs.decoder_spec(backend, config, kernels=kernels),
                    vocab_size=preset.vocab_size, max_sequence_length=preset.max_position_embeddings,
                    position_embedding_type="rope", rotary_base=preset.rotary_base,
+                   rope_scaling=preset.rope_scaling,
                    share_embeddings_and_output_weights=False).to(device=device, dtype=dtype)
     gpt.eval()
-    copy_hf_llama_weights(hf_model, gpt, preset.num_attention_heads, preset.num_query_groups)
+    with tempfile.TemporaryDirectory() as tmp:
+        hf_model.save_pretrained(Path(tmp) / "hf")
+        import_checkpoint(str(Path(tmp) / "hf"), Path(tmp) / "megatron",
+                          presets={preset.name: preset}, progress=False)
+        load_weights(gpt, Path(tmp) / "megatron")
     return gpt
 
 

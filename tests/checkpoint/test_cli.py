@@ -1,0 +1,135 @@
+"""Bad input exits 2 with one line and writes nothing; a full disk or a signal leaves nothing."""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from training.checkpoint.__main__ import main
+from training.checkpoint.staging import OutputError, Staging
+
+from .helpers import REPO, run_cli
+
+
+def _refused(capsys, argv) -> str:
+    assert main([*map(str, argv), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def _leftovers(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_missing_folder(capsys, tmp_path):
+    err = _refused(capsys, ["import", tmp_path / "nowhere", tmp_path / "out"])
+    assert "no folder" in err and "nowhere" in err
+    err = _refused(capsys, ["export", tmp_path / "nowhere", tmp_path / "out"])
+    assert "no folder" in err
+    assert _leftovers(tmp_path) == []
+
+
+def test_not_a_llama(capsys, tmp_path, tiny_hf):
+    hf = shutil.copytree(tiny_hf, tmp_path / "mistral")
+    config = json.loads((hf / "config.json").read_text())
+    (hf / "config.json").write_text(json.dumps(config | {"model_type": "mistral",
+                                                         "architectures": ["MistralForCausalLM"]}))
+    err = _refused(capsys, ["import", hf, tmp_path / "out"])
+    assert "not a Llama checkpoint" in err and "mistral" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_mismatched_preset_names_the_fields(capsys, tmp_path, tiny_hf):
+    err = _refused(capsys, ["import", tiny_hf, tmp_path / "out", "--preset", "llama3-8B"])
+    assert "preset llama3-8B" in err and "hidden_size: 4096 vs 256" in err
+    assert "vocab_size: 128256 vs 8192" in err
+    assert _leftovers(tmp_path) == []
+
+
+def test_output_that_exists_or_has_no_parent(capsys, tmp_path, tiny_hf, tiny_ckpt):
+    (tmp_path / "taken").mkdir()
+    assert "exists" in _refused(capsys, ["import", tiny_hf, tmp_path / "taken"])
+    assert "exists" in _refused(capsys, ["export", tiny_ckpt, tmp_path / "taken"])
+    assert "does not exist" in _refused(capsys, ["import", tiny_hf, tmp_path / "a" / "b"])
+    assert _leftovers(tmp_path) == ["taken"] and _leftovers(tmp_path / "taken") == []
+
+
+def test_not_a_megatron_checkpoint(capsys, tmp_path, tiny_hf):
+    err = _refused(capsys, ["export", tiny_hf, tmp_path / "out"])
+    assert "is not a Megatron checkpoint" in err
+
+
+def test_truncated_or_incomplete_safetensors(capsys, tmp_path, tiny_hf):
+    hf = shutil.copytree(tiny_hf, tmp_path / "cut")
+    weights = hf / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size - 1000)
+    assert "does not fit the file" in _refused(capsys, ["import", hf, tmp_path / "out"])
+    config = json.loads((tiny_hf / "config.json").read_text())
+    more = shutil.copytree(tiny_hf, tmp_path / "more")
+    (more / "config.json").write_text(json.dumps(config | {"num_hidden_layers": 3}))
+    assert "lacks" in _refused(capsys, ["import", more, tmp_path / "out", "--preset", "tiny"])
+    assert not (tmp_path / "out").exists()
+
+
+def test_hub_id_unreachable_is_one_line(tmp_path):
+    proc = run_cli("import", "example-org/no-such-model", tmp_path / "out", "--no-progress",
+                   env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hub")})
+    assert proc.returncode == 2
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("training.checkpoint")]
+    assert len(ours) == 1 and "Hugging Face Hub failed" in ours[0], proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+
+
+def test_too_little_space_is_refused_before_writing(tmp_path):
+    free = shutil.disk_usage(tmp_path).free
+    with pytest.raises(OutputError, match="needs .* free: nothing was written"):
+        Staging(tmp_path / "out", needed_bytes=free + (1 << 40))
+    assert _leftovers(tmp_path) == []
+
+
+def _file_size_limit(limit: int):
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # a write past the limit fails (EFBIG)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_disk_that_fills_while_writing_leaves_nothing(tmp_path, tiny_hf):
+    """The writer's files may not grow past 1 MiB (RLIMIT_FSIZE): the tiny checkpoint's 11 MB
+    data file fails half-way, as on a full disk."""
+    out = tmp_path / "out"
+    proc = run_cli("import", tiny_hf, out, "--no-progress", preexec_fn=_file_size_limit(1 << 20))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    ours = [line for line in proc.stderr.splitlines() if line.startswith("training.checkpoint")]
+    assert len(ours) == 1 and "the disk filled while writing" in ours[0], proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_signal_removes_the_partial_folder(tmp_path):
+    """SIGTERM in the middle of a conversion: the temporary sibling is removed, nothing else."""
+    code = f"""
+import os, signal, sys, time
+from pathlib import Path
+from training.checkpoint.staging import Interrupted, Staging
+try:
+    with Staging(Path({str(tmp_path / 'out')!r}), 0) as stage:
+        (stage.path / "half.bin").write_bytes(b"x" * 1000)
+        print(stage.path, flush=True)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+except Interrupted as err:
+    sys.exit(143)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.returncode == 143, proc.stderr
+    assert ".out.partial-" in proc.stdout
+    assert _leftovers(tmp_path) == []

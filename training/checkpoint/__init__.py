@@ -1,0 +1,18 @@
+"""Hugging Face Llama checkpoints in and out of Megatron's distributed checkpoint format.
+
+    python -m training.checkpoint import HF_DIR OUT   # HF safetensors + config -> OUT (Megatron)
+    python -m training.checkpoint export CKPT HF_OUT  # a Megatron checkpoint -> HF safetensors
+
+The import writes what megatron.training's `--load`/`--pretrained-checkpoint` read with
+`--ckpt-format torch_dist` (the default), loadable at any TP/PP/DP; the launcher starts a run
+from it with PRETRAINED_CHECKPOINT (weights only, fresh optimizer, iteration 0). The export
+writes safetensors shards and a config.json that transformers loads. Both stream one tensor at
+a time into a temporary sibling folder that is renamed at the end (docs/checkpoints.md).
+
+  layout      the Llama tensors of each side and how one maps onto the other; preset checks
+  hf          a Hugging Face folder: config, safetensors headers and reads, the export's files
+  megatron    the Megatron side: the streaming dist-checkpoint writer, the per-layer reader
+  record      the import record (hf_import.json) the launcher's guard reads (no torch)
+  staging     temporary sibling folder, disk-space check, clean-up on error or signal
+  convert     import_checkpoint() and export_checkpoint()
+"""

@@ -1,0 +1,361 @@
+"""import_checkpoint (Hugging Face -> Megatron) and export_checkpoint (Megatron -> Hugging Face).
+
+Both stream: the import reads each Megatron chunk's rows straight from the safetensors files
+into that chunk's buffer and hands it to the writer, which frees it before the next one (the
+largest chunk, the embedding or output layer, is the most held at once); the export reads one
+layer of the Megatron checkpoint at a time and writes bounded safetensors shards. Outputs go
+through staging.Staging (a temporary sibling, renamed at the end).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import hf, layout, record
+from .layout import Architecture, ArchitectureError
+from .staging import Staging
+
+DEFAULT_SHARD_BYTES = 2 << 30
+
+
+class ConversionError(ValueError):
+    """Bad input for a conversion (message printed as is; the CLI exits 2)."""
+
+
+class Progress:
+    """A rich progress bar in bytes on stderr (a terminal), else one line every 10 s."""
+
+    def __init__(self, label: str, total: int, enabled: bool = True):
+        self.label, self.total, self.done = label, max(total, 1), 0
+        self.start = self.last = time.perf_counter()
+        self.enabled = enabled
+        self.bar = None
+        if enabled and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn,
+                                       TimeRemainingColumn, TransferSpeedColumn)
+
+            self.bar = Progress(TextColumn(label), BarColumn(), DownloadColumn(),
+                                TransferSpeedColumn(), TimeRemainingColumn(),
+                                console=Console(stderr=True))
+            self.task = self.bar.add_task(label, total=self.total)
+            self.bar.start()
+
+    def advance(self, nbytes: int) -> None:
+        self.done += nbytes
+        if self.bar is not None:
+            self.bar.update(self.task, completed=self.done)
+        elif self.enabled and time.perf_counter() - self.last >= 10:
+            self.last = time.perf_counter()
+            print(f"{self.label}: {100 * self.done / self.total:5.1f}% of "
+                  f"{self.total / 2**30:.2f} GiB", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+
+@dataclass
+class Result:
+    out: Path
+    tensors: int
+    nbytes: int
+    seconds: float
+    detail: dict
+
+
+def _versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("megatron-core", "torch", "safetensors", "transformers"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            pass
+    return out
+
+
+# -- import ------------------------------------------------------------------------------------
+
+def plan_import(source: str, preset_name: str | None = None, presets: dict | None = None):
+    """Everything the import checks before writing: (folder, config, arch, preset, files, dtype)."""
+    from training.launch.presets import PRESETS
+
+    folder = hf.resolve_source(source)
+    config = hf.load_config(folder)
+    arch = Architecture.from_hf_config(config)
+    presets = PRESETS if presets is None else presets
+    if preset_name is not None and preset_name not in presets:
+        raise ConversionError(f"unknown preset {preset_name!r}: use one of {', '.join(presets)}")
+    preset = layout.match_preset(arch, presets, preset_name)
+    files = hf.SafetensorsFolder(folder)
+    expected = layout.hf_shapes(arch)
+    missing = [n for n in expected if n not in files.entries]
+    if missing:
+        raise ConversionError(f"{folder} lacks {len(missing)} tensor(s) its config implies, "
+                              f"e.g. {missing[0]}")
+    wrong = [f"{n} {files.entries[n].shape} (config implies {s})" for n, s in expected.items()
+             if files.entries[n].shape != s]
+    if wrong:
+        raise ConversionError(f"{folder}: tensor shapes do not fit config.json: {wrong[0]}")
+    extra = [n for n in files.entries
+             if n not in expected and not n.endswith("rotary_emb.inv_freq")]
+    if extra:
+        raise ConversionError(f"{folder} holds tensors a plain Llama has not, e.g. {extra[0]}: "
+                              "not converted")
+    dtypes = {files.entries[n].dtype for n in expected}
+    if len(dtypes) != 1:
+        raise ConversionError(f"{folder} mixes dtypes ({', '.join(sorted(map(str, dtypes)))}); "
+                              "the import keeps one dtype per checkpoint")
+    return folder, config, arch, preset, files, dtypes.pop()
+
+
+def import_checkpoint(source: str, out: Path, preset_name: str | None = None,
+                      presets: dict | None = None, workers: int = 1,
+                      progress: bool = True) -> Result:
+    import torch
+
+    from .megatron import write_dist_checkpoint
+
+    start = time.perf_counter()
+    folder, config, arch, preset, files, dtype = plan_import(source, preset_name, presets)
+    tensors = layout.megatron_tensors(arch)
+    nbytes = sum(t.numel() for t in tensors) * dtype.itemsize
+    bar = None
+    try:
+        with Staging(out, nbytes) as stage:
+            bar = Progress("import", nbytes, progress)
+
+            def produce(spec: layout.MegatronTensor) -> torch.Tensor:
+                chunk = torch.empty(spec.shape, dtype=dtype)
+                row = 0
+                for block in spec.blocks:
+                    files.read_rows(block.hf_name, block.row, block.rows,
+                                    chunk[row:row + block.rows])
+                    row += block.rows
+                bar.advance(chunk.nbytes)
+                return chunk
+
+            write_dist_checkpoint(stage.path, tensors, dtype, produce, arch.num_layers, workers)
+            side = hf.copy_side_files(folder, stage.path / record.SIDE_DIR)
+            record.write_record(stage.path, preset=preset.name, arch=arch, hf_config=config,
+                                source=str(folder.absolute()),
+                                dtype=str(dtype).removeprefix("torch."),
+                                tensors=len(tensors), nbytes=nbytes, side_files=side,
+                                versions=_versions())
+            stage.commit()
+    finally:
+        files.close()
+        if bar is not None:
+            bar.close()
+    return Result(Path(out), len(tensors), nbytes, time.perf_counter() - start,
+                  {"preset": preset.name, "num_layers": arch.num_layers, "dtype": str(dtype)})
+
+
+# -- export ------------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def single_process_group():
+    """Megatron's dist-checkpoint loader asks torch.distributed for ranks: one gloo process."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        yield
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=0, world_size=1)
+        try:
+            yield
+        finally:
+            dist.destroy_process_group()
+
+
+def _config_source(root: Path, args, hf_config: Path | None) -> tuple[dict | None, Path | None]:
+    """The Hugging Face config (and the folder of its side files) an export writes back:
+    --hf-config; else the checkpoint's own import record; else the record of the checkpoint the
+    run started from (its saved --pretrained-checkpoint); else none."""
+    candidates = []
+    if hf_config is not None:
+        candidates.append(Path(hf_config))
+    candidates.append(root)
+    pretrained = getattr(args, "pretrained_checkpoint", None) if args is not None else None
+    if pretrained:
+        candidates.append(Path(pretrained))
+    for i, path in enumerate(candidates):
+        rec = record.read_record(path) if path.is_dir() else None
+        if rec is not None:
+            return rec["hf_config"], path / record.SIDE_DIR
+        if i == 0 and hf_config is not None:
+            config_file = path if path.is_file() else path / hf.CONFIG
+            if not config_file.is_file():
+                raise ConversionError(f"--hf-config {hf_config}: no config.json there")
+            return json.loads(config_file.read_text()), config_file.parent
+    return None, None
+
+
+def architecture_from_args(args) -> Architecture:
+    """A Llama architecture from the Megatron arguments a checkpoint saved (vocab_size left as
+    the padded size: the caller fixes it)."""
+    if getattr(args, "normalization", None) != "RMSNorm" or not getattr(args, "swiglu", False) \
+            or getattr(args, "position_embedding_type", None) != "rope":
+        raise ConversionError("the checkpoint's model is not a Llama (RMSNorm, SwiGLU, RoPE): "
+                              "not exported")
+    heads = args.num_attention_heads
+    return Architecture(
+        num_layers=args.num_layers, hidden_size=args.hidden_size,
+        ffn_hidden_size=args.ffn_hidden_size, num_attention_heads=heads,
+        num_query_groups=args.num_query_groups if args.group_query_attention else heads,
+        vocab_size=args.padded_vocab_size, max_position_embeddings=args.max_position_embeddings,
+        rotary_base=float(args.rotary_base), norm_epsilon=float(args.norm_epsilon),
+        rope_scaling=(dict(layout.LLAMA31_ROPE_SCALING, factor=float(args.rope_scaling_factor))
+                      if args.use_rope_scaling else None),
+        head_dim=args.kv_channels,
+        tied_embeddings=not args.untie_embeddings_and_output_weights,
+        linear_bias=bool(args.add_bias_linear))
+
+
+def _describe(root: Path, common: dict, hf_config: Path | None
+              ) -> tuple[Architecture, dict, Path | None]:
+    from training.launch.presets import PRESETS
+
+    args = common.get("args")
+    config, side = _config_source(root, args, hf_config)
+    if config is not None:
+        return Architecture.from_hf_config(config), config, side
+    if args is None:
+        raise ConversionError(f"{root} records neither its model (no saved arguments) nor an "
+                              "import: pass --hf-config with the Hugging Face folder it came from")
+    arch = architecture_from_args(args)
+    # The true vocabulary: Megatron pads it; a preset of the same shape knows it.
+    for preset in PRESETS.values():
+        base = Architecture.from_preset(preset)
+        if not base.differences(arch, ignore=("num_layers", "vocab_size",
+                                              "max_position_embeddings")) \
+                and preset.vocab_size <= arch.vocab_size:
+            arch = Architecture(**{**arch.__dict__, "vocab_size": preset.vocab_size})
+            break
+    else:
+        raise ConversionError(f"{root}: no preset has this model's shape, so its true vocabulary "
+                              "is unknown: pass --hf-config with the Hugging Face config")
+    return arch, {}, None
+
+
+def _check_fits(arch: Architecture, metadata: dict) -> None:
+    shapes = {key: shape for key, (shape, _) in metadata.items()}
+    for key in (layout.EMBEDDING, layout.OUTPUT, *layout.LAYER_KEYS, layout.FINAL_NORM):
+        if key not in shapes:
+            why = " (tied embeddings are not exported)" if key == layout.OUTPUT else ""
+            raise ConversionError(f"the checkpoint has no {key}{why}: not a Llama GPTModel")
+    expected = {t.key: t.global_shape for t in layout.megatron_tensors(arch)}
+    for key, shape in expected.items():
+        stored = shapes[key]
+        if key in (layout.EMBEDDING, layout.OUTPUT):   # Megatron pads the vocabulary
+            ok = stored[1:] == shape[1:] and stored[0] >= shape[0]
+        else:
+            ok = stored == shape
+        if not ok:
+            raise ConversionError(f"the config does not fit the checkpoint: {key} is "
+                                  f"{tuple(stored)}, the config implies {tuple(shape)}")
+
+
+def export_checkpoint(ckpt: Path, out: Path, hf_config: Path | None = None,
+                      max_shard_bytes: int = DEFAULT_SHARD_BYTES, progress: bool = True) -> Result:
+    import torch
+    from safetensors.torch import save_file
+
+    from .megatron import DistCheckpointReader, iteration_dir
+
+    start = time.perf_counter()
+    ckpt = Path(ckpt)
+    if not ckpt.is_dir():
+        raise ConversionError(f"no folder {ckpt}: give a Megatron checkpoint folder (the one "
+                              "holding latest_checkpointed_iteration.txt)")
+    folder = iteration_dir(ckpt)
+    bar = None
+    with single_process_group():
+        reader = DistCheckpointReader(folder)
+        try:
+            root = ckpt if folder != ckpt else ckpt.parent
+            arch, config, side_dir = _describe(root, reader.common, hf_config)
+            _check_fits(arch, reader.metadata)
+            dtype = reader.metadata[layout.EMBEDDING][1]
+            shapes = layout.hf_shapes(arch)
+            nbytes = sum(_numel(s) for s in shapes.values()) * dtype.itemsize
+            # hf name -> [(megatron chunk, its first row for this block, block)]
+            sources: dict[str, list] = {}
+            for spec in layout.megatron_tensors(arch):
+                row = 0
+                for block in spec.blocks:
+                    sources.setdefault(block.hf_name, []).append((spec, row, block))
+                    row += block.rows
+            groups = hf.shard_groups({n: _numel(s) * dtype.itemsize for n, s in shapes.items()},
+                                     max_shard_bytes)
+            with Staging(out, nbytes) as stage:
+                bar = Progress("export", nbytes, progress)
+                cache: dict[tuple[str, int | None], torch.Tensor] = {}
+                weight_map = {}
+                for index, names in enumerate(groups):
+                    shard = {}
+                    for name in names:
+                        tensor = torch.empty(shapes[name], dtype=dtype)
+                        for spec, row, block in sources[name]:
+                            chunk = _chunk(reader, cache, spec)
+                            tensor[block.row:block.row + block.rows].copy_(
+                                chunk[row:row + block.rows])
+                        shard[name] = tensor
+                        bar.advance(tensor.nbytes)
+                    file_name = hf.shard_file_name(index, len(groups))
+                    save_file(shard, str(stage.path / file_name), metadata={"format": "pt"})
+                    weight_map.update({name: file_name for name in names})
+                    del shard
+                if len(groups) > 1:
+                    hf.write_index(stage.path, weight_map, nbytes)
+                _write_side_files(stage.path, side_dir, config, arch, dtype)
+                stage.commit()
+        finally:
+            reader.close()
+            if bar is not None:
+                bar.close()
+    return Result(Path(out), len(shapes), nbytes, time.perf_counter() - start,
+                  {"source": str(folder), "shards": len(groups)})
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _chunk(reader, cache: dict, spec: layout.MegatronTensor):
+    """One Megatron chunk; a layer's chunks are read together, and the previous layer's
+    dropped, so one layer (or one whole non-layer tensor) is held at a time."""
+    key = (spec.key, spec.layer)
+    if key not in cache:
+        cache.clear()
+        if spec.layer is None:
+            requests = [key]
+        else:
+            requests = [(k, spec.layer) for k in layout.LAYER_KEYS]
+        for request, tensor in zip(requests, reader.read(requests)):
+            cache[request] = tensor
+    return cache[key]
+
+
+def _write_side_files(folder: Path, side_dir: Path | None, config: dict, arch: Architecture,
+                      dtype) -> None:
+    if side_dir is not None and side_dir.is_dir():
+        hf.copy_side_files(side_dir, folder)
+    merged = {k: v for k, v in config.items() if k != "rope_parameters"}
+    merged.update(arch.hf_config_fields())
+    merged["torch_dtype"] = str(dtype).removeprefix("torch.")
+    if "dtype" in merged:
+        merged["dtype"] = merged["torch_dtype"]
+    (folder / hf.CONFIG).write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
+

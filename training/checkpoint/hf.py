@@ -1,0 +1,195 @@
+"""A Hugging Face model folder: its config, its safetensors tensors, and the files an export writes.
+
+Reading: each file's safetensors header (an 8-byte length, then JSON: name -> dtype, shape and
+byte range; the format's specification) locates every tensor, and os.preadv reads the rows a
+Megatron tensor needs straight into that tensor's buffer. safetensors' safe_open maps the
+whole file instead: every page a read touches stays in the process's resident memory until the
+handle closes (measured with safetensors 0.8: a 1 GB file read tensor by tensor through one
+handle ended at 1.2 GB of resident file pages), and its tensors then need a copy into place.
+Writing (the export): safetensors.torch.save_file, one bounded shard at a time.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+CONFIG = "config.json"
+INDEX = "model.safetensors.index.json"
+# Files an import keeps beside the checkpoint (OUT/hf/) and an export puts back: what lm-eval
+# and vLLM read besides the weights.
+SIDE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+              "special_tokens_map.json", "tokenizer.model")
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+class HFError(ValueError):
+    """A Hugging Face folder that cannot be read (message printed as is)."""
+
+
+def resolve_source(arg: str) -> Path:
+    """A local folder, or a Hub repository id downloaded with huggingface_hub where reachable."""
+    path = Path(arg)
+    if path.is_dir():
+        return path
+    if path.exists():
+        raise HFError(f"{arg} is a file: give the folder that holds config.json and the "
+                      "*.safetensors files")
+    if not _REPO_ID.match(arg) or arg.startswith((".", "/")):
+        raise HFError(f"no folder {arg}: give a Hugging Face model folder (config.json and "
+                      "*.safetensors) or a Hub repository id such as meta-llama/Llama-3.1-8B")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(arg, allow_patterns=["*.json", "*.safetensors",
+                                                           "tokenizer.model"]))
+    except Exception as err:  # offline, gated, unknown repo: one line, the hub's own reason
+        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise HFError(f"no folder {arg}, and downloading it from the Hugging Face Hub failed: "
+                      f"{reason}") from None
+
+
+def load_config(folder: Path) -> dict:
+    path = folder / CONFIG
+    if not path.is_file():
+        raise HFError(f"{folder} has no config.json: not a Hugging Face model folder")
+    try:
+        return json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise HFError(f"{path} is not valid JSON ({err})") from None
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    path: Path
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    start: int          # absolute byte offset of the data in the file
+    nbytes: int
+
+    @property
+    def row_bytes(self) -> int:
+        return self.nbytes // self.shape[0] if self.shape and self.shape[0] else self.nbytes
+
+
+def _read_header(path: Path) -> dict[str, TensorEntry]:
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        length = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if not 2 <= length <= size - 8:
+            raise HFError(f"{path} is not a safetensors file (bad header length)")
+        try:
+            header = json.loads(f.read(length))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise HFError(f"{path} is not a safetensors file (header is not JSON)") from None
+    entries = {}
+    base = 8 + length
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = DTYPES.get(info.get("dtype"))
+        if dtype is None:
+            raise HFError(f"{path}: tensor {name} has dtype {info.get('dtype')}; this converts "
+                          f"{', '.join(DTYPES)}")
+        begin, end = info["data_offsets"]
+        shape = tuple(info["shape"])
+        numel = 1
+        for d in shape:
+            numel *= d
+        if end - begin != numel * dtype.itemsize or base + end > size:
+            raise HFError(f"{path}: tensor {name} does not fit the file (truncated download?)")
+        entries[name] = TensorEntry(path, dtype, shape, base + begin, end - begin)
+    return entries
+
+
+class SafetensorsFolder:
+    """Every tensor of a model folder (single file or sharded with an index), read by rows."""
+
+    def __init__(self, folder: Path):
+        index = folder / INDEX
+        if index.is_file():
+            weight_map = json.loads(index.read_text()).get("weight_map", {})
+            files = sorted({folder / f for f in weight_map.values()})
+        else:
+            files = sorted(folder.glob("*.safetensors"))
+        if not files:
+            raise HFError(f"{folder} holds no *.safetensors files (only safetensors weights "
+                          "are read; convert a .bin checkpoint with transformers first)")
+        missing = [f.name for f in files if not f.is_file()]
+        if missing:
+            raise HFError(f"{folder}: {INDEX} names missing files: {', '.join(missing)}")
+        self.entries: dict[str, TensorEntry] = {}
+        for path in files:
+            self.entries.update(_read_header(path))
+        self._fds: dict[Path, int] = {}
+
+    def total_bytes(self, names) -> int:
+        return sum(self.entries[n].nbytes for n in names)
+
+    def read_rows(self, name: str, row: int, rows: int, out: torch.Tensor) -> None:
+        """Rows [row, row + rows) of tensor `name` into the contiguous tensor `out`."""
+        entry = self.entries[name]
+        want = rows * entry.row_bytes
+        if not out.is_contiguous() or out.nbytes != want or out.device.type != "cpu":
+            raise ValueError(f"{name}: {out.nbytes} bytes of room for {want}")
+        # A view of the tensor's memory (through ctypes, not numpy: a storage numpy has seen
+        # cannot be freed early by resize_(0), which the checkpoint writer does).
+        buf = memoryview((ctypes.c_char * want).from_address(out.data_ptr())).cast("B")
+        fd = self._fds.get(entry.path)
+        if fd is None:
+            fd = self._fds[entry.path] = os.open(entry.path, os.O_RDONLY)
+        offset, done = entry.start + row * entry.row_bytes, 0
+        while done < want:
+            n = os.preadv(fd, [buf[done:]], offset + done)
+            if n <= 0:
+                raise HFError(f"{entry.path} ended early while reading {name}")
+            done += n
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+def copy_side_files(source: Path, target: Path) -> list[str]:
+    """config, generation config and tokenizer files from one folder to another."""
+    copied = []
+    for name in SIDE_FILES:
+        if (source / name).is_file():
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source / name, target / name)
+            copied.append(name)
+    return copied
+
+
+def shard_groups(sizes: dict[str, int], max_bytes: int) -> list[list[str]]:
+    """Consecutive tensors grouped into shards of at most max_bytes (one tensor may exceed it)."""
+    groups, current, used = [], [], 0
+    for name, nbytes in sizes.items():
+        if current and used + nbytes > max_bytes:
+            groups.append(current)
+            current, used = [], 0
+        current.append(name)
+        used += nbytes
+    if current:
+        groups.append(current)
+    return groups
+
+
+def shard_file_name(index: int, count: int) -> str:
+    if count == 1:
+        return "model.safetensors"
+    return f"model-{index + 1:05d}-of-{count:05d}.safetensors"
+
+
+def write_index(folder: Path, weight_map: dict[str, str], total_size: int) -> None:
+    (folder / INDEX).write_text(json.dumps({"metadata": {"total_size": total_size},
+                                            "weight_map": weight_map}, indent=2) + "\n")
