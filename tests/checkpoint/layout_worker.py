@@ -24,38 +24,11 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 
-def build_model(preset, num_layers: int, tp: int, pp: int, dtype: torch.dtype):
-    import torch.nn.functional as F
-    from megatron.core import parallel_state
-    from megatron.core.models.gpt import GPTModel
-    from megatron.core.transformer import TransformerConfig
-
-    from training import specs
-
-    config = TransformerConfig(
-        num_layers=num_layers, hidden_size=preset.hidden_size,
-        ffn_hidden_size=preset.ffn_hidden_size, num_attention_heads=preset.num_attention_heads,
-        num_query_groups=preset.num_query_groups, normalization="RMSNorm",
-        layernorm_epsilon=preset.norm_epsilon, gated_linear_unit=True, activation_func=F.silu,
-        add_bias_linear=False, hidden_dropout=0.0, attention_dropout=0.0,
-        bias_activation_fusion=False, apply_rope_fusion=False, persist_layer_norm=False,
-        use_cpu_initialization=True, params_dtype=dtype, bf16=dtype == torch.bfloat16,
-        gradient_accumulation_fusion=False, tensor_model_parallel_size=tp,
-        pipeline_model_parallel_size=pp, pipeline_dtype=dtype, sequence_parallel=False)
-    specs.install_native("torch", False, False)
-    return GPTModel(config=config, transformer_layer_spec=specs.decoder_spec("native", config),
-                    vocab_size=preset.vocab_size,
-                    max_sequence_length=preset.max_position_embeddings,
-                    pre_process=parallel_state.is_pipeline_first_stage(),
-                    post_process=parallel_state.is_pipeline_last_stage(),
-                    position_embedding_type="rope", rotary_base=preset.rotary_base,
-                    rope_scaling=preset.rope_scaling, share_embeddings_and_output_weights=False)
-
-
 def _worker(rank: int, world: int, port: int, a: argparse.Namespace) -> None:
     import torch.distributed as dist
     from megatron.core import dist_checkpointing, parallel_state
 
+    from tests.model.parity import gpt_model
     from training.checkpoint import megatron, record
     from training.launch.presets import PRESETS
 
@@ -69,10 +42,9 @@ def _worker(rank: int, world: int, port: int, a: argparse.Namespace) -> None:
     torch.cuda.current_device = lambda: "cpu"
     torch.cuda.synchronize = lambda *args, **kwargs: None
     rec = record.read_record(a.ckpt)
-    arch = rec["architecture"]
-    preset = PRESETS[rec["preset"]]
-    preset = type(preset)(**{**preset.__dict__, "vocab_size": arch.vocab_size})
-    model = build_model(preset, arch.num_layers, a.tp, a.pp, torch.bfloat16)
+    arch, preset = rec["architecture"], PRESETS[rec["preset"]]
+    model = gpt_model(preset, arch.num_layers, "native", "torch", torch.bfloat16,
+                      fused_qkv_rope=False, tp=a.tp, pp=a.pp)
     megatron.load_weights(model, a.ckpt)
 
     iteration = a.save / "iter_0000001"

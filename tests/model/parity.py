@@ -75,14 +75,14 @@ def build_hf(preset, num_layers: int, device: str, dtype: torch.dtype):
     return hf_model
 
 
-def build_ours(hf_model, preset, num_layers: int, backend: str, kernels: str, device: str,
-               dtype: torch.dtype, fused_qkv_rope: bool = True):
-    """Our GPTModel holding hf_model's weights."""
+def gpt_model(preset, num_layers: int, backend: str, kernels: str, dtype: torch.dtype,
+              fused_qkv_rope: bool = True, tp: int = 1, pp: int = 1):
+    """Our GPTModel of the preset's shape (this rank's part at TP/PP), built on the CPU."""
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt import GPTModel
     from megatron.core.transformer import TransformerConfig
 
     from training import specs
-    from training.checkpoint.convert import import_checkpoint
-    from training.checkpoint.megatron import load_weights
 
     config = TransformerConfig(
         num_layers=num_layers, hidden_size=preset.hidden_size,
@@ -93,18 +93,29 @@ def build_ours(hf_model, preset, num_layers: int, backend: str, kernels: str, de
         bias_activation_fusion=False, apply_rope_fusion=False, persist_layer_norm=False,
         fused_single_qkv_rope=fused_qkv_rope and backend in ("native", "transformer_engine"),
         use_cpu_initialization=True, params_dtype=dtype, bf16=dtype == torch.bfloat16,
-        gradient_accumulation_fusion=False)
+        gradient_accumulation_fusion=False, tensor_model_parallel_size=tp,
+        pipeline_model_parallel_size=pp, pipeline_dtype=dtype if pp > 1 else None,
+        sequence_parallel=False)
     if backend == "native":
         specs.install_native(native_run(kernels, fused_qkv_rope))
-    from megatron.core.models.gpt import GPTModel
+    return GPTModel(config=config,
+                    transformer_layer_spec=specs.decoder_spec(backend, config, kernels=kernels),
+                    vocab_size=preset.vocab_size,
+                    max_sequence_length=preset.max_position_embeddings,
+                    pre_process=parallel_state.is_pipeline_first_stage(),
+                    post_process=parallel_state.is_pipeline_last_stage(),
+                    position_embedding_type="rope", rotary_base=preset.rotary_base,
+                    rope_scaling=preset.rope_scaling, share_embeddings_and_output_weights=False)
 
-    gpt = GPTModel(config=config,
-                   transformer_layer_spec=specs.decoder_spec(backend, config, kernels=kernels),
-                   vocab_size=preset.vocab_size, max_sequence_length=preset.max_position_embeddings,
-                   position_embedding_type="rope", rotary_base=preset.rotary_base,
-                   rope_scaling=preset.rope_scaling,
-                   share_embeddings_and_output_weights=False).to(device=device, dtype=dtype)
-    gpt.eval()
+
+def build_ours(hf_model, preset, num_layers: int, backend: str, kernels: str, device: str,
+               dtype: torch.dtype, fused_qkv_rope: bool = True):
+    """Our GPTModel holding hf_model's weights, imported as a user would import them."""
+    from training.checkpoint.convert import import_checkpoint
+    from training.checkpoint.megatron import load_weights
+
+    gpt = gpt_model(preset, num_layers, backend, kernels, dtype, fused_qkv_rope)
+    gpt = gpt.to(device=device, dtype=dtype).eval()
     with tempfile.TemporaryDirectory() as tmp:
         hf_model.save_pretrained(Path(tmp) / "hf")
         import_checkpoint(str(Path(tmp) / "hf"), Path(tmp) / "megatron",

@@ -1,0 +1,257 @@
+"""Benchmark: importing an 8B-shaped checkpoint against reading its safetensors once.
+
+    python -m training.checkpoint.bench [--preset llama3-8B] [--layers N] [--repeats 3]
+        [--dir /tmp/checkpoint-bench] [--out docs/benchmarks/checkpoint_import_cpu.json]
+
+Input: a random bf16 Hugging Face checkpoint with the preset's config (all its layers unless
+--layers), synthesised once into DIR/hf in safetensors shards of 2 GiB and removed at the end.
+
+Each repeat measures three things, each in a fresh process and in an order that is reversed
+every other repeat (drift of a shared machine then favours no side), each after the input's
+pages were dropped from the page cache (posix_fadvise DONTNEED on every file: every side reads
+from the disk, as a freshly copied checkpoint would):
+  read    safetensors' safe_open on every file, every tensor get_tensor'd and copied into the
+          process's memory once: the bar's "reading its safetensors once"
+  copy    the same files copied to DIR (read, write, fsync): what any converter that writes
+          its output to that disk cannot beat
+  import  `python -m training.checkpoint import` of the same folder (in-process call of the
+          same function), its wall time and its resident memory: the peak (ru_maxrss) and the
+          peak above what the process held before the conversion started
+The memory bar compares that increase with the largest tensor the import holds at once: its
+largest chunk (the embedding or output layer at Llama 3's 128k vocabulary), since it produces
+one chunk at a time and frees the previous one.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SHARD_BYTES = 2 << 30
+KINDS = ("read", "copy", "import")
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _drop_cache(paths) -> None:
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def synthesise(folder: Path, preset, num_layers: int, device: str = "cpu") -> int:
+    """A random bf16 Llama of the preset's shape as transformers saves one (weights uniform in
+    +-0.05, norm weights 1 +- 0.05: a model that trains); returns its bytes."""
+    import torch
+    from safetensors.torch import save_file
+
+    from . import hf, layout
+
+    arch = layout.Architecture.from_preset(preset, num_layers)
+    shapes = layout.hf_shapes(arch)
+    sizes = {name: _numel(shape) * 2 for name, shape in shapes.items()}
+    groups = hf.shard_groups(sizes, SHARD_BYTES)
+    folder.mkdir(parents=True)
+    weight_map = {}
+    gen = torch.Generator(device).manual_seed(0)
+    for index, names in enumerate(groups):
+        tensors = {}
+        for n in names:
+            t = torch.empty(shapes[n], dtype=torch.bfloat16, device=device)
+            t.uniform_(-0.05, 0.05, generator=gen)
+            tensors[n] = (t + 1 if t.dim() == 1 else t).cpu()
+        file_name = hf.shard_file_name(index, len(groups))
+        save_file(tensors, str(folder / file_name), metadata={"format": "pt"})
+        weight_map.update({n: file_name for n in names})
+        del tensors
+    hf.write_index(folder, weight_map, sum(sizes.values()))
+    config = {**arch.hf_config_fields(), "torch_dtype": "bfloat16"}
+    (folder / hf.CONFIG).write_text(json.dumps(config, indent=2) + "\n")
+    return sum(sizes.values())
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+# -- one measurement (run as a child process) --------------------------------------------------
+
+def _child(kind: str, source: Path, target: Path) -> dict:
+    import torch  # noqa: F401 - imported before the baseline memory, as in every side
+
+    files = sorted(source.glob("*.safetensors"))
+    _drop_cache(files)
+    before = _rss_bytes()
+    start = time.perf_counter()
+    if kind == "read":
+        from safetensors import safe_open
+
+        nbytes = 0
+        for path in files:
+            with safe_open(str(path), "pt") as f:
+                for name in f.keys():
+                    tensor = f.get_tensor(name).clone()
+                    nbytes += tensor.nbytes
+                    del tensor
+    elif kind == "copy":
+        target.mkdir()
+        nbytes = 0
+        for path in files:
+            shutil.copyfile(path, target / path.name)
+            fd = os.open(target / path.name, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+            nbytes += path.stat().st_size
+    else:
+        from .convert import import_checkpoint
+
+        nbytes = import_checkpoint(str(source), target, progress=False).nbytes
+    seconds = time.perf_counter() - start
+    return {"kind": kind, "seconds": seconds, "bytes": nbytes, "rss_before": before,
+            "peak_rss": _peak_rss_bytes()}
+
+
+def _measure(kind: str, source: Path, target: Path) -> dict:
+    shutil.rmtree(target, ignore_errors=True)
+    proc = subprocess.run([sys.executable, "-m", "training.checkpoint.bench", "--child", kind,
+                           str(source), str(target)], cwd=REPO, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(REPO)))
+    shutil.rmtree(target, ignore_errors=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{kind} failed: {proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _machine(folder: Path) -> dict:
+    from training.data.bench_prepare import cpu_model
+
+    with open("/proc/meminfo") as f:
+        total = int(next(line for line in f if line.startswith("MemTotal")).split()[1]) * 1024
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "memory_bytes": total,
+            "platform": platform.platform(), "disk_free_bytes": shutil.disk_usage(folder).free,
+            "note": "a 2-core shared CPU host (up to 8 engineers working on it at the same "
+                    "time): absolute times move with their load; the ratios are taken within "
+                    "one repeat"}
+
+
+def run(preset_name: str, layers: int | None, repeats: int, folder: Path, out: Path,
+        argv: list[str]) -> dict:
+    from training.bench import record
+    from training.launch.presets import PRESETS
+
+    from . import layout
+
+    preset = PRESETS[preset_name]
+    num_layers = layers or preset.num_layers
+    arch = layout.Architecture.from_preset(preset, num_layers)
+    chunk_bytes = max(t.numel() for t in layout.megatron_tensors(arch)) * 2
+    total = sum(_numel(s) for s in layout.hf_shapes(arch).values()) * 2
+    folder.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(folder).free
+    if free < 2.2 * total:
+        raise SystemExit(f"bench: {folder} has {free / 2**30:.1f} GiB free; the input and one "
+                         f"output need {2.2 * total / 2**30:.1f}: use --layers or --dir")
+    source = folder / "hf"
+    shutil.rmtree(source, ignore_errors=True)
+    start = time.perf_counter()
+    synthesise(source, preset, num_layers)
+    synth_s = time.perf_counter() - start
+    samples = []
+    try:
+        for r in range(repeats):
+            order = KINDS if r % 2 == 0 else tuple(reversed(KINDS))
+            for kind in order:
+                sample = _measure(kind, source, folder / f"out-{kind}")
+                sample["repeat"] = r
+                samples.append(sample)
+                print(f"repeat {r} {kind}: {sample['seconds']:.1f} s, peak RSS "
+                      f"{sample['peak_rss'] / 2**30:.2f} GiB", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(source, ignore_errors=True)
+
+    def by(kind):
+        return [s for s in samples if s["kind"] == kind]
+
+    ratios = {"import_over_read": [i["seconds"] / r["seconds"]
+                                   for i, r in zip(by("import"), by("read"))],
+              "import_over_copy": [i["seconds"] / c["seconds"]
+                                   for i, c in zip(by("import"), by("copy"))],
+              "copy_over_read": [c["seconds"] / r["seconds"] for c, r in zip(by("copy"), by("read"))]}
+    added = [s["peak_rss"] - s["rss_before"] for s in by("import")]
+    result = record.header("checkpoint-import", argv, module="training.checkpoint.bench")
+    result.update({
+        "machine": _machine(folder),
+        "shape": {"preset": preset_name, "num_layers": num_layers, "dtype": "bfloat16",
+                  "bytes": total, "largest_chunk_bytes": chunk_bytes,
+                  "safetensors_shard_bytes": SHARD_BYTES},
+        "method": {"page_cache": "input pages dropped (posix_fadvise DONTNEED) before every "
+                                 "sample; outputs removed after each",
+                   "read": "safe_open + get_tensor + copy into process memory, every tensor once",
+                   "copy": "shutil.copyfile of every safetensors file + fsync, same disk",
+                   "import": "training.checkpoint.convert.import_checkpoint in a fresh process",
+                   "memory": "import's peak RSS (ru_maxrss) minus its RSS before the "
+                             "conversion started, against the largest chunk"},
+        "synthesis_seconds": synth_s,
+        "samples": samples,
+        "ratios": {k: {"values": v, "median": statistics.median(v), "min": min(v),
+                       "max": max(v)} for k, v in ratios.items()},
+        "memory": {"added_bytes": added, "added_over_largest_chunk": [a / chunk_bytes
+                                                                      for a in added],
+                   "peak_rss_bytes": [s["peak_rss"] for s in by("import")]},
+        "bars": {"import_over_read_max": 1.5, "added_memory_over_largest_chunk_max": 1.2},
+    })
+    result["verdict"] = {
+        "time": statistics.median(ratios["import_over_read"]) <= 1.5,
+        "memory": max(result["memory"]["added_over_largest_chunk"]) <= 1.2}
+    record.write(result, out)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        print(json.dumps(_child(argv[1], Path(argv[2]), Path(argv[3]))))
+        return 0
+    p = argparse.ArgumentParser(prog="python -m training.checkpoint.bench")
+    p.add_argument("--preset", default="llama3-8B")
+    p.add_argument("--layers", type=int, default=None, help="default: the preset's")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--dir", type=Path, default=Path("/tmp/checkpoint-bench"))
+    p.add_argument("--out", type=Path,
+                   default=REPO / "docs" / "benchmarks" / "checkpoint_import_cpu.json")
+    a = p.parse_args(argv)
+    result = run(a.preset, a.layers, a.repeats, a.dir, a.out, argv)
+    r, m = result["ratios"]["import_over_read"], result["memory"]["added_over_largest_chunk"]
+    print(f"import / read: median {r['median']:.2f}x ({', '.join(f'{v:.2f}' for v in r['values'])}); "
+          f"added memory / largest chunk: {', '.join(f'{v:.2f}' for v in m)} -> {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
