@@ -4,7 +4,7 @@ from __future__ import annotations
 from training import floors
 
 GROUND = {"run_description", "platforms", "versions", "data"}
-FAMILIES = {"mlperf"}
+FAMILIES = {"mlperf", "checkpoint"}
 READERS = {"bench", "optimize", "profiling", "convergence"}
 RUN = {"pretrain_gpt", "arguments", "megatron_patches", "run", "specs", "native", "metrics",
        "loop_hooks", "numerics"}

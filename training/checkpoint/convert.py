@@ -144,7 +144,7 @@ def import_checkpoint(source: str, out: Path, preset_name: str | None = None,
 
             write_dist_checkpoint(stage.path, tensors, dtype, produce, arch.num_layers, workers)
             side = hf.copy_side_files(folder, stage.path / record.SIDE_DIR)
-            record.write_record(stage.path, preset=preset.name, arch=arch, hf_config=config,
+            record.write_record(stage.path, preset=preset, arch=arch, hf_config=config,
                                 source=str(folder.absolute()),
                                 dtype=str(dtype).removeprefix("torch."),
                                 tensors=len(tensors), nbytes=nbytes, side_files=side,

@@ -18,6 +18,7 @@ A recipe layer (training/launch/layers.py) adds guards of its own; they run afte
 from __future__ import annotations
 
 import ipaddress
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -25,7 +26,7 @@ from typing import Any, Callable
 from training.run_description import Layout, divisors
 
 from .capabilities import Capabilities
-from .presets import ModelPreset
+from .presets import FAMILIES, ModelPreset
 from .recipes import (RECIPES, Recipe, hardware_rule, platforms_supporting, recipe_args,
                       spelling_conflict)
 from .settings import LaunchError, Refusal, Settings, fmt_value
@@ -620,6 +621,7 @@ def profile_window(ctx: LaunchContext) -> None:
 # -- checkpoints and data --------------------------------------------------------------------------
 
 CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"  # written by Megatron on save
+IMPORT_RECORD = "hf_import.json"   # written by `python -m training.checkpoint import`
 
 
 @guard
@@ -636,10 +638,70 @@ def load_checkpoint(ctx: LaunchContext) -> None:
         s.info("load_checkpoint", f"LOAD={load} holds no checkpoint yet: RESUME=auto starts "
                                   "fresh and will resume from it next time.")
         return
+    if s.get("PRETRAINED_CHECKPOINT"):
+        s.info("load_checkpoint", f"LOAD={load} holds no checkpoint yet: the run starts from "
+                                  "PRETRAINED_CHECKPOINT and resumes from LOAD once it holds one.")
+        return
     raise Refusal("load_checkpoint",
                   f"LOAD={load} holds no checkpoint ({CHECKPOINT_TRACKER} missing), so training "
                   "would silently start from scratch. Point LOAD at a checkpoint directory, or "
                   "set RESUME=auto to start fresh when none exists yet.")
+
+
+@guard
+def pretrained_checkpoint(ctx: LaunchContext) -> None:
+    """PRETRAINED_CHECKPOINT is an import of the launch's preset and layer count, apart from LOAD/SAVE; LOAD is no import."""
+    s = ctx.settings
+    path, load = s.get("PRETRAINED_CHECKPOINT"), s.get("LOAD")
+    if load and (Path(load) / IMPORT_RECORD).is_file():
+        raise Refusal("pretrained_checkpoint",
+                      f"LOAD={load} is an imported checkpoint; LOAD resumes a run from its own "
+                      f"checkpoints. Start from it with PRETRAINED_CHECKPOINT={load} (LOAD and "
+                      "SAVE then name this run's checkpoint folder).")
+    if not path:
+        return
+    if s.get("SAVE") and Path(s["SAVE"]).resolve() == Path(path).resolve():
+        raise Refusal("pretrained_checkpoint",
+                      f"SAVE and PRETRAINED_CHECKPOINT are both {path}: the run would write its "
+                      "checkpoints into the import. Give SAVE a folder of its own.")
+    record = _import_record(Path(path))
+    found = {"preset": record["preset"], "num_layers": record["num_layers"],
+             **record["preset_fields"]}
+    launched = {"preset": ctx.preset.name, "num_layers": s["NUM_LAYERS"],
+                **{key: getattr(ctx.preset, key, None) for key in record["preset_fields"]}}
+    differs = [f"{key}: {found[key]} (checkpoint) vs {launched[key]} (launch)"
+               for key in found if found[key] != launched[key]]
+    if differs:
+        sizes = {v: k for k, v in FAMILIES.get(ctx.family, ({}, None))[0].items()}
+        fix = (f"MODEL_SIZE={sizes[record['preset']]} NUM_LAYERS={record['num_layers']}"
+               if record["preset"] in sizes else
+               f"the {record['preset']} preset's family with NUM_LAYERS={record['num_layers']}")
+        raise Refusal("pretrained_checkpoint",
+                      f"PRETRAINED_CHECKPOINT={path} does not fit this launch: "
+                      f"{'; '.join(differs)}. Launch it with {fix}.")
+    s.info("pretrained_checkpoint",
+           f"starts from {path} ({record['preset']}, {record['num_layers']} layers, imported "
+           f"from {record.get('source', '?')}): weights only, fresh optimizer, iteration 0"
+           + (f"; a checkpoint in LOAD={load} is resumed instead" if load else "") + ".")
+
+
+def _import_record(path: Path) -> dict:
+    """The record `python -m training.checkpoint import` writes beside its checkpoint (read
+    here as JSON: the launcher imports no feature family)."""
+    what = (f"PRETRAINED_CHECKPOINT={path} is not an imported checkpoint (no {CHECKPOINT_TRACKER} "
+            f"and {IMPORT_RECORD})")
+    if not (path / CHECKPOINT_TRACKER).is_file() or not (path / IMPORT_RECORD).is_file():
+        raise Refusal("pretrained_checkpoint",
+                      f"{what}: make one with `python -m training.checkpoint import HF_DIR OUT`; "
+                      "a run's own checkpoints are resumed with LOAD.")
+    try:
+        record = json.loads((path / IMPORT_RECORD).read_text())
+        record["preset"], record["num_layers"], dict(record["preset_fields"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise Refusal("pretrained_checkpoint",
+                      f"{path / IMPORT_RECORD} is not a readable import record ({err}): import "
+                      "the checkpoint again") from None
+    return record
 
 
 @guard
@@ -713,4 +775,4 @@ def environment(ctx: LaunchContext) -> None:
 
 
 __all__ = ["GUARDS", "LaunchContext", "Refusals", "run_guards", "visible_gpu_count",
-           "is_loopback", "CHECKPOINT_TRACKER"]
+           "is_loopback", "CHECKPOINT_TRACKER", "IMPORT_RECORD"]

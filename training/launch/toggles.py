@@ -472,6 +472,11 @@ REGISTRY: tuple[Toggle, ...] = (
     Toggle("RESUME", "choice", "require", LAUNCHER,
            "require: LOAD must hold a checkpoint; auto: start fresh when it holds none.",
            choices=("require", "auto"), group="output"),
+    Toggle("PRETRAINED_CHECKPOINT", "path", None, OUTPUT_ARGS,
+           "Start from this checkpoint's weights (fresh optimizer, iteration 0): a Hugging Face "
+           "import of `python -m training.checkpoint import` whose preset and layers are the "
+           "launch's. Not a resume: a LOAD that holds a checkpoint is resumed instead.",
+           flag="--pretrained-checkpoint", group="output"),
     Toggle("PROFILE", "choice", "none", OUTPUT_ARGS,
            "torch: torch-profiler traces into <run>/profile; nsys: wrap the launch with nsys.",
            choices=("none", "torch", "nsys"), group="profile", emit=_profile_flags),
