@@ -9,7 +9,7 @@ import pytest
 
 from training.launch.presets import PRESETS
 
-from tests.model.parity import bf16_parity, check_bf16_parity
+from tests.model.parity import bf16_parity, check_bf16_parity, describe
 
 pytestmark = pytest.mark.gpu
 
@@ -31,9 +31,5 @@ def test_bf16_parity_on_gpu(backend, kernels, preset_name, layers):
     where the tiny preset's logits average 0.25, and passed it (0.0125)."""
     preset = dataclasses.replace(PRESETS[preset_name], num_layers=layers)
     result = bf16_parity(preset, layers, backend, kernels, "cuda", batch=2, seq=1024)
-    print(f"\n{preset_name}/{backend}/{kernels}: max abs err {result['max_abs_err']:.3e}, "
-          f"mean abs err {result['mean_abs_err']:.3e} (mean |logit| {result['logit_scale']:.3f}, "
-          f"HF's own bf16 error {result['baseline_abs_err']:.3e}, ratio "
-          f"{result['mean_abs_err'] / result['baseline_abs_err']:.2f}), "
-          f"loss HF {result['loss_hf']:.5f} ours {result['loss_ours']:.5f}")
+    print(f"\n{preset_name}/{backend}/{kernels}: {describe(result)}")
     check_bf16_parity(result)

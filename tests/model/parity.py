@@ -132,6 +132,16 @@ def build_pair(preset, num_layers: int, backend: str, kernels: str, device: str,
                                 fused_qkv_rope)
 
 
+def load_hf(folder, device: str, dtype: torch.dtype):
+    """A saved HF Llama in `dtype` (its RoPE frequencies in fp32, as build_hf keeps them)."""
+    from transformers import LlamaForCausalLM
+
+    hf_model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32,
+                                                attn_implementation="sdpa").to(device)
+    _cast_parameters(hf_model, dtype)
+    return hf_model.eval()
+
+
 def _cast_parameters(model, dtype: torch.dtype) -> None:
     """Parameters to `dtype` in place; buffers (RoPE's inv_freq) stay as they are."""
     for param in model.parameters():
@@ -209,3 +219,12 @@ def check_bf16_parity(result: dict) -> None:
         f"our bf16 logits differ from HF's by {result['mean_abs_err']:.3e} (mean), "
         f"{ratio:.2f}x HF's own bf16 error {result['baseline_abs_err']:.3e}")
     assert result["loss_rel_err"] < BF16_LOSS_REL_ERR, result
+
+
+def describe(result: dict) -> str:
+    """One line of a bf16 comparison's numbers (printed before check_bf16_parity)."""
+    return (f"max abs err {result['max_abs_err']:.3e}, mean abs err {result['mean_abs_err']:.3e} "
+            f"(mean |logit| {result['logit_scale']:.3f}, HF's own bf16 error "
+            f"{result['baseline_abs_err']:.3e}, ratio "
+            f"{result['mean_abs_err'] / result['baseline_abs_err']:.2f}), loss HF "
+            f"{result['loss_hf']:.5f} ours {result['loss_ours']:.5f}")
