@@ -75,6 +75,30 @@ def test_fp32_checkpoint_keeps_its_dtype(tmp_path):
     assert json.loads((tmp_path / "back" / "config.json").read_text())["torch_dtype"] == "float32"
 
 
+def test_two_writer_threads_give_the_same_checkpoint(tiny_hf, tmp_path):
+    import_checkpoint(str(tiny_hf), tmp_path / "megatron", workers=2, progress=False)
+    assert len(list((tmp_path / "megatron" / "release").glob("*.distcp"))) == 2
+    export_checkpoint(tmp_path / "megatron", tmp_path / "back", progress=False)
+    assert_bitwise_equal(tiny_hf, tmp_path / "back")
+
+
+def test_a_run_without_an_import_record_is_described_by_its_saved_arguments(base_env, tmp_path):
+    """The export's last resort: Megatron's saved arguments (here the launcher's own, parsed by
+    Megatron's parser), the true vocabulary from the preset of that shape."""
+    from tests.launch.helpers import launch, megatron_args
+    from training.checkpoint.convert import _describe
+    from training.checkpoint.layout import Architecture
+
+    args = megatron_args(launch(base_env, MODEL_SIZE="3.1-8B", NUM_LAYERS=4))
+    args.padded_vocab_size = 128256 + 256          # as Megatron pads at some TP
+    arch, config, side = _describe(tmp_path, {"args": args}, None)
+    expected = Architecture.from_preset(PRESETS["llama3.1-8B"], num_layers=4)
+    # Megatron's max_position_embeddings is the launch's max(preset, SEQ_LENGTH)
+    assert arch == dataclasses.replace(expected,
+                                       max_position_embeddings=args.max_position_embeddings)
+    assert config == {} and side is None
+
+
 def test_llama31_rope_scaling_survives_the_round_trip(tmp_path):
     from transformers import AutoConfig
 

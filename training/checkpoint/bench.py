@@ -4,7 +4,8 @@
         [--dir /tmp/checkpoint-bench] [--out docs/benchmarks/checkpoint_import_cpu.json]
 
 Input: a random bf16 Hugging Face checkpoint with the preset's config (all its layers unless
---layers), synthesised once into DIR/hf in safetensors shards of 2 GiB and removed at the end.
+--layers), synthesised once into DIR/hf in safetensors shards of 2 GiB and removed at the end
+(--keep-input keeps it, and a later run of the same shape reuses it).
 
 Each repeat measures three things, each in a fresh process and in an order that is reversed
 every other repeat (drift of a shared machine then favours no side), each after the input's
@@ -15,8 +16,8 @@ from the disk, as a freshly copied checkpoint would):
   copy    the same files copied to DIR (read, write, fsync): what any converter that writes
           its output to that disk cannot beat
   import  `python -m training.checkpoint import` of the same folder (in-process call of the
-          same function), its wall time and its resident memory: the peak (ru_maxrss) and the
-          peak above what the process held before the conversion started
+          same function), its wall time and its resident memory: the peak (VmHWM, restarted
+          when the timed part starts) and the peak above what the process held then
 The memory bar compares that increase with the largest tensor the import holds at once: its
 largest chunk (the embedding or output layer at Llama 3's 128k vocabulary), since it produces
 one chunk at a time and frees the previous one.
@@ -27,7 +28,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import shutil
 import statistics
 import subprocess
@@ -40,16 +40,24 @@ SHARD_BYTES = 2 << 30
 KINDS = ("read", "copy", "import")
 
 
-def _rss_bytes() -> int:
+def _status_bytes(field: str) -> int:
     with open("/proc/self/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) * 1024
     return 0
 
 
-def _peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def _reset_peak() -> bool:
+    """Restart the kernel's resident-memory high-water mark (VmHWM) from the present RSS.
+    ru_maxrss cannot serve: Linux carries it across fork and exec, so a child reports its
+    parent's peak at the fork."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
 
 
 def _drop_cache(paths) -> None:
@@ -107,7 +115,8 @@ def _child(kind: str, source: Path, target: Path) -> dict:
 
     files = sorted(source.glob("*.safetensors"))
     _drop_cache(files)
-    before = _rss_bytes()
+    reset = _reset_peak()
+    before = _status_bytes("VmRSS")
     start = time.perf_counter()
     if kind == "read":
         from safetensors import safe_open
@@ -134,7 +143,7 @@ def _child(kind: str, source: Path, target: Path) -> dict:
         nbytes = import_checkpoint(str(source), target, progress=False).nbytes
     seconds = time.perf_counter() - start
     return {"kind": kind, "seconds": seconds, "bytes": nbytes, "rss_before": before,
-            "peak_rss": _peak_rss_bytes()}
+            "peak_rss": _status_bytes("VmHWM"), "peak_reset_at_start": reset}
 
 
 def _measure(kind: str, source: Path, target: Path) -> dict:
@@ -160,8 +169,22 @@ def _machine(folder: Path) -> dict:
                     "one repeat"}
 
 
+def _reusable(source: Path, arch, total: int) -> bool:
+    """An input synthesised before for this shape (--keep-input), complete."""
+    from . import hf
+
+    try:
+        index = json.loads((source / hf.INDEX).read_text())
+        config = json.loads((source / hf.CONFIG).read_text())
+    except (OSError, json.JSONDecodeError):
+        return False
+    files = {source / name for name in index["weight_map"].values()}
+    return (index["metadata"]["total_size"] == total and all(f.is_file() for f in files)
+            and config == {**arch.hf_config_fields(), "torch_dtype": "bfloat16"})
+
+
 def run(preset_name: str, layers: int | None, repeats: int, folder: Path, out: Path,
-        argv: list[str]) -> dict:
+        argv: list[str], keep_input: bool = False) -> dict:
     from training.bench import record
     from training.launch.presets import PRESETS
 
@@ -178,10 +201,12 @@ def run(preset_name: str, layers: int | None, repeats: int, folder: Path, out: P
         raise SystemExit(f"bench: {folder} has {free / 2**30:.1f} GiB free; the input and one "
                          f"output need {2.2 * total / 2**30:.1f}: use --layers or --dir")
     source = folder / "hf"
-    shutil.rmtree(source, ignore_errors=True)
-    start = time.perf_counter()
-    synthesise(source, preset, num_layers)
-    synth_s = time.perf_counter() - start
+    synth_s = None
+    if not _reusable(source, arch, total):
+        shutil.rmtree(source, ignore_errors=True)
+        start = time.perf_counter()
+        synthesise(source, preset, num_layers)
+        synth_s = time.perf_counter() - start
     samples = []
     try:
         for r in range(repeats):
@@ -193,7 +218,8 @@ def run(preset_name: str, layers: int | None, repeats: int, folder: Path, out: P
                 print(f"repeat {r} {kind}: {sample['seconds']:.1f} s, peak RSS "
                       f"{sample['peak_rss'] / 2**30:.2f} GiB", file=sys.stderr, flush=True)
     finally:
-        shutil.rmtree(source, ignore_errors=True)
+        if not keep_input:
+            shutil.rmtree(source, ignore_errors=True)
 
     def by(kind):
         return [s for s in samples if s["kind"] == kind]
@@ -215,9 +241,10 @@ def run(preset_name: str, layers: int | None, repeats: int, folder: Path, out: P
                    "read": "safe_open + get_tensor + copy into process memory, every tensor once",
                    "copy": "shutil.copyfile of every safetensors file + fsync, same disk",
                    "import": "training.checkpoint.convert.import_checkpoint in a fresh process",
-                   "memory": "import's peak RSS (ru_maxrss) minus its RSS before the "
-                             "conversion started, against the largest chunk"},
-        "synthesis_seconds": synth_s,
+                   "memory": "import's peak RSS (VmHWM, reset through /proc/self/clear_refs "
+                             "when the timed part starts) minus its RSS then, against the "
+                             "largest chunk"},
+        "synthesis_seconds": synth_s,   # None: the input of an earlier run (--keep-input)
         "samples": samples,
         "ratios": {k: {"values": v, "median": statistics.median(v), "min": min(v),
                        "max": max(v)} for k, v in ratios.items()},
@@ -243,10 +270,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=None, help="default: the preset's")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--dir", type=Path, default=Path("/tmp/checkpoint-bench"))
+    p.add_argument("--keep-input", action="store_true",
+                   help="keep DIR/hf for a later run (which then reuses it)")
     p.add_argument("--out", type=Path,
                    default=REPO / "docs" / "benchmarks" / "checkpoint_import_cpu.json")
     a = p.parse_args(argv)
-    result = run(a.preset, a.layers, a.repeats, a.dir, a.out, argv)
+    result = run(a.preset, a.layers, a.repeats, a.dir, a.out, argv, a.keep_input)
     r, m = result["ratios"]["import_over_read"], result["memory"]["added_over_largest_chunk"]
     print(f"import / read: median {r['median']:.2f}x ({', '.join(f'{v:.2f}' for v in r['values'])}); "
           f"added memory / largest chunk: {', '.join(f'{v:.2f}' for v in m)} -> {a.out}")

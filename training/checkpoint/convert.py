@@ -132,6 +132,8 @@ def import_checkpoint(source: str, out: Path, preset_name: str | None = None,
         with Staging(out, nbytes) as stage:
             bar = Progress("import", nbytes, progress)
 
+            following = {id(a): b for a, b in zip(tensors, tensors[1:])}
+
             def produce(spec: layout.MegatronTensor) -> torch.Tensor:
                 chunk = torch.empty(spec.shape, dtype=dtype)
                 row = 0
@@ -139,6 +141,9 @@ def import_checkpoint(source: str, out: Path, preset_name: str | None = None,
                     files.read_rows(block.hf_name, block.row, block.rows,
                                     chunk[row:row + block.rows])
                     row += block.rows
+                # the disk reads the next chunk while the writer writes this one
+                for block in following[id(spec)].blocks if id(spec) in following else ():
+                    files.prefetch(block.hf_name, block.row, block.rows)
                 bar.advance(chunk.nbytes)
                 return chunk
 
@@ -212,7 +217,7 @@ def architecture_from_args(args) -> Architecture:
         ffn_hidden_size=args.ffn_hidden_size, num_attention_heads=heads,
         num_query_groups=args.num_query_groups if args.group_query_attention else heads,
         vocab_size=args.padded_vocab_size, max_position_embeddings=args.max_position_embeddings,
-        rotary_base=float(args.rotary_base), norm_epsilon=float(args.norm_epsilon),
+        rotary_base=float(args.rotary_base), norm_epsilon=float(args.layernorm_epsilon),
         rope_scaling=(dict(layout.LLAMA31_ROPE_SCALING, factor=float(args.rope_scaling_factor))
                       if args.use_rope_scaling else None),
         head_dim=args.kv_channels,

@@ -131,8 +131,11 @@ class SafetensorsFolder:
             self.entries.update(_read_header(path))
         self._fds: dict[Path, int] = {}
 
-    def total_bytes(self, names) -> int:
-        return sum(self.entries[n].nbytes for n in names)
+    def _fd(self, path: Path) -> int:
+        fd = self._fds.get(path)
+        if fd is None:
+            fd = self._fds[path] = os.open(path, os.O_RDONLY)
+        return fd
 
     def read_rows(self, name: str, row: int, rows: int, out: torch.Tensor) -> None:
         """Rows [row, row + rows) of tensor `name` into the contiguous tensor `out`."""
@@ -143,15 +146,20 @@ class SafetensorsFolder:
         # A view of the tensor's memory (through ctypes, not numpy: a storage numpy has seen
         # cannot be freed early by resize_(0), which the checkpoint writer does).
         buf = memoryview((ctypes.c_char * want).from_address(out.data_ptr())).cast("B")
-        fd = self._fds.get(entry.path)
-        if fd is None:
-            fd = self._fds[entry.path] = os.open(entry.path, os.O_RDONLY)
+        fd = self._fd(entry.path)
         offset, done = entry.start + row * entry.row_bytes, 0
         while done < want:
             n = os.preadv(fd, [buf[done:]], offset + done)
             if n <= 0:
                 raise HFError(f"{entry.path} ended early while reading {name}")
             done += n
+
+    def prefetch(self, name: str, row: int, rows: int) -> None:
+        """Ask the kernel to start reading these rows into its page cache (not this process's
+        memory), so the disk reads them while the caller writes what it read before."""
+        entry = self.entries[name]
+        os.posix_fadvise(self._fd(entry.path), entry.start + row * entry.row_bytes, rows * entry.row_bytes,
+                         os.POSIX_FADV_WILLNEED)
 
     def close(self) -> None:
         for fd in self._fds.values():
