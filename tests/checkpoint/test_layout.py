@@ -80,6 +80,23 @@ def test_every_hf_row_lands_in_exactly_one_megatron_row(name):
     assert len({(c.key, c.layer) for c in chunks}) == len(chunks) == 3 + 6 * 2
 
 
+@pytest.mark.parametrize("max_bytes", [1, 64 << 10, 300 << 10])
+def test_row_ranges_tile_every_chunk(max_bytes):
+    arch = Architecture.from_preset(PRESETS["tiny"], num_layers=2)
+    whole = layout.megatron_tensors(arch)
+    pieces = layout.split_rows(whole, max_bytes, 2)
+    for t in whole:
+        mine = [p for p in pieces if (p.key, p.layer) == (t.key, t.layer)]
+        assert [p.row for p in mine] == sorted(p.row for p in mine) and mine[0].row == 0
+        assert all(a.row + a.rows == b.row for a, b in zip(mine, mine[1:]))
+        assert sum(p.rows for p in mine) == t.rows
+        assert all(p.numel() * 2 <= max(max_bytes, p.numel() * 2 // p.rows) for p in mine)
+        rows = [(b.hf_name, b.row + i) for p in mine for b in p.blocks for i in range(b.rows)]
+        assert rows == [(b.hf_name, b.row + i) for b in t.blocks for i in range(b.rows)]
+        assert all(p.global_shape == t.global_shape for p in mine)
+    assert len(pieces) > len(whole)
+
+
 def test_qkv_rows_are_grouped_per_query_group():
     arch = Architecture.from_preset(PRESETS["tiny"], num_layers=1)   # 4 heads, 2 groups, hd 64
     qkv = next(c for c in layout.megatron_tensors(arch) if c.key == layout.QKV)

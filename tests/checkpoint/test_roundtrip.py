@@ -75,6 +75,17 @@ def test_fp32_checkpoint_keeps_its_dtype(tmp_path):
     assert json.loads((tmp_path / "back" / "config.json").read_text())["torch_dtype"] == "float32"
 
 
+def test_chunks_in_row_ranges_load_and_export_the_same(tiny_hf, tiny_ckpt_pieces, tmp_path):
+    from training.checkpoint.convert import single_process_group
+
+    with single_process_group():
+        reader = megatron.DistCheckpointReader(megatron.iteration_dir(tiny_ckpt_pieces))
+        assert reader.metadata[layout.EMBEDDING] == ((8192, 256), torch.bfloat16)
+        reader.close()
+    export_checkpoint(tiny_ckpt_pieces, tmp_path / "back", progress=False)
+    assert_bitwise_equal(tiny_hf, tmp_path / "back")
+
+
 def test_two_writer_threads_give_the_same_checkpoint(tiny_hf, tmp_path):
     import_checkpoint(str(tiny_hf), tmp_path / "megatron", workers=2, progress=False)
     assert len(list((tmp_path / "megatron" / "release").glob("*.distcp"))) == 2
@@ -122,14 +133,15 @@ def _run(*words, timeout=600):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tp,pp", [(2, 1), (1, 2)])
-def test_loads_and_saves_at_another_layout(tiny_hf, tiny_ckpt, tmp_path, tp, pp):
-    """Two gloo processes load the import at TP=2 (or PP=2) and save it again with Megatron's
-    own dist_checkpointing.save, chunked by that layout; the export of that save is bitwise
-    the original. At TP=2 the loaded model's logits (fp32 copy, gathered over the vocabulary
+def test_loads_and_saves_at_another_layout(tiny_hf, tiny_ckpt_pieces, tmp_path, tp, pp):
+    """Two gloo processes load the import (its tensors in row ranges, as an 8B import's
+    embedding is) at TP=2 (or PP=2) and save it again with Megatron's own
+    dist_checkpointing.save, chunked by that layout; the export of that save is bitwise the
+    original. At TP=2 the loaded model's logits (fp32 copy, gathered over the vocabulary
     shards) are HF's."""
     logits = tmp_path / "logits.pt"
-    _run(REPO / "tests/checkpoint/layout_worker.py", tiny_ckpt, tmp_path / "save", "--tp", tp,
-         "--pp", pp, "--logits", logits)
+    _run(REPO / "tests/checkpoint/layout_worker.py", tiny_ckpt_pieces, tmp_path / "save",
+         "--tp", tp, "--pp", pp, "--logits", logits)
     files = sorted(p.name for p in (tmp_path / "save" / "iter_0000001").glob("*.distcp"))
     assert files == ["__0_0.distcp", "__1_0.distcp"]   # each rank wrote its own part
     export_checkpoint(tmp_path / "save", tmp_path / "back", hf_config=tiny_hf, progress=False)

@@ -19,8 +19,9 @@ from the disk, as a freshly copied checkpoint would):
           same function), its wall time and its resident memory: the peak (VmHWM, restarted
           when the timed part starts) and the peak above what the process held then
 The memory bar compares that increase with the largest tensor the import holds at once: its
-largest chunk (the embedding or output layer at Llama 3's 128k vocabulary), since it produces
-one chunk at a time and frees the previous one.
+largest chunk (it writes one chunk at a time, every one in the same buffer; tensors over
+MAX_CHUNK_BYTES, the embedding and output layer at Llama 3's 128k vocabulary, go in row
+ranges).
 """
 from __future__ import annotations
 
@@ -111,7 +112,12 @@ def _numel(shape) -> int:
 # -- one measurement (run as a child process) --------------------------------------------------
 
 def _child(kind: str, source: Path, target: Path) -> dict:
-    import torch  # noqa: F401 - imported before the baseline memory, as in every side
+    # Every side's modules are imported before the timed part and the memory baseline.
+    import torch  # noqa: F401
+    import torch.distributed.checkpoint  # noqa: F401
+    from safetensors import safe_open
+
+    from .convert import import_checkpoint
 
     files = sorted(source.glob("*.safetensors"))
     _drop_cache(files)
@@ -119,8 +125,6 @@ def _child(kind: str, source: Path, target: Path) -> dict:
     before = _status_bytes("VmRSS")
     start = time.perf_counter()
     if kind == "read":
-        from safetensors import safe_open
-
         nbytes = 0
         for path in files:
             with safe_open(str(path), "pt") as f:
@@ -138,8 +142,6 @@ def _child(kind: str, source: Path, target: Path) -> dict:
             os.close(fd)
             nbytes += path.stat().st_size
     else:
-        from .convert import import_checkpoint
-
         nbytes = import_checkpoint(str(source), target, progress=False).nbytes
     seconds = time.perf_counter() - start
     return {"kind": kind, "seconds": seconds, "bytes": nbytes, "rss_before": before,
@@ -193,7 +195,10 @@ def run(preset_name: str, layers: int | None, repeats: int, folder: Path, out: P
     preset = PRESETS[preset_name]
     num_layers = layers or preset.num_layers
     arch = layout.Architecture.from_preset(preset, num_layers)
-    chunk_bytes = max(t.numel() for t in layout.megatron_tensors(arch)) * 2
+    from .convert import MAX_CHUNK_BYTES
+
+    chunks = layout.split_rows(layout.megatron_tensors(arch), MAX_CHUNK_BYTES, 2)
+    chunk_bytes = max(t.numel() for t in chunks) * 2
     total = sum(_numel(s) for s in layout.hf_shapes(arch).values()) * 2
     folder.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(folder).free
@@ -243,7 +248,8 @@ def run(preset_name: str, layers: int | None, repeats: int, folder: Path, out: P
                    "import": "training.checkpoint.convert.import_checkpoint in a fresh process",
                    "memory": "import's peak RSS (VmHWM, reset through /proc/self/clear_refs "
                              "when the timed part starts) minus its RSS then, against the "
-                             "largest chunk"},
+                             "largest chunk",
+                   "imports": "each side's Python modules are imported before the timed part"},
         "synthesis_seconds": synth_s,   # None: the input of an earlier run (--keep-input)
         "samples": samples,
         "ratios": {k: {"values": v, "median": statistics.median(v), "min": min(v),

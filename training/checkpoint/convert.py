@@ -21,6 +21,9 @@ from .layout import Architecture, ArchitectureError
 from .staging import Staging
 
 DEFAULT_SHARD_BYTES = 2 << 30
+# The import writes no chunk larger than this (bigger tensors go in row ranges): what it holds
+# at once does not grow with the vocabulary or the model's width.
+MAX_CHUNK_BYTES = 256 << 20
 
 
 class ConversionError(ValueError):
@@ -116,38 +119,76 @@ def plan_import(source: str, preset_name: str | None = None, presets: dict | Non
     return folder, config, arch, preset, files, dtypes.pop()
 
 
+class ChunkBuffer:
+    """Where the import puts each chunk. One writer thread writes one chunk at a time, so every
+    chunk lives in the same anonymous mapping, the size of the largest (huge pages where the
+    kernel gives them): no allocation, page faults or zeroing per chunk. Each chunk is a tensor
+    over the mapping's start whose storage is exactly the chunk (torch.frombuffer), so the
+    writer saves only the chunk. More writer threads: a fresh allocation per chunk."""
+
+    def __init__(self, largest_bytes: int, shared: bool):
+        import mmap
+
+        self.arena = None
+        self.busy = False
+        if shared:
+            self.arena = mmap.mmap(-1, largest_bytes)
+            if hasattr(mmap, "MADV_HUGEPAGE"):
+                self.arena.madvise(mmap.MADV_HUGEPAGE)
+
+    def take(self, shape: tuple[int, ...], dtype):
+        import torch
+
+        if self.arena is None:
+            return torch.empty(shape, dtype=dtype)
+        if self.busy:
+            raise RuntimeError("the checkpoint writer asked for a chunk before it had written "
+                               "the previous one")
+        self.busy = True
+        numel = 1
+        for d in shape:
+            numel *= d
+        view = memoryview(self.arena)[:numel * dtype.itemsize]
+        return torch.frombuffer(view, dtype=dtype).view(shape)
+
+    def done(self, tensor) -> None:
+        self.busy = False
+
+
 def import_checkpoint(source: str, out: Path, preset_name: str | None = None,
-                      presets: dict | None = None, workers: int = 1,
-                      progress: bool = True) -> Result:
+                      presets: dict | None = None, workers: int = 1, progress: bool = True,
+                      max_chunk_bytes: int = MAX_CHUNK_BYTES) -> Result:
     import torch
 
     from .megatron import write_dist_checkpoint
 
     start = time.perf_counter()
     folder, config, arch, preset, files, dtype = plan_import(source, preset_name, presets)
-    tensors = layout.megatron_tensors(arch)
+    tensors = layout.split_rows(layout.megatron_tensors(arch), max_chunk_bytes, dtype.itemsize)
     nbytes = sum(t.numel() for t in tensors) * dtype.itemsize
+    buffer = ChunkBuffer(max(t.numel() for t in tensors) * dtype.itemsize, shared=workers == 1)
     bar = None
     try:
         with Staging(out, nbytes) as stage:
             bar = Progress("import", nbytes, progress)
-
             following = {id(a): b for a, b in zip(tensors, tensors[1:])}
 
             def produce(spec: layout.MegatronTensor) -> torch.Tensor:
-                chunk = torch.empty(spec.shape, dtype=dtype)
+                chunk = buffer.take((spec.rows, *spec.shape[1:]), dtype)
                 row = 0
                 for block in spec.blocks:
                     files.read_rows(block.hf_name, block.row, block.rows,
                                     chunk[row:row + block.rows])
                     row += block.rows
                 # the disk reads the next chunk while the writer writes this one
-                for block in following[id(spec)].blocks if id(spec) in following else ():
+                upcoming = following.get(id(spec))
+                for block in upcoming.blocks if upcoming is not None else ():
                     files.prefetch(block.hf_name, block.row, block.rows)
                 bar.advance(chunk.nbytes)
                 return chunk
 
-            write_dist_checkpoint(stage.path, tensors, dtype, produce, arch.num_layers, workers)
+            write_dist_checkpoint(stage.path, tensors, dtype, produce, arch.num_layers, workers,
+                                  done=buffer.done if workers == 1 else None)
             side = hf.copy_side_files(folder, stage.path / record.SIDE_DIR)
             record.write_record(stage.path, preset=preset, arch=arch, hf_config=config,
                                 source=str(folder.absolute()),

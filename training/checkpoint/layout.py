@@ -191,13 +191,19 @@ class Block:
 
 @dataclass(frozen=True)
 class MegatronTensor:
-    """One chunk of a dist-checkpoint tensor: a whole tensor, or one layer of a stacked one."""
+    """One chunk of a dist-checkpoint tensor: rows [row, row + rows) of a whole tensor, or of
+    one layer of a stacked one (all its rows unless split_rows cut it)."""
 
     key: str
-    shape: tuple[int, ...]          # without the layer axis
-    blocks: tuple[Block, ...]       # stacked along dim 0, in order
+    shape: tuple[int, ...]          # the tensor's (one layer's) shape, without the layer axis
+    blocks: tuple[Block, ...]       # this chunk's rows, stacked along dim 0, in order
     layer: int | None = None
     num_layers: int | None = None
+    row: int = 0                    # this chunk's first row
+
+    @property
+    def rows(self) -> int:
+        return sum(b.rows for b in self.blocks)
 
     @property
     def global_shape(self) -> tuple[int, ...]:
@@ -205,18 +211,50 @@ class MegatronTensor:
 
     @property
     def chunk_shape(self) -> tuple[int, ...]:
-        return self.shape if self.layer is None else (1, *self.shape)
+        piece = (self.rows, *self.shape[1:])
+        return piece if self.layer is None else (1, *piece)
 
     @property
     def offsets(self) -> tuple[int, ...]:
-        zeros = (0,) * len(self.shape)
-        return zeros if self.layer is None else (self.layer, *zeros)
+        rows = (self.row,) + (0,) * (len(self.shape) - 1)
+        return rows if self.layer is None else (self.layer, *rows)
 
     def numel(self) -> int:
         n = 1
-        for d in self.shape:
+        for d in self.chunk_shape:
             n *= d
         return n
+
+
+def split_rows(tensors: list[MegatronTensor], max_bytes: int, itemsize: int
+               ) -> list[MegatronTensor]:
+    """Chunks of at most max_bytes (at least one row each): a chunk larger than that becomes
+    consecutive row ranges, each its own chunk of the global tensor (Megatron's loader
+    reshards from any chunking, as it does from a save at another TP)."""
+    out = []
+    for t in tensors:
+        row_bytes = t.numel() // t.rows * itemsize
+        step = max(1, max_bytes // row_bytes)
+        if t.rows <= step:
+            out.append(t)
+            continue
+        start = 0
+        while start < t.rows:
+            out.append(dataclasses.replace(t, blocks=_slice_blocks(t.blocks, start, step),
+                                           row=t.row + start))
+            start += step
+    return out
+
+
+def _slice_blocks(blocks: tuple[Block, ...], start: int, count: int) -> tuple[Block, ...]:
+    """Rows [start, start + count) of a stack of blocks, as blocks."""
+    out, at = [], 0
+    for b in blocks:
+        lo, hi = max(start, at), min(start + count, at + b.rows)
+        if lo < hi:
+            out.append(Block(b.hf_name, b.row + lo - at, hi - lo))
+        at += b.rows
+    return tuple(out)
 
 
 def hf_shapes(arch: Architecture) -> dict[str, tuple[int, ...]]:

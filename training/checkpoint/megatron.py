@@ -71,13 +71,15 @@ def _planner_class():
         """Plans every chunk from its description; makes each tensor when it is written."""
 
         def __init__(self, tensors: list[MegatronTensor], dtype: torch.dtype,
-                     objects: dict[str, bytes], produce: Callable[[MegatronTensor], torch.Tensor]):
+                     objects: dict[str, bytes], produce: Callable[[MegatronTensor], torch.Tensor],
+                     done: Callable[[torch.Tensor], None] | None):
             super().__init__(flatten_state_dict=False, flatten_sharded_tensors=False)
             self._tensors = {(t.key, t.offsets): t for t in tensors}
             self._order = tensors
             self._dtype = dtype
             self._objects = objects
             self._produce = produce
+            self._done = done
             self._held = threading.local()
 
         def create_local_plan(self):
@@ -104,23 +106,29 @@ def _planner_class():
             return tensor
 
         def release(self) -> None:
-            """Free the chunk this thread handed out last: the writer is done with it when it
-            asks for the next one (it keeps a reference, not the memory)."""
+            """The writer is done with the chunk this thread handed out last when it asks for
+            the next one (it keeps a reference, not the memory): hand it back to the producer,
+            or free it."""
             tensor = getattr(self._held, "tensor", None)
             if tensor is not None:
-                tensor.untyped_storage().resize_(0)
                 self._held.tensor = None
+                if self._done is not None:
+                    self._done(tensor)
+                elif tensor.untyped_storage().resizable():
+                    tensor.untyped_storage().resize_(0)
 
     return StreamingPlanner
 
 
 def write_dist_checkpoint(folder: Path, tensors: list[MegatronTensor], dtype: torch.dtype,
                           produce: Callable[[MegatronTensor], torch.Tensor],
-                          num_layers: int, workers: int = 1) -> None:
+                          num_layers: int, workers: int = 1,
+                          done: Callable[[torch.Tensor], None] | None = None) -> None:
     """A release checkpoint under `folder` (which must not exist yet, or be empty).
 
-    `produce(spec)` returns a new contiguous tensor holding that chunk; the writer owns it and
-    frees it after writing."""
+    `produce(spec)` returns a contiguous tensor holding that chunk (its storage exactly the
+    chunk); once written, it goes to `done(tensor)` (the producer may reuse its memory), or,
+    without `done`, its storage is freed."""
     from torch.distributed import checkpoint as dcp
     from torch.utils.serialization import config as serialization_config
 
@@ -130,7 +138,7 @@ def write_dist_checkpoint(folder: Path, tensors: list[MegatronTensor], dtype: to
     target.mkdir(parents=True)
     objects = {key: _object_bytes(None) for key in extra_state_keys(num_layers)}
     objects["common_state/shard_0_1"] = _object_bytes(common_state())
-    planner = _planner_class()(tensors, dtype, objects, produce)
+    planner = _planner_class()(tensors, dtype, objects, produce, done)
     writer = dcp.FileSystemWriter(str(target), single_file_per_rank=True, sync_files=True,
                                   thread_count=workers, per_thread_copy_ahead=0)
     # torch.save's zip records carry a CRC32 of each tensor by default: computed in one thread
