@@ -1,9 +1,8 @@
 """GPU parity with HF Llama in bf16, with the kernels the runs use (Liger/Triton, cuDNN SDPA),
-the weights imported by training.checkpoint (Transformer Engine's spec too where TE imports)."""
+the weights imported by training.checkpoint (Transformer Engine's spec: tests/gpu/test_te_gpu.py)."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 
 import pytest
 
@@ -14,11 +13,8 @@ from tests.model.parity import bf16_parity, check_bf16_parity, describe
 pytestmark = pytest.mark.gpu
 
 
-BACKENDS = [("native", "liger"), ("native", "torch"), ("local", "torch")] + (
-    [("transformer_engine", "torch")] if importlib.util.find_spec("transformer_engine") else [])
-
-
-@pytest.mark.parametrize("backend,kernels", BACKENDS)
+@pytest.mark.parametrize("backend,kernels", [("native", "liger"), ("native", "torch"),
+                                             ("local", "torch")])
 @pytest.mark.parametrize("preset_name,layers", [("tiny", 2), ("llama3-8B", 2)])
 def test_bf16_parity_on_gpu(backend, kernels, preset_name, layers):
     """Bound: check_bf16_parity (tests/model/parity.py, where its basis is stated): our bf16

@@ -1,9 +1,8 @@
 """Our model against a reference nobody here wrote: Hugging Face's LlamaForCausalLM.
 
 A randomly initialised HF Llama (same RoPE theta, GQA, RMSNorm eps, SwiGLU, untied
-embeddings) goes into our GPTModel through training.checkpoint's import on each backend
-present (tests/model/parity.py); logits and
-loss must agree. CPU (fp32, torch kernels) here; the GPU versions (bf16, Liger/Triton
+embeddings) goes into our GPTModel through training.checkpoint's import (tests/model/parity.py)
+on each backend present; logits and loss must agree. CPU (fp32, torch kernels) here; the GPU versions (bf16, Liger/Triton
 kernels) are in tests/gpu/.
 """
 from __future__ import annotations
