@@ -4,10 +4,10 @@ from __future__ import annotations
 from training import floors
 
 GROUND = {"run_description", "platforms", "versions", "data"}
-FAMILIES = {"mlperf", "checkpoint"}
+FAMILIES = {"mlperf", "checkpoint", "moe"}
 READERS = {"bench", "optimize", "profiling", "convergence"}
 RUN = {"pretrain_gpt", "arguments", "megatron_patches", "run", "specs", "native", "metrics",
-       "loop_hooks", "numerics"}
+       "loop_hooks", "numerics", "router_stats"}
 
 
 def test_the_architecture_doc_table_is_the_generated_one():
@@ -23,6 +23,8 @@ def test_the_floors_hold():
         assert not edges[part] & ({"launch", "deploy"} | FAMILIES | READERS | RUN), part
     for part in READERS | FAMILIES | RUN:
         assert "deploy" not in edges[part], part
+    for part in RUN:                                            # the run builds MoE from
+        assert "moe" not in edges[part], part                   # Megatron's arguments alone
 
 
 def test_the_graph_sees_lazy_and_relative_imports():

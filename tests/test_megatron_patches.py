@@ -97,7 +97,8 @@ def test_applying_twice_is_a_no_op_logged_once_and_another_run_rebuilds_without_
 def test_the_run_entries_go_into_megatron_and_come_back_out():
     run_entries = [p for p in mp.PATCHES if p.group == "run"]
     before = {p.name: original_of(p) for p in run_entries}
-    run = Run(args=Namespace(), mlperf=types.SimpleNamespace())   # a listener: train too
+    # a listener (train too) and an MoE model (its aux-loss capture too)
+    run = Run(args=Namespace(num_experts=8), mlperf=types.SimpleNamespace())
     mp.apply(run, groups=("run",))
     for patch in run_entries:
         owner, attribute = mp.owner_of(patch)

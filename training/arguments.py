@@ -28,6 +28,9 @@ TOGGLE_OF = {
     "metrics_warmup_iters": "METRICS_WARMUP_ITERS",
     "master_weights": "MASTER_WEIGHTS",
 }
+# Set by the MoE recipe layer's MOE_PERMUTE_FUSION (training/moe/layer.py: the run imports no
+# family, so its default is repeated here; tests/moe/test_moe_launch.py holds the two equal).
+NATIVE_MOE_PERMUTE_DEFAULT = True
 
 
 def _default(dest: str):
@@ -64,6 +67,11 @@ def add_training_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
                        default=_default("native_kernels"),
                        help="Kernels of the native backend: Liger-Kernel (Triton) or plain "
                             "torch; auto: liger where installed.")
+    model.add_argument("--native-moe-permute", action=argparse.BooleanOptionalAction,
+                       default=NATIVE_MOE_PERMUTE_DEFAULT,
+                       help="Native backend, MoE models: the token dispatchers' permute and "
+                            "unpermute as gathers (no atomic scatter-add; Megatron's "
+                            "--moe-permute-fusion is Transformer Engine's).")
     model.add_argument("--ce-chunk-mem", type=int, default=_default("ce_chunk_mem"),
                        help="Liger fused linear cross-entropy's chunk_mem_const: each chunk's "
                             "logits stay under N x tokens x hidden (native backend, TP=1).")

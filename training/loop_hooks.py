@@ -15,6 +15,9 @@ iteration; the replacements below take their place through the patch table
                 metrics.jsonl and to the loop listeners
   build_train_valid_test_data_iterators  the loop listeners told before any data is read
   train         the loop listeners told when training starts and ends
+  (MoE models)  the routers' load balance and Megatron's aux losses per iteration in
+                metrics.jsonl (training.router_stats; the aux losses through the table's
+                moe_router_losses entry)
 `finish()` (after pretrain returns) computes the steady-state summary, takes the peak memory
 over all ranks, prints the summary and stores it in manifest.json.
 
@@ -33,6 +36,7 @@ from pathlib import Path
 import torch
 
 from training.metrics import MetricsWriter, StepRecord, flops_per_token, peak_tflops, steady_state
+from training.router_stats import RouterStats, megatron_groups
 from training.run_description import Model
 
 
@@ -113,6 +117,7 @@ class RunState:
     nan_check_step: bool = False
     first_step_start: float | None = None  # epoch seconds: where start-up ends
     memory: PhasePeaks = field(default_factory=PhasePeaks)
+    router: object | None = None  # training.router_stats.RouterStats of an MoE model
 
     @classmethod
     def start(cls, args, precision: str) -> "RunState":
@@ -132,7 +137,8 @@ class RunState:
             is_logging_rank=logging_rank,
             profile_window=((args.profile_step_start, args.profile_step_end + 1)
                             if args.profile else (0, -1)),
-            nan_check_step=args.nan_check == "step")
+            nan_check_step=args.nan_check == "step",
+            router=RouterStats() if getattr(args, "num_experts", None) else None)
 
 
 # -- replacements of Megatron's loop functions (the entries of training.megatron_patches):
@@ -150,6 +156,8 @@ def measured_setup(original, run):
         if torch.distributed.get_rank() == 0:
             print("run versions:", json.dumps(collect_versions()), flush=True)
         model, optimizer, scheduler = original(*a, **kw)
+        if run.loop.router is not None:       # MoE: count each router's tokens per expert
+            run.loop.router.attach(model)
         if optimizer is not None:
             run.loop.memory.wrap(optimizer)
             if ranges.ranges_enabled():
@@ -335,6 +343,8 @@ def _on_iteration(s: RunState, iteration: int, loss_dict: dict, lr, grad_norm,
         "profiled": profiled,
         "time": time.time(),
     }
+    if s.router is not None:     # collective: every rank takes part
+        record.update(s.router.summary(*megatron_groups()))
     if s.memory.installed:       # this iteration's forward/backward and step
         for phase, key in (("forward_backward", "mem_peak_fwd_bwd_gib"),
                            ("optimizer_step", "mem_peak_step_gib")):
@@ -358,7 +368,7 @@ def _tensorboard(record: dict, iteration: int) -> None:
     if writer is None:
         return
     for key in ("tokens_per_s_per_gpu", "model_tflops_per_gpu", "mfu", "step_time_s",
-                "mem_peak_allocated_gib"):
+                "mem_peak_allocated_gib", "moe_load_imbalance"):
         if record.get(key) is not None:
             writer.add_scalar(f"throughput/{key}", record[key], iteration)
 

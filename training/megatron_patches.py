@@ -185,6 +185,18 @@ def _native_without_te_adam(run) -> bool:
     return _native(run) and bool(getattr(optimizer.Adam, "native", False))
 
 
+def _moe(run) -> bool:
+    return bool(getattr(run.args, "num_experts", None))
+
+
+def _native_moe_permute(run) -> bool:
+    return _native(run) and _moe(run) and bool(run.args.native_moe_permute)
+
+
+def _kernels_and_topk(run) -> Hashable:
+    return run.args.native_kernels, run.args.moe_router_topk
+
+
 def _swiglu_impl(run) -> Hashable:
     from training.native import IMPLEMENTATION
 
@@ -224,6 +236,11 @@ SIG_SET_RANDOM_SEED = ("(seed_, data_parallel_random_init=False, te_rng_tracker=
                        "inference_rng_tracker=False, use_cudagraphable_rng=False, "
                        "pp_group=None, dp_group=None, tp_group=None, ep_group=None, "
                        "etp_group=None)")
+SIG_MOE_AGGREGATE = "(self, loss_scale, num_moe_layers, metric_names, percentiles=None)"
+SIG_PERMUTE = ("(tokens, routing_map, probs=None, num_out_tokens=None, fused=False, "
+               "drop_and_pad=False, tokens_per_expert=None, align_size=0)")
+SIG_UNPERMUTE = ("(permuted_tokens, sorted_indices, restore_shape, probs=None, "
+                 "routing_map=None, fused=False, drop_and_pad=False, pad_offsets=None)")
 SIG_MULTI_TENSOR_L2 = "(chunk_size, noop_flag, tensor_lists, per_tensor, *args)"
 SIG_MULTI_TENSOR_SCALE = "(chunk_size, noop_flag, tensor_lists, scale)"
 
@@ -268,6 +285,12 @@ PATCHES: tuple[Patch, ...] = (
     Patch("train_listeners", f"{TRAINING}:train", "training.loop_hooks:listened_train",
           "loop listeners told when training starts and ends (MLPerf's run_start/run_stop)",
           SIG_TRAIN, when=lambda run: bool(run.listeners), key=_this_run),
+    Patch("moe_router_losses",
+          "megatron.core.transformer.moe.moe_logging:MoEMetricsTracker._aggregate",
+          "training.router_stats:capturing_aggregate",
+          "MoE models: the aux losses Megatron's tracker reduces for its log line, kept for "
+          "metrics.jsonl (training.router_stats)", SIG_MOE_AGGREGATE, when=_moe,
+          key=_this_run),
     Patch("torch_adam_state_dict", f"{DIST_OPT}.state_dict",
           "training.native.optimizer:state_filled_before_state_dict",
           "a resume reads every parameter's Adam step before any step ran: a torch "
@@ -337,6 +360,15 @@ PATCHES: tuple[Patch, ...] = (
           ("native_copy_scale", "megatron.core.optimizer.optimizer",
            "the same scale for the optimizer's param copies",
            "torch foreach scale (param copies)"))),
+    *(Patch(name, f"megatron.core.transformer.moe.token_dispatcher:{attribute}",
+            f"training.native.moe_permute:{factory}",
+            f"MoE: the dispatchers' {attribute} as gathers; Megatron's torch {attribute} "
+            "accumulates with atomics (scatter_add_ / index_add_) and its fused one is TE's",
+            signature, what=f"atomic-free {attribute} (gather-sum)", group="native",
+            when=_native_moe_permute, key=_kernels_and_topk)
+      for name, attribute, factory, signature in (
+          ("native_moe_permute", "permute", "permute_replacement", SIG_PERMUTE),
+          ("native_moe_unpermute", "unpermute", "unpermute_replacement", SIG_UNPERMUTE))),
     Patch("native_wgrad", "megatron.core.tensor_parallel.layers:fused_weight_gradient_mlp_cuda",
           "training.native.wgrad:TorchWgradAccum",
           "gradient-accumulation fusion calls apex's extension; without it, a cuBLAS GEMM "

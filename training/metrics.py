@@ -8,6 +8,18 @@ per token, a dense Llama layer costs, in the forward pass,
     6*h*f               SwiGLU MLP (three h x f matrices)
 plus 2*h*V for the logits; training is 3x the forward (backward = 2x). For Llama3-8B at
 seq 8192 this is 51.5 GFLOP/token; "model TFLOP/s" counts these FLOPs only (no recompute).
+Where the head dim d is not h/n (Qwen3), the attention terms use the projection width n*d:
+2*h*(n*d + 2*g*d), 2*n*d*h and 2*s*n*d.
+
+Mixture-of-experts layers count the parameters a token is active in: in place of the MLP,
+    2*h*E               the router (E experts)
+    6*h*f_e*k           the k experts each token is routed to (FFN width f_e each)
+    6*h*f_s             the shared expert, if any (FFN width f_s)
+per MoE layer. Megatron's --log-throughput counts the same minus the router (2*h*E per
+layer, 0.7% of Qwen3-30B-A3B's FLOPs), so our MoE figures are that much higher than its
+throughput line. Tokens dropped by a capacity factor are counted as routed (the convention
+counts the model, not the run). tokens/s/GPU divides by every GPU of the run, expert-parallel
+ones included.
 
 Headline: tokens/s/GPU = global_batch * seq_length / step_time / world_size. Steady state is
 the harmonic mean over the iterations after a warm-up window, i.e. total tokens over total
@@ -28,11 +40,14 @@ from training.run_description import Model
 def flops_per_token(model: Model, causal: bool = True) -> float:
     """Training FLOPs per token (forward + backward), Megatron's convention."""
     h, f, s = model.hidden_size, model.ffn_hidden_size, model.seq_length
-    kv_ratio = model.num_query_groups / model.num_attention_heads
-    qkv = 2 * h * (h + 2 * h * kv_ratio)
-    proj = 2 * h * h
-    attention = (2 if causal else 4) * s * h
-    mlp = 6 * h * f
+    qkv = 2 * h * (model.q_width + 2 * model.kv_width)
+    proj = 2 * model.q_width * h
+    attention = (2 if causal else 4) * s * model.q_width
+    if model.moe:   # active parameters: the router, the top-k experts, a shared expert
+        mlp = (2 * h * model.num_experts + 6 * h * model.moe_ffn_hidden_size * model.router_topk
+               + 6 * h * model.shared_expert_ffn_hidden_size)
+    else:
+        mlp = 6 * h * f
     logits = 2 * h * model.vocab_size
     return 3 * (model.num_layers * (qkv + proj + attention + mlp) + logits)
 
@@ -130,9 +145,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps({"shape": asdict(shape), "flops_per_token": value}))
     else:
+        moe = (f"; MoE: the router and the {shape.router_topk} routed of "
+               f"{shape.num_experts} experts per token (Megatron's count plus the router)"
+               if shape.moe else "")
         print(f"{args.model}: {shape.num_layers} layers, seq {shape.seq_length}: "
               f"{value / 1e9:.2f} GFLOP/token (training = 3x forward; Megatron's convention: "
-              "GQA, SwiGLU, causal attention counted as half, logits included)")
+              f"GQA, SwiGLU, causal attention counted as half, logits included{moe})")
     return 0
 
 

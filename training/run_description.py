@@ -43,10 +43,24 @@ class Model:
     rope_scaling: bool = False      # Llama 3.1 frequency scaling (factor 8)
     num_experts: int | None = None  # None: dense
     preset_layers: int | None = None  # a run's model: its preset's own layer count
+    kv_channels: int | None = None  # head dim, when it is not hidden / heads (Qwen3)
+    qk_layernorm: bool = False      # RMSNorm on each head's query and key (Qwen3)
+    router_topk: int = 0            # MoE: the experts each token is routed to
+    moe_ffn_hidden_size: int = 0    # MoE: each expert's FFN width
+    shared_expert_ffn_hidden_size: int = 0  # MoE: a shared expert's FFN width (0: none)
+
+    def __post_init__(self):  # one spelling of the default head dim (validate_args fills it in)
+        if self.kv_channels == self.hidden_size // self.num_attention_heads:
+            object.__setattr__(self, "kv_channels", None)
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    @property
+    def q_width(self) -> int:
+        """The query projection's width: heads x head dim (the hidden size unless Qwen3)."""
+        return self.num_attention_heads * self.head_dim
 
     @property
     def kv_width(self) -> int:
@@ -74,10 +88,17 @@ class Model:
     def from_megatron_args(cls, args) -> "Model":
         """The model Megatron's parsed arguments describe (the run side, under torchrun)."""
         groups = args.num_query_groups if args.group_query_attention else args.num_attention_heads
+        experts = getattr(args, "num_experts", None)
+        moe = {"router_topk": args.moe_router_topk,
+               "moe_ffn_hidden_size": args.moe_ffn_hidden_size or args.ffn_hidden_size,
+               "shared_expert_ffn_hidden_size": args.moe_shared_expert_intermediate_size or 0
+               } if experts else {}
         return cls("megatron", args.num_layers, args.hidden_size, args.ffn_hidden_size,
                    args.num_attention_heads, groups, args.padded_vocab_size,
                    args.max_position_embeddings, args.seq_length, args.rotary_base,
-                   args.layernorm_epsilon, num_experts=getattr(args, "num_experts", None))
+                   args.layernorm_epsilon, num_experts=experts,
+                   kv_channels=getattr(args, "kv_channels", None),
+                   qk_layernorm=bool(getattr(args, "qk_layernorm", False)), **moe)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Model":

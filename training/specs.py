@@ -7,8 +7,10 @@
                       the patch table (training.megatron_patches, which states what the
                       native backend uses where TE or apex is importable): fused QKV RoPE,
                       a one-pass SwiGLU, gradient-accumulation fusion, a fused AdamW and
-                      foreach clipping ops; and the fused linear cross-entropy as the
-                      model's output processor (pretrain_gpt)
+                      foreach clipping ops, the MoE dispatchers' atomic-free permute; and
+                      the fused linear cross-entropy as the model's output processor
+                      (pretrain_gpt); in MoE layers, the experts as grouped GEMMs on torch's
+                      grouped_mm (native/grouped_experts.py)
 Nothing here re-decides a setting: the launcher resolved backend, kernels and toggles, and
 this module builds exactly that, or fails loudly. NativeSetup names what is in place (the
 objects in Megatron's modules and the spec's classes), not the flags that asked for them.
@@ -16,6 +18,8 @@ objects in Megatron's modules and the spec's classes), not the flags that asked 
 from __future__ import annotations
 
 import copy
+import dataclasses
+import functools
 from dataclasses import dataclass, field
 
 
@@ -48,11 +52,16 @@ def layer_spec(backend: str, config, kernels: str = "torch"):
     from megatron.core.models.gpt.gpt_layer_specs import (
         get_gpt_layer_local_spec, get_gpt_layer_with_transformer_engine_spec)
 
+    # MoE (config.num_moe_experts set): Megatron's MoE layer in the MLP slot; its experts are
+    # TEGroupedMLP (TE) or SequentialMLP (local) as Megatron builds them, and on the native
+    # backend with grouped GEMM, TEGroupedMLP on torch's grouped GEMM (native/grouped_experts).
+    moe = {"num_experts": config.num_moe_experts,
+           "moe_grouped_gemm": bool(config.num_moe_experts and config.moe_grouped_gemm)}
     if backend == "transformer_engine":
         return get_gpt_layer_with_transformer_engine_spec(
-            qk_layernorm=config.qk_layernorm, fp8=None)
+            qk_layernorm=config.qk_layernorm, fp8=None, **moe)
     spec = get_gpt_layer_local_spec(normalization=config.normalization,
-                                    qk_layernorm=config.qk_layernorm)
+                                    qk_layernorm=config.qk_layernorm, **moe)
     if backend == "local":
         return spec
     if backend != "native":
@@ -64,6 +73,16 @@ def layer_spec(backend: str, config, kernels: str = "torch"):
     sub.input_layernorm = norm_class(kernels)
     sub.pre_mlp_layernorm = norm_class(kernels)
     sub.self_attention.submodules.core_attention = SDPAttention
+    if config.qk_layernorm:  # Qwen3: RMSNorm over each head's query and key
+        sub.self_attention.submodules.q_layernorm = norm_class(kernels)
+        sub.self_attention.submodules.k_layernorm = norm_class(kernels)
+    if moe["moe_grouped_gemm"]:
+        from training.native.grouped_experts import grouped_experts_builder
+
+        moe_layer = sub.mlp  # partial(MoELayer, submodules=MoESubmodules(...))
+        sub.mlp = functools.partial(moe_layer.func, *moe_layer.args, **{
+            **moe_layer.keywords, "submodules": dataclasses.replace(
+                moe_layer.keywords["submodules"], experts=grouped_experts_builder())})
     return spec
 
 
@@ -92,6 +111,14 @@ def install_native(run) -> NativeSetup:
                                    f"{in_place('native_clip_scale')}")
     setup.parts["wgrad"] = (in_place("native_wgrad") if args.gradient_accumulation_fusion
                             else "autograd weight gradient, added to main_grad by DDP hooks")
+    if getattr(args, "num_experts", None):
+        from training.native.grouped_experts import describe as describe_experts
+
+        setup.parts["experts"] = (describe_experts() if args.moe_grouped_gemm else
+                                  "Megatron's SequentialMLP: one GEMM pair per expert, in turn")
+        setup.parts["moe_permute"] = (
+            f"permute: {in_place('native_moe_permute')}; unpermute: "
+            f"{in_place('native_moe_unpermute')}")
     return setup
 
 

@@ -16,9 +16,16 @@ export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 # LAUNCH_LINE, DRY_RUN, and exports the environment presets. The launcher's command line
 # (training.launch) with the memory pre-flight (PREFLIGHT_MEMORY, docs/optimize.md).
 resolve_launch() {
-    local family=$1 resolved
-    shift
-    resolved=$("$PYTHON" -m training.optimize.preflight --family "$family" "$@") || exit $?
+    resolve_launch_with training.optimize.preflight "$@"
+}
+
+# resolve_launch_with MODULE FAMILY [...]: the same through another entry module, the launcher's
+# command line with that module's additions (examples/moe: training.moe.launch, which registers
+# the MoE presets and adds its recipe layer, with the same pre-flight).
+resolve_launch_with() {
+    local module=$1 family=$2 resolved
+    shift 2
+    resolved=$("$PYTHON" -m "$module" --family "$family" "$@") || exit $?
     eval "$resolved"
 }
 

@@ -29,11 +29,23 @@ def test_meta_config_is_the_llama31_preset_and_v5_spelling_reads_the_same():
     assert Architecture.from_hf_config(v5) == arch
 
 
-@pytest.mark.parametrize("name", sorted(PRESETS))
+@pytest.mark.parametrize("name", sorted(n for n, p in PRESETS.items() if not p.num_experts))
 def test_every_preset_round_trips_through_its_hf_config(name):
     arch = Architecture.from_preset(PRESETS[name])
     assert Architecture.from_hf_config(arch.hf_config_fields()) == arch
     assert match_preset(arch, PRESETS).name == name
+
+
+def test_moe_presets_are_never_a_llama_import():
+    """training/moe registers its presets into the same table: a Llama config never matches
+    one, and naming one is refused (its experts are not mapped here)."""
+    import training.moe.presets  # noqa: F401
+    from training.moe.presets import TINY_MIXTRAL
+
+    arch = Architecture.from_preset(PRESETS["tiny"])
+    assert match_preset(arch, PRESETS).name == "tiny"
+    with pytest.raises(ArchitectureError, match="mixture of experts"):
+        match_preset(arch, PRESETS, TINY_MIXTRAL.name)
 
 
 def test_mismatch_names_the_differing_fields():

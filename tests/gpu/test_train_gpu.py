@@ -44,7 +44,8 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _train(tmp_path: Path, name: str, *words: str, **toggles) -> Path:
+def _train(tmp_path: Path, name: str, *words: str, script: str = "examples/llama/train_llama3.sh",
+           **toggles) -> Path:
     if not (SAMPLE / "train.bin").exists():
         pytest.skip("the shipped corpus is not built: run `make data-sample` first")
     env = dict(os.environ, MODEL_SIZE="tiny", GPUS_PER_NODE="1", EXP_NAME=name, RUN_ID="run",
@@ -52,7 +53,7 @@ def _train(tmp_path: Path, name: str, *words: str, **toggles) -> Path:
                EVAL_ITERS="0", LR="1e-3", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()), MIN_LR="1e-4", CUDA_VISIBLE_DEVICES=os.environ.get(
                    "CUDA_VISIBLE_DEVICES", "0"))
     env.update({k: str(v) for k, v in toggles.items()})
-    proc = subprocess.Popen(["bash", str(REPO / "examples/llama/train_llama3.sh"), *words],
+    proc = subprocess.Popen(["bash", str(REPO / script), *words],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = proc.communicate(timeout=TIMEOUT_S)

@@ -3,15 +3,18 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 
+from training.launch.layers import RecipeLayer
 from training.launch.resolve import Launch, resolve
 
 
-def launch(env: dict, family: str = "llama3", words: list[str] | None = None, **toggles) -> Launch:
+def launch(env: dict, family: str = "llama3", words: list[str] | None = None,
+           layers: Sequence[RecipeLayer] = (), **toggles) -> Launch:
     merged = dict(env)
     merged.update({k: str(v) for k, v in toggles.items()})
     merged.setdefault("DRY_RUN", "1")
-    return resolve(family, merged, words)
+    return resolve(family, merged, words, layers)
 
 
 def megatron_parser() -> argparse.ArgumentParser:
@@ -35,9 +38,11 @@ def megatron_args(result: Launch, validate: bool = True):
 
     Two things a GPU node would provide are supplied: the environment the launcher exports
     (e.g. CUDA_DEVICE_MAX_CONNECTIONS), and the device architecture that validate_args asks
-    torch.cuda for at TP/CP > 1 (the target platform's, Hopper when unknown)."""
+    torch.cuda for at TP/CP > 1 and with MoE grouped GEMM (the target platform's, Hopper when
+    unknown)."""
     from unittest import mock
 
+    import torch
     from megatron.training import arguments
 
     words = []
@@ -54,6 +59,7 @@ def megatron_args(result: Launch, validate: bool = True):
         arch = (platform.sm // 10) if platform is not None and platform.sm else 9
         env = {name: value for name, (value, _src, _why) in result.env.items()}
         with mock.patch.dict(os.environ, env), \
-                mock.patch.object(arguments, "get_device_arch_version", return_value=arch):
+                mock.patch.object(arguments, "get_device_arch_version", return_value=arch), \
+                mock.patch.object(torch.cuda, "get_device_capability", return_value=(arch, 0)):
             arguments.validate_args(args)
     return args

@@ -228,3 +228,13 @@ def describe(result: dict) -> str:
             f"{result['baseline_abs_err']:.3e}, ratio "
             f"{result['mean_abs_err'] / result['baseline_abs_err']:.2f}), loss HF "
             f"{result['loss_hf']:.5f} ours {result['loss_ours']:.5f}")
+
+
+def report(name: str, result: dict) -> None:
+    """One line of a parity result for the test log (-s): describe's for a bf16 comparison."""
+    if "baseline_abs_err" in result:
+        print(f"\n{name}: {describe(result)}")
+        return
+    print(f"\n{name}: max abs err {result['max_abs_err']:.2e}, mean abs err "
+          f"{result['mean_abs_err']:.2e} (mean |logit| {result['logit_scale']:.3f}), loss HF "
+          f"{result['loss_hf']:.5f} ours {result['loss_ours']:.5f}")

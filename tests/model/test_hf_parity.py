@@ -14,17 +14,10 @@ import torch
 
 from training.launch.presets import PRESETS
 
-from tests.model.parity import bf16_parity, build_pair, check_bf16_parity, compare, random_tokens
+from tests.model.parity import (bf16_parity, build_pair, check_bf16_parity, compare,
+                                 random_tokens, report)
 
 BACKENDS = ["native", "local"]
-
-
-def _report(name, result):
-    baseline = (f", HF's own bf16 error {result['baseline_abs_err']:.2e}"
-                if "baseline_abs_err" in result else "")
-    print(f"\n{name}: max abs err {result['max_abs_err']:.2e}, mean abs err "
-          f"{result['mean_abs_err']:.2e} (mean |logit| {result['logit_scale']:.2f}{baseline}), "
-          f"loss HF {result['loss_hf']:.5f} ours {result['loss_ours']:.5f}")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -38,7 +31,7 @@ def test_tiny_preset_matches_hf_llama_fp32(backend, fused_qkv_rope):
     hf_model, gpt = build_pair(preset, preset.num_layers, backend, "torch", "cpu",
                                torch.float32, fused_qkv_rope)
     result = compare(hf_model, gpt, random_tokens(preset.vocab_size, 2, 64, "cpu"))
-    _report(f"tiny/{backend}", result)
+    report(f"tiny/{backend}", result)
     assert result["max_abs_err"] < 1e-3
     assert result["loss_rel_err"] < 1e-5
 
@@ -52,7 +45,7 @@ def test_tiny_preset_matches_hf_llama_bf16():
     bound 3x. The old bound (mean error < 0.05 * max(mean |logit|, 1), 0.05 at this preset)
     passed it: 0.0125."""
     result = bf16_parity(PRESETS["tiny"], 2, "native", "torch", "cpu", batch=2, seq=256)
-    _report("tiny-bf16/native", result)
+    report("tiny-bf16/native", result)
     check_bf16_parity(result)
 
 
@@ -67,7 +60,7 @@ def test_llama31_rope_scaling_matches_hf_llama_fp32():
     # 512 positions: the scaled (long-wavelength) frequencies move the logits by ~7e-3 there
     # (measured with the scaling left out on our side), well above this bound.
     result = compare(hf_model, gpt, random_tokens(preset.vocab_size, 1, 512, "cpu"))
-    _report("tiny/llama3.1 rope scaling", result)
+    report("tiny/llama3.1 rope scaling", result)
     assert result["max_abs_err"] < 5e-4
     assert result["loss_rel_err"] < 1e-5
 
@@ -81,5 +74,5 @@ def test_two_layer_llama3_8b_width_matches_hf_llama():
     error 81x HF's own bf16 error at this width (measured at vocab 8192, seq 256)."""
     preset = dataclasses.replace(PRESETS["llama3-8B"], num_layers=2)
     result = bf16_parity(preset, 2, "native", "torch", "cpu", batch=1, seq=32)
-    _report("llama3-8B-width/native", result)
+    report("llama3-8B-width/native", result)
     check_bf16_parity(result)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
 import tempfile
@@ -57,14 +58,18 @@ def _assignments(text: str | None) -> dict[str, str]:
     return out
 
 
-def _tools(args):
+def _tools(args, family: str = "llama3"):
     """(precheck, availability, runner, calibration): the real ones."""
+    from functools import partial
+
     from .ours import precheck
     from .runners import Runners, availability
 
     work = Path(args.work_dir or tempfile.mkdtemp(prefix="bench-"))
-    runner = Runners(work, master_port=args.master_port, timeout_s=args.timeout_s)
-    return precheck, availability, runner, plan.calibrate(record.BENCH_DIR)
+    runner = Runners(work, family=family, master_port=args.master_port,
+                     timeout_s=args.timeout_s)
+    return (partial(precheck, family=family), availability, runner,
+            plan.calibrate(record.BENCH_DIR))
 
 
 def _skipped(configs: list[sweep.Config]) -> list[tuple[str, str, str]]:
@@ -136,13 +141,14 @@ def parts_for(gpus: int, te: bool = False) -> list[tuple[str, str, tuple[str, ..
     if gpus == 1:
         return ([("peers", *catalog.PEER_PARTS[0])]
                 + [("toggles", name, keys) for name, keys in catalog.PARTS_DP1]
-                + [("peers", *part) for part in catalog.PEER_PARTS[1:]])
+                + [("peers", *part) for part in catalog.PEER_PARTS[1:]]
+                + [(kind, name, keys) for name, kind, keys in catalog.MOE_PARTS])
     parts = catalog.PARTS_DP2 if gpus == 2 else catalog.PARTS_NODE
     return [("toggles", name, keys) for name, keys in parts]
 
 
 def cmd_all(args) -> int:
-    base_shape = shape = _shape(args)
+    shape = _shape(args)
     precheck, availability, runner, cal = _tools(args)
     out_dir = Path(args.out_dir) if args.out_dir else record.BENCH_DIR
     hw = hardware_tag(record.gpu_info().get("name"), shape.gpus)
@@ -158,28 +164,36 @@ def cmd_all(args) -> int:
                   f"{', '.join(part for _, part, _ in parts)}", file=sys.stderr)
             return 2
         parts = [p for p in parts if p[1] in wanted]
+    moe_parts = {name for name, _kind, _keys in catalog.MOE_PARTS}
     todo, lines = [], []
     for kind, part, keys in parts:
-        name = f"{part}_{hw}_{shape.tag()}"
+        part_shape = catalog.MOE_SHAPE if part in moe_parts else shape   # its own shape
+        name = f"{part}_{hw}_{part_shape.tag()}"
         out = out_dir / f"{name}.json"
         if not args.force and (suites.is_complete(out)
                                or suites.is_complete(record.BENCH_DIR / f"{name}.json")):
             lines.append(f"  {name}: done (complete JSON present; --force re-measures)")
             continue
-        todo.append((kind, part, keys, name, out))
+        todo.append((kind, part, keys, name, out, part_shape))
     planned = []
-    for i, (kind, part, keys, name, out) in enumerate(todo):
+    for i, (kind, part, keys, name, out, part_shape) in enumerate(todo):
         if i % slots != slot:
             lines.append(f"  {name}: slot {i % slots}/{slots}")
             continue
-        shape = dataclasses.replace(base_shape, backend=catalog.PART_BACKEND.get(part))
+        if part not in moe_parts:   # the MoE parts keep their own shape's backend
+            part_shape = dataclasses.replace(part_shape, backend=catalog.PART_BACKEND.get(part))
+        part_precheck = precheck
+        if part_shape.family != shape.family and hasattr(precheck, "keywords"):
+            part_precheck = functools.partial(precheck.func, family=part_shape.family)
         try:
             if kind == "toggles":
                 configs, values = suites.toggle_configs(
-                    shape, catalog.select(shape, None, None, list(keys)), precheck)
+                    part_shape, catalog.select(part_shape, None, None, list(keys)),
+                    part_precheck)
                 extra = {"default_resolved": values, "part": part}
             else:
-                configs = suites.peer_configs(shape, list(keys), precheck, availability)
+                configs = suites.peer_configs(part_shape, list(keys), part_precheck,
+                                              availability)
                 extra = {"part": part}
         except suites.SuiteError as err:
             lines.append(f"  {name}: cannot run here: {err}")
@@ -187,18 +201,18 @@ def cmd_all(args) -> int:
         if slots > 1:
             extra["concurrency"] = (f"slot {slot}/{slots}: ran beside {slots - 1} other "
                                     "benchmark process(es), each on its own GPU of this host")
-        specs = sweep.order(configs, shape)
+        specs = sweep.order(configs, part_shape)
         if not specs and args.te:   # not written: a session where TE runs measures it
             lines.append(f"  {name}: nothing to measure here: " + "; ".join(
                 f"{c.id}: {c.status} {c.message}"[:200] for c in configs if not c.runnable))
             continue
         est = sum(plan.estimate(s, cal) for s in specs)
-        planned.append((kind, name, out, configs, extra, specs, est, shape))
+        planned.append((kind, name, out, configs, extra, specs, est, part_shape))
         lines.append(f"  {name}: {len(specs)} runs, about {est:.0f} s")
     print(f"[bench all] {shape.gpus} GPU(s), slot {slot}/{slots}, budget {budget:.0f} s; "
           "parts in order:\n" + "\n".join(lines), flush=True)
     spent = 0.0
-    for kind, name, out, configs, extra, specs, est, shape in planned:
+    for kind, name, out, configs, extra, specs, est, part_shape in planned:
         fits = spent + est <= budget
         print(f"[bench all] {name}: {'runs now' if fits else 'left for a later session'} "
               f"(about {est:.0f} s)", flush=True)
@@ -210,8 +224,9 @@ def cmd_all(args) -> int:
             continue
         remaining = budget - (clock() - started)
         header = record.header(name)
-        part_runner = runner.for_part(name) if hasattr(runner, "for_part") else runner
-        result = suites.run_suite(kind, header, shape, configs, part_runner,
+        part_runner = (runner.for_part(name, part_shape.family) if hasattr(runner, "for_part")
+                       else runner)
+        result = suites.run_suite(kind, header, part_shape, configs, part_runner,
                                   lambda s: plan.estimate(s, cal), out, remaining, extra)
         print(table(result), flush=True)
         print(f"[bench all] wrote {out}" + ("" if result["complete"] else " (incomplete)"))

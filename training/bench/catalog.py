@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import training.moe.presets  # noqa: F401 - registers the MoE families (the MoE parts' shape)
 from training.launch.recipes import RECIPES
 from training.launch.toggles import LAUNCHER, PERF_TOGGLES, REGISTRY
 
@@ -43,15 +44,19 @@ class Lever:
         return ",".join(f"{k}={v}" for k, v in self.env.items())
 
 
+def _switched_off(name: str, kind: str, group: str, note: str, needs_dp: bool = False) -> Lever:
+    """A default-on toggle's lever: its variant sets it to 0, its effect is reported for 1."""
+    return Lever(key=name, id=name, kind=kind, group=group, env={name: "0"}, set=f"{name}=1",
+                 baseline=f"{name}=0", default_is_set=True, needs_dp=needs_dp, note=note)
+
+
 def toggle_levers() -> list[Lever]:
     """Each default-on performance toggle, switched off."""
     out = []
     for t in PERF_TOGGLES:
         flce = t.name == "CROSS_ENTROPY_LOSS_FUSION"
-        out.append(Lever(
-            key=t.name, id=t.name, kind="flce" if flce else "toggle",
-            group="flce" if flce else "toggles", env={t.name: "0"},
-            set=f"{t.name}=1", baseline=f"{t.name}=0", default_is_set=True,
+        out.append(_switched_off(
+            t.name, "flce" if flce else "toggle", "flce" if flce else "toggles",
             needs_dp=t.name == "DDP_AVERAGE_IN_COLLECTIVE",
             note=("fused linear cross-entropy (never materialises the logits) vs plain "
                   "cross-entropy on the native backend; one of the five default-on toggles"
@@ -170,12 +175,26 @@ def optimizer_state_levers() -> list[Lever]:
     ]
 
 
+def moe_levers() -> list[Lever]:
+    """MoE models only (the MoE parts' shape): their default-on toggles, switched off."""
+    return [
+        _switched_off("MOE_GROUPED_GEMM", "toggle", "moe",
+                      "the experts as grouped GEMMs (native: torch's grouped_mm; TE: its "
+                      "grouped linear) vs Megatron's SequentialMLP, one GEMM pair per expert "
+                      "in turn"),
+        _switched_off("MOE_PERMUTE_FUSION", "toggle", "moe",
+                      "the dispatcher's permute/unpermute as gathers (native: the atomic-free "
+                      "gather-sum; TE: its fused permute) vs Megatron's torch scatter-add"),
+    ]
+
+
 def all_levers(shape: BenchShape) -> list[Lever]:
-    return toggle_levers() + precision_levers() + other_levers(shape)
+    return toggle_levers() + precision_levers() + other_levers(shape) + moe_levers()
 
 
 GROUPS = ("toggles", "flce", "flce_chunk", "nan_check", "gc", "precision", "backend", "kernels",
-          "recompute", "mbs", "seq", "dist_opt", "dp1_ddp", "overlap", "optimizer_state")
+          "recompute", "mbs", "seq", "dist_opt", "dp1_ddp", "overlap", "optimizer_state",
+          "moe")
 
 # Peers: sides of `bench peers` (levers.json kind "peer"; native vs local is also the
 # TRANSFORMER_IMPL=local backend lever).
@@ -253,7 +272,7 @@ def select(shape: BenchShape, only: list[str] | None, groups: list[str] | None,
     if groups is None:
         groups = ["precision"]
     if "all" in groups:
-        groups = [g for g in GROUPS if g not in ("toggles", "flce")]
+        groups = [g for g in GROUPS if g not in ("toggles", "flce", "moe")]
     if "none" in groups:
         groups = []
     bad = [g for g in groups if g not in GROUPS]
@@ -314,3 +333,17 @@ TE_PARTS = (
 )
 PART_BACKEND = {"te-recipes": "transformer_engine", "te-toggles-a": "transformer_engine",
                 "te-toggles-b": "transformer_engine"}
+
+# The MoE parts (`bench all` at one GPU, after the dense ones), at their own shape: Qwen3-30B-A3B
+# cut to the depth that fits one H200 by the memory estimator (same width, 128 experts, top-8),
+# seq 4096, global batch 8 (the MoE levers are noisy at batch 1), 2 repeats.
+MOE_SHAPE = BenchShape(family="qwen3_moe", model_size="30B-A3B", num_layers=8, seq_length=4096,
+                       mbs=1, global_batch=8, warmup=2, steps=3, repeats=2)
+# (part, kind, sides or lever keys), each a few minutes on one H200: moe-peers after the MoE
+# GPU tests in one call (dev/gpu/moe.sh), the others in later calls (dev/gpu/bench.sh 1 PART).
+MOE_PARTS = (
+    ("moe-peers", "peers", ("native", "hf", "hf_liger")),
+    ("moe-levers", "toggles", ("MOE_GROUPED_GEMM",)),
+    ("moe-peers-torchtitan", "peers", ("native", "torchtitan")),
+    ("moe-levers-permute", "toggles", ("MOE_PERMUTE_FUSION",)),
+)

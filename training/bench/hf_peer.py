@@ -1,6 +1,10 @@
 """The Hugging Face peer: LlamaForCausalLM (SDPA) at the same shape, each given its best setup
 (bf16 parameters, fused AdamW, optionally Liger-Kernel's RMSNorm/RoPE/SwiGLU and fused linear
 cross-entropy), the same micro-batch and global batch through gradient accumulation.
+An MoE preset runs as Qwen3MoeForCausalLM (q/k norms; Mixtral-like presets as
+MixtralForCausalLM): its experts on torch's grouped_mm (transformers' default experts
+implementation), with Liger its fused MoE kernel (LigerExperts); the router's aux loss is
+computed every step, as ours is (output_router_logits, the preset's coefficient).
 
 Run as a subprocess: `python -m training.bench.hf_peer --json-out F ...`, so each peer gets
 a fresh CUDA context and its own peak-memory figure.
@@ -10,7 +14,37 @@ from __future__ import annotations
 import argparse
 import time
 
-from .peer_common import add_peer_arguments, write_result
+from .peer_common import add_peer_arguments, preset_named, write_result
+
+
+def hf_model_config(preset, num_layers: int, seq_length: int):
+    """The transformers class and config of a preset's shape at num_layers."""
+    common = dict(vocab_size=preset.vocab_size, hidden_size=preset.hidden_size,
+                  num_hidden_layers=num_layers, num_attention_heads=preset.num_attention_heads,
+                  num_key_value_heads=preset.num_query_groups,
+                  max_position_embeddings=max(preset.max_position_embeddings, seq_length),
+                  rms_norm_eps=preset.norm_epsilon, tie_word_embeddings=False)
+    rope = {"rope_type": "default", "rope_theta": float(preset.rotary_base)}
+    if not getattr(preset, "num_experts", None):
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        return LlamaForCausalLM, LlamaConfig(
+            intermediate_size=preset.ffn_hidden_size, rope_theta=float(preset.rotary_base),
+            attention_bias=False, mlp_bias=False, **common)
+    moe = dict(num_experts_per_tok=preset.router_topk, output_router_logits=True,
+               router_aux_loss_coef=preset.aux_loss_coeff, rope_parameters=rope)
+    if preset.qk_layernorm:
+        from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+
+        return Qwen3MoeForCausalLM, Qwen3MoeConfig(
+            intermediate_size=preset.ffn_hidden_size, head_dim=preset.head_dim,
+            num_experts=preset.num_experts, moe_intermediate_size=preset.moe_ffn_hidden_size,
+            norm_topk_prob=True, decoder_sparse_step=1, attention_bias=False, **moe, **common)
+    from transformers import MixtralConfig, MixtralForCausalLM
+
+    return MixtralForCausalLM, MixtralConfig(
+        intermediate_size=preset.moe_ffn_hidden_size, num_local_experts=preset.num_experts,
+        head_dim=preset.head_dim, **moe, **common)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,23 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
 
-    from training.launch.presets import PRESETS
-
-    preset = PRESETS[args.model]
+    preset = preset_named(args.model)
     torch.manual_seed(1234)
-    config = LlamaConfig(
-        vocab_size=preset.vocab_size, hidden_size=preset.hidden_size,
-        intermediate_size=preset.ffn_hidden_size, num_hidden_layers=args.num_layers,
-        num_attention_heads=preset.num_attention_heads,
-        num_key_value_heads=preset.num_query_groups,
-        max_position_embeddings=max(preset.max_position_embeddings, args.seq_length),
-        rope_theta=float(preset.rotary_base), rms_norm_eps=preset.norm_epsilon,
-        tie_word_embeddings=False, attention_bias=False, mlp_bias=False)
+    model_class, config = hf_model_config(preset, args.num_layers, args.seq_length)
     config._attn_implementation = "sdpa"
     with torch.device("cuda"):
-        model = LlamaForCausalLM(config).to(torch.bfloat16)
+        model = model_class(config).to(torch.bfloat16)
     if args.liger:
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
 

@@ -1,5 +1,5 @@
-"""One measured point of ours: the real launcher (examples/llama/train_<family>.sh) in a
-subprocess, read back from the run folder it writes (manifest.json and metrics.jsonl).
+"""One measured point of ours: the real launcher (the family's entry script, e.g.
+examples/llama/train_llama3.sh) in a subprocess, read back from the run folder it writes (manifest.json and metrics.jsonl).
 
 precheck() resolves the same launch in-process first (DRY_RUN: the launcher's own resolve,
 guards included, no GPU): a refused lever costs no launch, and a guard's corrections are
@@ -34,6 +34,18 @@ def clean_environ(environ: dict[str, str] | None = None) -> tuple[dict[str, str]
     return environ, dropped
 
 
+def family_layers(family: str) -> list:
+    """The recipe layers a family's entry point resolves with (the MoE family's toggles and
+    guards: training/moe/layer.py); none for the core's families."""
+    from training.moe.presets import MOE_FAMILIES
+
+    if family in MOE_FAMILIES:
+        from training.moe.layer import MOE
+
+        return [MOE]
+    return []
+
+
 def precheck(toggles: dict[str, str], family: str = "llama3",
              environ: dict[str, str] | None = None) -> dict:
     """Resolve the launch as the launcher would (DRY_RUN=1, with the memory pre-flight the
@@ -48,7 +60,7 @@ def precheck(toggles: dict[str, str], family: str = "llama3",
     try:
         with warnings.catch_warnings():  # Megatron's import-time notices (no TE/apex here)
             warnings.simplefilter("ignore")
-            launch = resolve(family, env)
+            launch = resolve(family, env, layers=family_layers(family))
             check(launch)
     except LaunchError as err:
         return {"status": "refused", "message": str(err)}
@@ -93,7 +105,9 @@ def run_point(label: str, toggles: dict[str, str], experiment_dir: Path, log_dir
     run_id = f"{int(time.time() * 1000)}"
     env.update(EXPERIMENT_DIR=str(experiment_dir), EXP_NAME=label, RUN_ID=run_id)
     log = log_dir / f"{label}.log"
-    script = REPO_ROOT / "examples" / "llama" / f"train_{family}.sh"
+    from training.launch.presets import SCRIPTS
+
+    script = REPO_ROOT / SCRIPTS[family]
     started = time.time()
     returncode, timed_out = run_logged(["bash", str(script)], env, log, timeout_s)
     ended = time.time()

@@ -6,6 +6,15 @@ import argparse
 import json
 
 
+def preset_named(name: str):
+    """A model preset by name: the dense ones (training/launch/presets.py) or the MoE family's
+    (training/moe/presets.py)."""
+    from training.launch.presets import PRESETS
+    from training.moe.presets import MOE_PRESETS
+
+    return {**PRESETS, **MOE_PRESETS}[name]
+
+
 def add_peer_arguments(parser: argparse.ArgumentParser, steps: int, warmup: int) -> None:
     parser.add_argument("--model", default="llama3-8B")
     parser.add_argument("--num-layers", type=int, default=8)
@@ -22,11 +31,10 @@ def write_result(args, times: list[float], losses: list[float] | None, optimizer
     """Steady-state throughput of one peer run, written to args.json_out."""
     import torch
 
-    from training.launch.presets import PRESETS
     from training.metrics import flops_per_token, peak_tflops
     from training.run_description import Model
 
-    shape = Model.of(PRESETS[args.model], args.num_layers, args.seq_length)
+    shape = Model.of(preset_named(args.model), args.num_layers, args.seq_length)
     steady = times[args.warmup:]
     per_gpu = args.global_batch * args.seq_length * len(steady) / sum(steady)
     tflops = flops_per_token(shape) * per_gpu / 1e12

@@ -28,9 +28,11 @@ class Runners:
         self.master_port = master_port
         self.timeout_s = timeout_s
 
-    def for_part(self, name: str) -> "Runners":
-        """The same runner with its files under work_dir/name (one folder per JSON)."""
-        return Runners(self.work_dir / name, self.family, self.master_port, self.timeout_s)
+    def for_part(self, name: str, family: str | None = None) -> "Runners":
+        """The same runner with its files under work_dir/name (one folder per JSON), for the
+        part's model family."""
+        return Runners(self.work_dir / name, family or self.family, self.master_port,
+                       self.timeout_s)
 
     def __call__(self, spec: PointSpec) -> dict:
         if spec.side == "ours":

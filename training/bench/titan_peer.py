@@ -1,4 +1,5 @@
-"""The torchtitan peer: torchtitan's own Trainer and llama3 model at our shape, one process.
+"""The torchtitan peer: torchtitan's own Trainer and llama3 model at our shape, one process
+(an MoE preset: its Qwen3 model with MoE, register_qwen3_moe_spec).
 
 Written against torchtitan 0.2.2 (its Trainer, TrainSpec registry and ConfigManager). What
 was checked on 2026-11-30 (CPU only, torch 2.11.0):
@@ -160,6 +161,37 @@ def register_spec(num_layers: int, hidden: int, ffn: int, heads: int, kv_heads: 
     register_train_spec(SPEC_NAME, spec)
 
 
+def register_qwen3_moe_spec(preset, num_layers: int, seq: int) -> None:
+    """torchtitan's Qwen3 TrainSpec (its MoE: grouped_mm experts, softmax top-k router with
+    the top-k renormalised, its aux-loss-free load balancing) with our MoE preset's shape as
+    flavor 'bench', and the random-token loader."""
+    import torchtitan.models.qwen3  # noqa: F401 - registers the "qwen3" spec
+    from torchtitan.protocols.train_spec import get_train_spec, register_train_spec
+
+    if not preset.qk_layernorm or preset.shared_expert_ffn_hidden_size:
+        raise RuntimeError(f"{preset.name} is not a Qwen3-MoE shape (q/k norms, no shared "
+                           "expert): torchtitan 0.2.2 has no Mixtral model")
+    base = get_train_spec("qwen3")
+    flavor = base.model_args["30B-A3B"]
+    args = dataclasses.replace(
+        flavor, dim=preset.hidden_size, n_layers=num_layers,
+        n_heads=preset.num_attention_heads, n_kv_heads=preset.num_query_groups,
+        head_dim=preset.head_dim, vocab_size=preset.vocab_size,
+        hidden_dim=preset.ffn_hidden_size, norm_eps=preset.norm_epsilon,
+        rope_theta=float(preset.rotary_base), max_seq_len=seq, qk_norm=True,
+        moe_enabled=True, moe_inter_dim=preset.moe_ffn_hidden_size,
+        moe_args=dataclasses.replace(flavor.moe_args, num_experts=preset.num_experts,
+                                     top_k=preset.router_topk, num_shared_experts=0))
+
+    def loader(dp_world_size, dp_rank, tokenizer, job_config, **_kw):
+        return _RandomTokens(job_config.training.local_batch_size,
+                             job_config.training.seq_len, preset.vocab_size, seed=1234 + dp_rank)
+
+    spec = dataclasses.replace(base, model_args={"bench": args}, build_dataloader_fn=loader,
+                               build_tokenizer_fn=None, build_validator_fn=None)
+    register_train_spec(SPEC_NAME, spec)
+
+
 def job_args(a, dump_folder: str) -> list[str]:
     """torchtitan CLI overrides for our shape and its best one-GPU setup."""
     words = ["--model.name", SPEC_NAME, "--model.flavor", "bench",
@@ -197,14 +229,17 @@ def main(argv: list[str] | None = None) -> int:
     from torchtitan.tools.logging import init_logger
     from torchtitan.train import Trainer
 
-    from training.launch.presets import PRESETS
+    from .peer_common import preset_named
 
     init_logger()   # as torchtitan's own entry point does: its config, memory and loss lines
-    preset = PRESETS[a.model]
-    register_spec(a.num_layers, preset.hidden_size, preset.ffn_hidden_size,
-                  preset.num_attention_heads, preset.num_query_groups, preset.vocab_size,
-                  a.seq_length, float(preset.rotary_base), preset.norm_epsilon, a.mbs,
-                  rope_scaling=preset.rope_scaling)
+    preset = preset_named(a.model)
+    if getattr(preset, "num_experts", None):
+        register_qwen3_moe_spec(preset, a.num_layers, a.seq_length)
+    else:
+        register_spec(a.num_layers, preset.hidden_size, preset.ffn_hidden_size,
+                      preset.num_attention_heads, preset.num_query_groups, preset.vocab_size,
+                      a.seq_length, float(preset.rotary_base), preset.norm_epsilon, a.mbs,
+                      rope_scaling=preset.rope_scaling)
     dump = os.path.join(os.path.dirname(os.path.abspath(a.json_out)), "torchtitan")
     config = ConfigManager().parse_args(job_args(a, dump))
 

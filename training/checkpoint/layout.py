@@ -167,7 +167,13 @@ def _fmt(value) -> str:
 def match_preset(arch: Architecture, presets: dict, name: str | None = None):
     """The preset this architecture is (its layer count may differ: NUM_LAYERS); raises
     ArchitectureError naming the differing fields of the named (or nearest) preset."""
-    candidates = [presets[name]] if name else list(presets.values())
+    # MoE presets (training/moe registers them into the same table) have experts this Llama
+    # mapping does not write: never a match (training/moe/hf_qwen3_moe.py maps Qwen3-MoE)
+    if name and getattr(presets[name], "num_experts", None):
+        raise ArchitectureError(f"preset {name} is a mixture of experts: this import maps "
+                                "Llama checkpoints only")
+    candidates = ([presets[name]] if name else
+                  [p for p in presets.values() if not getattr(p, "num_experts", None)])
     diffs = {p.name: Architecture.from_preset(p).differences(arch) for p in candidates}
     exact = [p for p in candidates if not diffs[p.name]]
     if exact:

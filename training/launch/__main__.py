@@ -57,10 +57,11 @@ def _split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     return own, argv[i:]
 
 
-def main(argv: list[str] | None = None, checks=()) -> int:
-    """`checks`: functions of the resolved Launch run before anything is printed or written
-    (a refusal is a LaunchError): how a reader plugs a check in from above (the memory
-    pre-flight: python -m training.optimize.preflight)."""
+def main(argv: list[str] | None = None, layers=(), checks=()) -> int:
+    """`layers`: a family's recipe layers (training/launch/layers.py), passed by its own entry
+    point (training.moe.launch); the core knows none. `checks`: functions of the resolved
+    Launch run before anything is printed or written (a refusal is a LaunchError): how a reader
+    plugs a check in from above (the memory pre-flight: python -m training.optimize.preflight)."""
     parser = argparse.ArgumentParser(prog="python -m training.launch",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", required=True, help="model family: llama3 | llama2")
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None, checks=()) -> int:
     from .resolve import resolve
 
     try:
-        launch = resolve(args.family, dict(os.environ), words)
+        launch = resolve(args.family, dict(os.environ), words, layers=layers)
         for check in checks:
             check(launch)
     except LaunchError as err:

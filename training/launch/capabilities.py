@@ -34,6 +34,9 @@ class Capabilities:
     # Transformer Engine's version where it imports here; None on a named platform (its image's
     # TE: 2.17 in rocm/primus:v26.7, NGC 26.03's; both have what the guards ask of TE).
     te_version: str | None = None
+    # DeepEP (deep_ep), the kernels of Megatron's flex token dispatcher (MoE); not in the
+    # project's images.
+    deep_ep: bool = False
 
     @property
     def info(self) -> Platform | None:
@@ -76,7 +79,8 @@ def detect() -> Capabilities:
         transformer_engine=te_version is not None, te_version=te_version,
         apex_fused_wgrad=_imports("fused_weight_gradient_mlp_cuda"),
         liger=_installed("liger_kernel"), flash_attn=_installed("flash_attn"),
-        masked_softmax_kernel=_imports("scaled_masked_softmax_cuda"))
+        masked_softmax_kernel=_imports("scaled_masked_softmax_cuda"),
+        deep_ep=_installed("deep_ep"))
 
 
 def resolve(platform: str) -> Capabilities:

@@ -28,6 +28,7 @@ GROUP_TITLES = {
     "training": "Training loop", "data": "Data", "output": "Run folder, logging, checkpoints",
     "profile": "Profiling", "cluster": "Cluster (torchrun)", "launcher": "Launcher",
     "mlperf": "MLPerf Llama 3.1 8B (examples/mlperf/llama31_8b)",
+    "moe": "Mixture of experts (examples/moe; MoE presets only)",
 }
 
 

@@ -349,6 +349,17 @@ def fused_qkv_rope_kernel(ctx: LaunchContext) -> None:
 
 
 @guard
+def fused_qkv_rope_qk_norm(ctx: LaunchContext) -> None:
+    """Q/K norms (Qwen3) sit between the QKV projection and RoPE: no fused QKV RoPE."""
+    if ctx.preset.qk_layernorm:
+        _off_or_refuse(ctx, "FUSED_SINGLE_QKV_ROPE", "fused_qkv_rope_qk_norm",
+                       f"{ctx.preset.name} normalises each head's query and key before RoPE, "
+                       "so RoPE cannot run on the packed QKV projection (megatron-core asserts "
+                       "'fused_single_qkv_rope requested but not available/supported')",
+                       "Set FUSED_SINGLE_QKV_ROPE=0.")
+
+
+@guard
 def ce_chunk_mem(ctx: LaunchContext) -> None:
     """CE_CHUNK_MEM sizes the Liger fused linear cross-entropy; anywhere else it does nothing."""
     s = ctx.settings

@@ -40,6 +40,17 @@ class ModelPreset(Model):
             args += ["--group-query-attention", "--num-query-groups", str(self.num_query_groups)]
         if self.rope_scaling:
             args += ["--use-rope-scaling", "--rope-scaling-factor", "8.0"]
+        if self.kv_channels:
+            args += ["--kv-channels", str(self.kv_channels)]
+        if self.qk_layernorm:
+            args += ["--qk-layernorm"]
+        if self.num_experts:   # every layer an MoE layer
+            args += ["--num-experts", str(self.num_experts),
+                     "--moe-router-topk", str(self.router_topk),
+                     "--moe-ffn-hidden-size", str(self.moe_ffn_hidden_size)]
+            if self.shared_expert_ffn_hidden_size:
+                args += ["--moe-shared-expert-intermediate-size",
+                         str(self.shared_expert_ffn_hidden_size)]
         return args
 
 
@@ -64,6 +75,21 @@ FAMILIES: dict[str, tuple[dict[str, str], str]] = {
     "llama2": ({"7B": "llama2-7B", "13B": "llama2-13B", "70B": "llama2-70B",
                 "tiny": "tiny"}, "7B"),
 }
+
+
+# family -> its entry script (what a user runs; the bench launches it)
+SCRIPTS: dict[str, str] = {"llama3": "examples/llama/train_llama3.sh",
+                           "llama2": "examples/llama/train_llama2.sh"}
+
+
+def register_family(family: str, sizes: dict[str, str], default: str,
+                    presets: dict[str, ModelPreset], script: str) -> None:
+    """A model family that plugs in from above (training/moe/presets.py): its presets,
+    MODEL_SIZE values and entry script join the tables the launcher resolves from.
+    Idempotent."""
+    PRESETS.update(presets)
+    FAMILIES[family] = (dict(sizes), default)
+    SCRIPTS[family] = script
 
 
 def preset_for(family: str, model_size: str | None) -> ModelPreset:

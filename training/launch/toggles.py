@@ -43,6 +43,7 @@ GROUP_TO_BUCKET = {
     "launcher: run": OUTPUT_ARGS,
     "distributed init": EXTRA_ARGS,
     "experimental": TRAIN_ARGS,     # 0.19.2 defines the precision-aware optimizer's flags here
+    "moe": GPT_ARGS,
 }
 
 

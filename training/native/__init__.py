@@ -10,6 +10,10 @@
   optimizer.py      torch's fused AdamW where Megatron would fall back to the foreach one
   multi_tensor.py   gradient clipping's l2 norm and scale as torch foreach ops (no per-
                     parameter host sync, no temporary copy of each gradient)
+  grouped_experts.py  MoE: the experts of a layer as grouped GEMMs (torch's grouped_mm) in
+                    Megatron's TEGroupedMLP, no TE; a loop over the experts off the fast path
+  moe_permute.py    MoE: the token dispatchers' permute/unpermute as gathers (no atomic
+                    scatter-add; one Triton gather-sum pass, or torch ops)
 
 Each module offers the Liger/Triton kernel and a plain torch implementation of the same
 function; which one runs is decided once by the launcher (NATIVE_KERNELS) and shown in the

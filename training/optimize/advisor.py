@@ -431,14 +431,25 @@ def memory_flow(config: RunDescription, ctx: Context, book: LeverBook) -> dict[s
             "final_estimate": est}
 
 
+def _toggle_help(name: str) -> str:
+    """A toggle's help: the core registry's, or the MoE layer's (training/moe/layer.py)."""
+    if name in BY_NAME:
+        return BY_NAME[name].description
+    from training.moe.layer import TOGGLES as MOE_TOGGLES
+
+    return next((t.description for t in MOE_TOGGLES if t.name == name), "")
+
+
 def _user_off_candidates(inputs: RunInputs) -> list[tuple[str, str]]:
     rows = {r.get("toggle"): r for r in inputs.manifest.get("toggles", []) if isinstance(r, dict)}
     names = [t.name for t in PERF_TOGGLES] + list(rules.ON_TOGGLES_FOR_SPEED)
+    if (inputs.manifest.get("model") or {}).get("num_experts"):
+        names += list(rules.MOE_ON_TOGGLES)
     out = []
     for name in names:
         row = rows.get(name)
         if row and str(row.get("value")) == "0" and row.get("source") in USER_SOURCES:
-            out.append((name, BY_NAME[name].description if name in BY_NAME else ""))
+            out.append((name, _toggle_help(name)))
     return out
 
 

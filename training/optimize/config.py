@@ -17,7 +17,6 @@ from training.run_description import RunDescription
 from .inputs import BadInput
 
 BACKENDS = ("native", "local", "transformer_engine")
-SCRIPTS = {"llama3": "examples/llama/train_llama3.sh", "llama2": "examples/llama/train_llama2.sh"}
 
 
 def platform_of(manifest: dict, override: str | None) -> tuple[str | None, str]:
@@ -37,10 +36,16 @@ def platform_of(manifest: dict, override: str | None) -> tuple[str | None, str]:
     return None, "unknown (no GPU in the manifest: pass --platform, e.g. --platform h200)"
 
 
-def _preset_layers(name: str) -> int | None:
-    from training.launch.presets import PRESETS
+def _presets():
+    """The launcher's preset tables, with the families that plug in from above registered."""
+    import training.moe.presets  # noqa: F401 - registers the MoE presets and entry scripts
+    from training.launch import presets
 
-    preset = PRESETS.get(name)
+    return presets
+
+
+def _preset_layers(name: str) -> int | None:
+    preset = _presets().PRESETS.get(name)
     return preset.num_layers if preset else None
 
 
@@ -109,7 +114,7 @@ def available(run: RunDescription, library: str) -> bool:
 
 
 def script(run: RunDescription) -> str:
-    return SCRIPTS.get(run.family, f"examples/*/train_{run.family}.sh")
+    return _presets().SCRIPTS.get(run.family, f"examples/*/train_{run.family}.sh")
 
 
 def shape_key(run: RunDescription) -> dict[str, Any]:

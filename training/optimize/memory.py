@@ -39,6 +39,22 @@ GQA, no dropout (p=0), no biases):
   one layer's full set is rebuilt at a time during backward.
   Pipeline: the first stage holds min(PP, micro-batches) micro-batches (1F1B).
 
+Mixture of experts (MoE presets; E experts of FFN width f_e, top-k, shared expert f_s):
+  parameters  the experts (E x 3h*f_e per layer) are split over EP x ETP: each rank holds
+              E/EP experts of f_e/ETP; the router (E x h) is replicated; the attention as
+              in a dense layer (with the head dim d: q width n*d, kv width g*d)
+  optimizer   under the distributed optimizer the experts' fp32 main params, moments and the
+              step's fp32 gradient copy are sharded over the expert-data-parallel ranks
+              (world / (EP x ETP x PP)), the dense ones over DP*CP as before
+  activations per token and MoE layer, in place of the MLP's 6f/TP:
+                k x (2h + 6f_e/ETP)   each routed copy's fc1 input, fc1 output, SwiGLU output
+                + 8E                  router logits and scores in fp32
+                + 6f_s/TP             the shared expert, if any
+  dispatch    EP>1: the all-to-all's send and receive buffers of one layer, 2 x k x 2h per
+              token, transient (with the backward working set)
+  backward    one MoE layer's input gradients: k x (6f_e/ETP + 2h) per token
+Tokens dropped by a capacity factor are counted as routed (an upper bound).
+
 Loss (last stage), at the end of the forward pass:
   final norm input and output 2 x 2h /SP per token, and
   - fused linear cross-entropy (native backend, CROSS_ENTROPY_LOSS_FUSION=1, TP=1): no
@@ -156,19 +172,46 @@ _MASTER_LABELS = {"fp32": "fp32 main params",
 
 
 def layer_params(c: RunDescription) -> tuple[float, float]:
-    """(tensor-parallel-sharded, replicated) parameters of one layer on one rank."""
+    """(tensor-parallel-sharded, replicated) non-expert parameters of one layer on one rank."""
     m, lay = c.model, c.layout
-    h, f = m.hidden_size, m.ffn_hidden_size
-    attention = h * (h + 2 * m.kv_width) + h * h       # QKV and output projections
-    mlp = 3 * h * f                                      # SwiGLU: fc1 (2f x h) + fc2 (h x f)
-    return (attention + mlp) / lay.tp, 2 * h             # two RMSNorm weights
+    h, f, q = m.hidden_size, m.ffn_hidden_size, m.q_width
+    attention = h * (q + 2 * m.kv_width) + q * h         # QKV and output projections
+    replicated = 2 * h                                   # two RMSNorm weights
+    if m.moe:
+        mlp = 3 * h * m.shared_expert_ffn_hidden_size    # a shared expert, if any
+        replicated += m.num_experts * h + (2 * m.head_dim if m.qk_layernorm else 0)
+    else:
+        mlp = 3 * h * f                                  # SwiGLU: fc1 (2f x h) + fc2 (h x f)
+    return (attention + mlp) / lay.tp, replicated
+
+
+def expert_parallel(c: RunDescription) -> tuple[int, int]:
+    """(EP, ETP) of an MoE run (1, 1 for a dense one or a manifest without them)."""
+    return int(c.get("EP", 1)), int(c.get("ETP", 1))
+
+
+def expert_data_parallel(c: RunDescription) -> int:
+    """The ranks the distributed optimizer shards the experts' states over: the world over
+    EP x ETP x PP (Megatron's expert grid)."""
+    ep, etp = expert_parallel(c)
+    return max(c.layout.world_size // (ep * etp * c.layout.pp), 1)
+
+
+def stage_expert_params(c: RunDescription) -> float:
+    """The experts of one pipeline stage's MoE layers on one rank: E/EP experts of f_e/ETP."""
+    m = c.model
+    if not m.moe:
+        return 0.0
+    ep, etp = expert_parallel(c)
+    per_layer = m.num_experts / ep * 3 * m.hidden_size * m.moe_ffn_hidden_size / etp
+    return math.ceil(m.num_layers / c.layout.pp) * per_layer
 
 
 def stage_params(c: RunDescription, stage: str) -> float:
     m, lay = c.model, c.layout
     sharded, replicated = layer_params(c)
     layers = math.ceil(m.num_layers / lay.pp)
-    count = layers * (sharded + replicated)
+    count = layers * (sharded + replicated) + stage_expert_params(c)
     embedding = m.padded_vocab(lay.tp) * m.hidden_size / lay.tp
     if stage in ("only", "first"):
         count += embedding                               # input embedding
@@ -182,28 +225,43 @@ def activation_bytes_per_token(c: RunDescription,
     """Stored bytes per token of one layer on one rank, split by how they are sharded."""
     m, lay = c.model, c.layout
     h, f, n, kv = m.hidden_size, m.ffn_hidden_size, m.num_attention_heads, m.kv_width
+    q = m.q_width                                         # n*d: h unless the head dim is its own
     mode = recompute or c["RECOMPUTE"]
     sp_div = lay.tp if c["SEQUENCE_PARALLEL"] else 1
     if mode == "full":
         return {"sp": 2 * h / sp_div, "tp": 0.0, "scores": 0.0}
     norms = 4 * 2 * h
     mlp = 4 * f + 2 * f
+    if m.moe:   # the routed copies (fc1 input, fc1 and SwiGLU outputs), router, shared expert
+        etp = expert_parallel(c)[1]
+        mlp = (m.router_topk * (2 * h + 6 * m.moe_ffn_hidden_size / etp) + 8 * m.num_experts
+               + 6 * m.shared_expert_ffn_hidden_size)
     if mode == "selective":
-        attention = 2 * (h + 2 * kv) + 2 * h
+        attention = 2 * (q + 2 * kv) + 2 * q
         scores = 0.0
     elif c.backend == "local":
-        attention = 2 * h + 2 * 2 * h + 2 * h            # q, k and v repeated to n heads, context
+        attention = 2 * q + 2 * 2 * q + 2 * q            # q, k and v repeated to n heads, context
         scores = 2 * n * m.seq_length                     # bf16 softmax probabilities
     elif c.backend == "native":
-        attention = 2 * (h + 2 * kv) + 2 * h + 2 * h      # q, k, v, SDPA output, its [s,b,h] copy
+        attention = 2 * (q + 2 * kv) + 2 * q + 2 * q      # q, k, v, SDPA output, its [s,b,h] copy
         scores = 0.0
     else:                                                 # transformer_engine
-        attention = 2 * (h + 2 * kv) + 2 * h
+        attention = 2 * (q + 2 * kv) + 2 * q
         scores = 0.0
     return {"sp": norms / sp_div, "tp": (attention + mlp) / lay.tp, "scores": scores / lay.tp}
 
 
 def _formula_per_token(c: RunDescription, mode: str) -> str:
+    text = _dense_formula_per_token(c, mode)
+    m = c.model
+    if m.moe:
+        experts = ("k(2h + 6f_e" + ("/ETP" if expert_parallel(c)[1] > 1 else "") + ") + 8E"
+                   + (" + 6f_s" if m.shared_expert_ffn_hidden_size else ""))
+        text = text.replace("6f", experts)
+    return text
+
+
+def _dense_formula_per_token(c: RunDescription, mode: str) -> str:
     lay = c.layout
     sp = "/TP" if c["SEQUENCE_PARALLEL"] and lay.tp > 1 else ""
     if mode == "full":
@@ -255,6 +313,15 @@ def _stage_estimate(c: RunDescription, stage: str) -> Estimate:
         shard = lay.dp * lay.cp if c["DISTRIBUTED_OPTIMIZER"] else 1
         where = (f"/ (DP*CP = {shard})" if c["DISTRIBUTED_OPTIMIZER"]
                  else "(not sharded: DISTRIBUTED_OPTIMIZER=0)")
+        # the experts' states shard over the expert-data-parallel ranks (world / EP*ETP*PP)
+        experts = stage_expert_params(c)
+        expert_shard = expert_data_parallel(c) if c["DISTRIBUTED_OPTIMIZER"] else 1
+        if experts and c["DISTRIBUTED_OPTIMIZER"]:
+            where += f"; the {experts / 1e9:.3f}B expert params / (expert DP = {expert_shard})"
+
+        def sharded(per_param: float) -> float:
+            return (params - experts) * per_param / shard + experts * per_param / expert_shard
+
         terms += [
             Term("weights", "bf16 weights", _g(params * 2), "static",
                  f"{params / 1e9:.3f}B params x 2 B"),
@@ -265,11 +332,11 @@ def _stage_estimate(c: RunDescription, stage: str) -> Estimate:
         aware = precision_aware(c)
         if offload:
             terms.append(Term("main_params", "CPU offload: the GPU part's fp32 params, moments "
-                                             "and gradients", _g(params * OFFLOAD_GPU_BYTES
-                                                                 * (1.0 - fraction) / shard),
+                                             "and gradients", _g(sharded(OFFLOAD_GPU_BYTES
+                                                                         * (1.0 - fraction))),
                               "static", f"params x {OFFLOAD_GPU_BYTES} B x (1 - "
                                         f"OPTIMIZER_OFFLOAD_FRACTION {fraction:g}) {where}"))
-            host = params * OFFLOAD_GPU_BYTES * fraction / shard
+            host = sharded(OFFLOAD_GPU_BYTES * fraction)
             notes.append(f"OPTIMIZER_CPU_OFFLOAD=1: {_g(host):.1f} GiB of optimizer state per "
                          "rank in pinned host memory (fp32 params, moments and gradients of "
                          f"{fraction:.0%} of the parameters), not in this estimate.")
@@ -278,15 +345,15 @@ def _stage_estimate(c: RunDescription, stage: str) -> Estimate:
             moments = MOMENT_BYTES[moments_dtype] if aware else 8
             terms += [
                 Term("main_params", _MASTER_LABELS[master_weights if aware else "fp32"],
-                     _g(params * master / shard), "static", f"params x {master} B {where}"),
+                     _g(sharded(master)), "static", f"params x {master} B {where}"),
                 Term("adam", f"Adam moments (2 x {moments_dtype if aware else 'fp32'})",
-                     _g(params * moments / shard), "static", f"params x {moments} B {where}"),
+                     _g(sharded(moments)), "static", f"params x {moments} B {where}"),
             ]
         step_extra = 0.0
         if c["GRAD_REDUCE_IN_BF16"] and not aware:
-            step_extra += params * 4 / shard
+            step_extra += sharded(4)
             terms.append(Term("step_fp32_grads", "fp32 copy of the gradient shard (step only)",
-                              _g(params * 4 / shard), "step",
+                              _g(sharded(4)), "step",
                               f"params x 4 B {where}: bf16 grads -> fp32 for the optimizer"))
         if (aware and not offload and c.backend == "native"
                 and c["NATIVE_KERNELS"] == "torch" and not available(c, "transformer_engine")):
@@ -295,9 +362,9 @@ def _stage_estimate(c: RunDescription, stage: str) -> Estimate:
                                                "(step only)", _g(TORCH_ADAMW_SCRATCH), "step",
                               "5 x 4 B x 2^24 elements, whatever the model size"))
         if not fused_adam(c) and not aware:
-            step_extra += params * 4 / shard
+            step_extra += sharded(4)
             terms.append(Term("step_adam_tmp", "torch multi-tensor AdamW temporary (step only)",
-                              _g(params * 4 / shard), "step",
+                              _g(sharded(4)), "step",
                               f"params x 4 B {where}: sqrt(v) of the unfused AdamW"))
     static = sum(t.gib for t in terms if t.phase == "static") * GIB
 
@@ -330,12 +397,20 @@ def _stage_estimate(c: RunDescription, stage: str) -> Estimate:
     attn_grads = 2 * 2 * n * m.seq_length / lay.tp if c.backend == "local" else 0.0
     if c.backend == "local" and c["RECOMPUTE"] == "selective":
         attn_grads += 2 * n * m.seq_length / lay.tp
-    per_token_backward = max(6 * f / lay.tp, attn_grads)
+    mlp_grads = 6 * f / lay.tp
+    mlp_text = "6f/TP"
+    if m.moe:   # the routed copies' input gradients; EP>1: the all-to-all's two buffers
+        ep, etp = expert_parallel(c)
+        mlp_grads = (m.router_topk * (6 * m.moe_ffn_hidden_size / etp + 2 * h)
+                     + (2 * m.router_topk * 2 * h if ep > 1 else 0)) / lay.tp
+        mlp_text = ("k(6f_e" + ("/ETP" if etp > 1 else "") + " + 2h)"
+                    + (" + 2 x k x 2h (all-to-all buffers)" if ep > 1 else "") + "/TP")
+    per_token_backward = max(mlp_grads, attn_grads)
     backward = tokens * per_token_backward
-    backward_formula = ("one layer: 6f/TP per token" if c.backend != "local" else
-                        "one layer: max(6f, 2 x 2ns" +
+    backward_formula = (f"one layer: {mlp_text} per token" if c.backend != "local" else
+                        f"one layer: max({mlp_text}, 2 x 2ns" +
                         (" + 2ns rebuilt" if c["RECOMPUTE"] == "selective" else "") +
-                        ")/TP per token (attention probabilities' gradients)")
+                        "/TP) per token (attention probabilities' gradients)")
     if c["RECOMPUTE"] == "full":
         rebuilt = tokens * sum(full.values())
         backward += rebuilt
@@ -385,7 +460,8 @@ def _stage_estimate(c: RunDescription, stage: str) -> Estimate:
                      "(counted from the optimizer's tensors in tests/native); not yet "
                      "calibrated on a measured run.")
     if m.moe:
-        notes.append("MoE layers are not modelled: the estimate counts dense layers only.")
+        notes.append("MoE: routed tokens counted as balanced over the experts (a busy expert "
+                     "holds more); not calibrated on a measured MoE run yet.")
     return Estimate(stage=stage, params_on_rank=params, terms=terms, fwd_bwd_gib=_g(fwd_bwd),
                     step_gib=_g(step), device_gib=device_gib(c), notes=notes)
 

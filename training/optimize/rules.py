@@ -163,6 +163,35 @@ def _mbs_down(c: RunDescription) -> tuple[dict[str, str], RunDescription]:
     return _lever(c, MBS=new)
 
 
+def _next_ep(c: RunDescription) -> int | None:
+    """The next expert-parallel size the layout allows (it divides the experts, and
+    EP x ETP x PP divides the world), or None."""
+    from .memory import expert_parallel
+
+    ep, etp = expert_parallel(c)
+    world = c.layout.world_size
+    for new in range(ep + 1, world + 1):
+        if c.model.num_experts % new == 0 and world % (new * etp * c.layout.pp) == 0:
+            return new
+    return None
+
+
+def _ep_up_applies(c: RunDescription, ctx) -> str | None:
+    if not c.model.moe:
+        return None
+    new = _next_ep(c)
+    if new is None:
+        return None
+    from .memory import expert_parallel
+
+    return (f"the experts hold most of an MoE model's parameters; EP={new} splits them (and "
+            f"their optimizer states) over {new} GPUs instead of {expert_parallel(c)[0]}")
+
+
+def _ep_up(c: RunDescription) -> tuple[dict[str, str], RunDescription]:
+    return _lever(c, EP=_next_ep(c))
+
+
 def _selective_applies(c: RunDescription, ctx) -> str | None:
     if c["RECOMPUTE"] != "none":
         return None
@@ -213,6 +242,11 @@ MEMORY_LEVERS: tuple[Candidate, ...] = (
                     "no master copy: each update is rounded to the bf16 weights stochastically "
                     "(unbiased, so updates below bf16's resolution still move them on average)",
                     _stochastic_applies),
+    Candidate("ep_up", "more expert parallelism", (MEMORY,),
+              "each rank holds E/EP experts; the tokens travel to them by all-to-all (the "
+              "communication grows with EP)",
+              _ep_up_applies, _ep_up, costs_throughput=True,
+              baseline=lambda c: _set(EP=c.get("EP", 1))),
     Candidate("mbs_down", "smaller micro-batch, same global batch", (MEMORY,),
               "activations scale with the micro-batch; the global batch is kept by more "
               "gradient-accumulation steps",
@@ -377,6 +411,9 @@ THROUGHPUT_LEVERS: tuple[Candidate, ...] = (
 # distributed optimizer shards nothing and nothing is reduced or gathered), so they stay off
 # there.
 ON_TOGGLES_FOR_SPEED = ("DISTRIBUTED_OPTIMIZER", "OVERLAP_GRAD_REDUCE", "OVERLAP_PARAM_GATHER")
+# MoE models: the default-on MoE toggles a user switched off are recommended back (their
+# measured rows: docs/levers.md, the moe-levers parts)
+MOE_ON_TOGGLES = ("MOE_GROUPED_GEMM", "MOE_PERMUTE_FUSION")
 
 
 def _fits_none(c: RunDescription) -> bool:

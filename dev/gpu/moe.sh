@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# 1xH200, ~5 min with the default part, ~8 with both: mixture of experts (issue 25).
+# First the MoE GPU tests (torch's grouped_mm and the permute's gather-sum kernel against their
+# references, bf16 parity with HF Qwen3-MoE on each backend, the tiny MoE training on
+# Shakespeare with balanced-enough routing), then the bench parts named in MOE_PARTS at the MoE
+# bench shape (training/bench/catalog.py MOE_SHAPE), within what is left of 9 minutes:
+#   moe-peers   ours vs HF Qwen3-MoE, with and without Liger (default)
+#   moe-levers  grouped experts vs Megatron's SequentialMLP (MOE_PARTS=moe-peers,moe-levers)
+# Later parts: moe-peers-torchtitan, moe-levers-permute (bash dev/gpu/bench.sh 1 PART).
+# Usage: GIT_SHA=... [MOE_PARTS=moe-peers[,moe-levers]] bash dev/gpu/moe.sh
+# Carry: .whl data
+source "$(dirname "$0")/env.sh"
+timeout 200 python3 -m pytest -p no:cacheprovider -q -s -m gpu --durations=0 \
+    tests/gpu/test_grouped_experts_gpu.py tests/gpu/test_moe_gpu.py > "$OUT/moe_gpu_tests.log" 2>&1
+echo "moe gpu tests rc=$?" | tee -a "$OUT/moe_gpu_tests.log"
+grep -E "PASSED|FAILED|SKIPPED|ERROR|passed|failed|tiny-moe|parity|max abs" \
+    "$OUT/moe_gpu_tests.log" | tail -40
+left=$((540 - SECONDS))
+timeout "$left" python3 -m training.bench all --gpus 1 --parts "${MOE_PARTS:-moe-peers}" \
+    --budget-s $((left - 20)) --out-dir "$OUT" --work-dir /tmp/bench > "$OUT/bench_moe.log" 2>&1
+echo "bench rc=$?"
+tail -40 "$OUT/bench_moe.log"
+tar czf "$OUT/bench_runs.tgz" --exclude=tensorboard -C /tmp bench

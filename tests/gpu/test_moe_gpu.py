@@ -1,0 +1,80 @@
+"""MoE on the GPU: parity with Hugging Face Qwen3-MoE in bf16 at Qwen3-30B-A3B's width on each
+backend and experts implementation, and the tiny MoE preset training through the launcher on
+Shakespeare with falling loss and balanced-enough routing."""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+
+import pytest
+import torch
+
+from training.moe.presets import QWEN3_30B_A3B, TINY_MOE
+
+from tests.model.parity import check_bf16_parity
+from tests.moe.model import moe_parity
+
+pytestmark = pytest.mark.gpu
+
+HAVE_TE = importlib.util.find_spec("transformer_engine") is not None
+CASES = [("native", "liger", True), ("native", "torch", False), ("local", "torch", False)] + (
+    [("transformer_engine", "torch", True)] if HAVE_TE else [])
+
+
+def _id(preset, layers, backend, kernels, grouped):
+    return f"{preset.name}-{backend}-{kernels}-{'grouped' if grouped else 'sequential'}"
+
+
+PARITY = [*((TINY_MOE, 2, *case) for case in CASES),
+          (QWEN3_30B_A3B, 2, "native", "liger", True),    # the bench's default at its width
+          (QWEN3_30B_A3B, 2, "native", "liger", False)]   # and the loop over its 128 experts
+
+
+@pytest.mark.parametrize("preset,layers,backend,kernels,grouped", PARITY,
+                         ids=[_id(*case) for case in PARITY])
+def test_bf16_parity_with_hf_qwen3_moe(preset, layers, backend, kernels, grouped):
+    preset = dataclasses.replace(preset, num_layers=layers)
+    experts = "TEGroupedMLP" if grouped else "SequentialMLP"
+
+    def prepare(gpt):
+        assert type(gpt.decoder.layers[0].mlp.experts).__name__ == experts
+
+    result = moe_parity(preset, layers, backend, kernels, "cuda", torch.bfloat16, seq=1024,
+                        grouped=grouped, prepare=prepare)
+    print(f"\n{preset.name}/{backend}/{kernels}/{experts}: max abs err "
+          f"{result['max_abs_err']:.3e}, mean abs err {result['mean_abs_err']:.3e} (HF's own "
+          f"bf16 error {result['baseline_abs_err']:.3e}), loss HF {result['loss_hf']:.5f} ours "
+          f"{result['loss_ours']:.5f}")
+    check_bf16_parity(result)   # within 3x HF's own bf16 error (tests/model/parity.py)
+    torch.cuda.empty_cache()
+
+
+def test_tiny_moe_trains_on_shakespeare_with_balanced_routing(tmp_path):
+    """The tiny MoE preset (8 experts, top-2) through the launcher on the native backend with its
+    defaults (grouped experts on grouped_mm, the native permute): falling loss, and the
+    router's load balance in metrics.jsonl every iteration, balanced enough at the end."""
+    import json
+
+    from tests.gpu.test_train_gpu import _losses, _train
+
+    run = _train(tmp_path, "tiny-moe", script="examples/moe/train_qwen3_moe.sh",
+                 TRANSFORMER_IMPL="native", TOTAL_ITERS=30)
+    losses = _losses(run)
+    assert sorted(losses) == list(range(1, 31))
+    first = sum(losses[i] for i in range(1, 6)) / 5
+    last = sum(losses[i] for i in range(26, 31)) / 5
+    steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in steps if "step_time_s" in m]
+    late = steps[-10:]
+    imbalance = sum(m["moe_load_imbalance_mean"] for m in late) / len(late)
+    worst = max(m["moe_load_imbalance"] for m in late)
+    aux = sum(m["moe_load_balancing_loss"] for m in late) / len(late)
+    print(f"\ntiny-moe: loss {first:.3f} -> {last:.3f}; last 10 iterations: tokens per expert "
+          f"max/mean {imbalance:.2f} (worst layer {worst:.2f}), aux loss {aux:.3f}")
+    assert last < first - 1.0
+    assert all(1.0 <= m["moe_load_imbalance"] <= 4.0 for m in steps)   # 4 = experts / top-k
+    assert imbalance < 2.0 and aux < 1.5
+    section = json.loads((run / "manifest.json").read_text())["run"]
+    assert section["summary"]["measured"]
+    assert "grouped_mm" in section["native"]["experts"]
+    assert "atomic-free" in section["native"]["moe_permute"]

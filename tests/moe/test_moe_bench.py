@@ -1,0 +1,68 @@
+"""The MoE parts of the benchmark harness: their own shape (Qwen3-30B-A3B cut to 8 layers, seq
+4096), ours through the MoE family's script, the peers at that shape, the grouped-experts and
+permute levers, planned and run with the fake runner (the launcher's real precheck)."""
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+from training.bench import __main__ as cli
+from training.bench import catalog, plan
+from training.bench.ours import precheck
+from training.launch.presets import SCRIPTS
+
+from tests.bench.fakes import FakeRunner
+
+BENCH = Path(__file__).resolve().parents[2] / "docs" / "benchmarks"
+TAG = "qwen3-30B-A3B-8L_seq4096"
+
+
+def _tools(monkeypatch, tmp_path, runner):
+    def tools(_args, family="llama3"):
+        return (functools.partial(precheck, family=family), lambda side: None, runner,
+                plan.calibrate(BENCH))
+
+    monkeypatch.setattr(cli, "_tools", tools)
+    monkeypatch.setattr(cli.record, "BENCH_DIR", tmp_path / "committed")
+    monkeypatch.setattr(cli.record, "gpu_info", lambda: {"name": "NVIDIA H200", "count": 1,
+                                                         "driver": "580.0"})
+
+
+def test_moe_parts_come_last_at_one_gpu_with_their_own_shape():
+    names = [part for _kind, part, _keys in cli.parts_for(1)]
+    assert names[-4:] == ["moe-peers", "moe-levers", "moe-peers-torchtitan",
+                          "moe-levers-permute"]
+    assert "moe-peers" not in [part for _k, part, _ks in cli.parts_for(2)]
+    shape = catalog.MOE_SHAPE
+    assert shape.preset == "qwen3-30B-A3B" and shape.tag() == TAG
+    assert (shape.seq_length, shape.global_batch, shape.repeats) == (4096, 8, 2)
+    assert SCRIPTS[shape.family] == "examples/moe/train_qwen3_moe.sh"
+
+
+def test_moe_parts_plan_and_run(monkeypatch, tmp_path, capsys):
+    runner = FakeRunner(speed={"default": 9000.0, "native": 9000.0, "hf": 7000.0,
+                               "hf_liger": 8000.0, "torchtitan": 8500.0,
+                               "MOE_GROUPED_GEMM": 3000.0, "MOE_PERMUTE_FUSION": 8700.0})
+    _tools(monkeypatch, tmp_path, runner)
+    out = tmp_path / "out"
+    assert cli.main(["all", "--gpus", "1", "--parts",
+                     "moe-peers,moe-levers,moe-peers-torchtitan,moe-levers-permute",
+                     "--out-dir", str(out), "--budget-s", "100000"]) == 0
+    text = capsys.readouterr().out
+    assert f"moe-peers_h200_{TAG}: 6 runs" in text and f"moe-levers_h200_{TAG}: 4 runs" in text
+    levers = json.loads((out / f"moe-levers_h200_{TAG}.json").read_text())
+    assert levers["shape"]["model"] == "qwen3-30B-A3B" and levers["shape"]["num_layers"] == 8
+    assert levers["default_resolved"]["MOE_GROUPED_GEMM"] == "1"
+    rows = {r["key"]: r for r in levers["results"]}
+    assert rows["MOE_GROUPED_GEMM"]["verdict"] == "faster"      # grouped vs the loop
+    assert rows["MOE_GROUPED_GEMM"]["tokens_per_s_ratio"] > 2
+    peers = json.loads((out / f"moe-peers_h200_{TAG}.json").read_text())
+    assert {c["id"] for c in peers["configs"]} == {"native", "hf", "hf_liger"}
+    titan = json.loads((out / f"moe-peers-torchtitan_h200_{TAG}.json").read_text())
+    assert {c["id"] for c in titan["configs"]} == {"native", "torchtitan"}
+    permute = json.loads((out / f"moe-levers-permute_h200_{TAG}.json").read_text())
+    assert [r["key"] for r in permute["results"]] == ["MOE_PERMUTE_FUSION"]
+    ours = [s for s in runner.calls if s.side == "ours"]
+    assert ours and all(s.shape.family == "qwen3_moe" for s in ours)
+    assert all(s.env["MODEL_SIZE"] == "30B-A3B" and s.env["NUM_LAYERS"] == "8" for s in ours)

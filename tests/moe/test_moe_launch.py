@@ -1,0 +1,273 @@
+"""The MoE launch: presets registered from the family package, the MoE toggles' flags, every MoE
+guard by name, the words through megatron-core 0.19.2's own parser and validate_args (and into a
+TransformerConfig), and the entry scripts' DRY_RUN."""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import training.moe.presets  # noqa: F401 - registers qwen3_moe and mixtral
+from training.launch.presets import FAMILIES
+from training.moe.layer import MOE
+
+from tests.launch import test_guards
+from tests.launch.helpers import launch, megatron_args
+from tests.launch.test_guards import notices
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def moe(env, family="qwen3_moe", **toggles):
+    """A launch as examples/moe/train_*.sh resolves it: the MoE recipe layer on the core."""
+    return launch(env, family=family, layers=[MOE], **toggles)
+
+
+def refused(env, guard, family="qwen3_moe", **toggles) -> str:
+    return test_guards.refused(env, guard, family=family, layers=[MOE], **toggles)
+
+
+def test_families_register_from_the_moe_package():
+    assert FAMILIES["qwen3_moe"] == ({"30B-A3B": "qwen3-30B-A3B", "tiny": "tiny-moe"}, "30B-A3B")
+    assert FAMILIES["mixtral"][1] == "8x7B"
+
+
+def test_default_qwen3_moe_launch_words(base_env):
+    result = moe(base_env, NUM_LAYERS=4)
+    gpt = result.buckets["GPT_ARGS"]
+    for words in (["--num-experts", "128"], ["--moe-router-topk", "8"],
+                  ["--moe-ffn-hidden-size", "768"], ["--kv-channels", "128"], ["--qk-layernorm"],
+                  ["--expert-model-parallel-size", "1"], ["--moe-grouped-gemm"],
+                  ["--moe-token-dispatcher-type", "alltoall"], ["--moe-router-dtype", "fp32"],
+                  ["--moe-aux-loss-coeff", "0.001"], ["--native-moe-permute"]):
+        assert " ".join(words) in " ".join(gpt), words
+    setting = result.settings.setting("MOE_AUX_LOSS_COEFF")
+    assert (setting.value, setting.source) == (0.001, "preset")
+    assert "--moe-expert-capacity-factor" not in gpt   # dropless by default
+
+
+def test_the_core_launcher_knows_no_moe_toggle(base_env):
+    """The core registry has none of the layer's toggles; a dense launch gets no MoE flag."""
+    from training.launch.toggles import BY_NAME
+    from training.moe.layer import TOGGLES
+
+    assert not {t.name for t in TOGGLES} & set(BY_NAME)
+    result = launch(base_env)
+    assert not [w for w in result.buckets["GPT_ARGS"] if "expert" in w or "moe" in w]
+    assert "EP" not in result.settings.values
+
+
+@pytest.mark.parametrize("toggles,needle", [
+    ({"EP": 3, "GPUS_PER_NODE": 3}, "must divide the 128 experts"),
+    ({"EP": 0}, "EP=0 must be at least 1"),
+    ({"ETP": 5, "GPUS_PER_NODE": 5}, "must divide the experts' FFN width 768"),
+    ({"EP": 4, "GPUS_PER_NODE": 2}, "EP*ETP*PP=4*1*1=4 does not divide the world size 2"),
+    ({"EP": 2, "ETP": 2, "PP": 2, "GPUS_PER_NODE": 4, "NUM_LAYERS": 4},
+     "does not divide the world size 4"),
+])
+def test_expert_parallel_sizes(base_env, toggles, needle):
+    assert needle in refused(base_env, "expert_parallel_sizes", **toggles)
+
+
+def test_expert_parallel_layouts_that_megatron_accepts(base_env):
+    result = moe(base_env, EP=8, GPUS_PER_NODE=8, NUM_LAYERS=4)
+    assert "--expert-model-parallel-size 8" in " ".join(result.buckets["GPT_ARGS"])
+    moe(base_env, EP=4, ETP=2, GPUS_PER_NODE=8, NUM_LAYERS=4)
+    moe(base_env, EP=2, PP=2, GPUS_PER_NODE=4, NUM_LAYERS=4)
+
+
+def test_tp_with_moe_needs_sequence_parallel(base_env):
+    msg = refused(base_env, "moe_sequence_parallel", TP=2, GPUS_PER_NODE=2,
+                  SEQUENCE_PARALLEL=0, NUM_LAYERS=4)
+    assert "SEQUENCE_PARALLEL=1" in msg
+    msg = refused(base_env, "moe_sequence_parallel", TP=2, GPUS_PER_NODE=2,
+                  TRANSFORMER_IMPL="local", NUM_LAYERS=4)
+    assert "local backend's torch norms" in msg
+    assert moe(base_env, TP=2, GPUS_PER_NODE=2, NUM_LAYERS=4).settings["SEQUENCE_PARALLEL"]
+
+
+def test_fsdp_with_expert_parallelism_is_refused(base_env):
+    msg = refused(base_env, "fsdp_expert_parallel", FSDP=1, EP=2,
+                  GPUS_PER_NODE=2, GRADIENT_ACCUMULATION_FUSION=0, DISTRIBUTED_OPTIMIZER=0,
+                  OVERLAP_PARAM_GATHER=0, NUM_LAYERS=4)
+    assert "EP=1" in msg
+
+
+def test_flex_dispatcher_needs_deep_ep(base_env):
+    msg = refused(base_env, "moe_dispatcher_kernels", family="qwen3_moe",
+                  MOE_TOKEN_DISPATCHER="flex", EP=2, GPUS_PER_NODE=2, NUM_LAYERS=4)
+    assert "deep_ep" in msg and "MOE_TOKEN_DISPATCHER=alltoall" in msg
+
+
+def test_local_backend_has_no_grouped_experts_or_fused_permute(base_env):
+    result = moe(base_env, TRANSFORMER_IMPL="local", NUM_LAYERS=4)
+    assert not result.settings["MOE_GROUPED_GEMM"] and not result.settings["MOE_PERMUTE_FUSION"]
+    assert len(notices(result, "moe_expert_kernels")) == 2
+    gpt = result.buckets["GPT_ARGS"]
+    assert "--moe-grouped-gemm" not in gpt and "--native-moe-permute" not in gpt
+    msg = refused(base_env, "moe_expert_kernels", TRANSFORMER_IMPL="local",
+                  MOE_GROUPED_GEMM=1, NUM_LAYERS=4)
+    assert "TRANSFORMER_IMPL=native" in msg
+
+
+def test_permute_fusion_is_tes_kernel_on_the_te_backend(base_env):
+    gpt = moe(base_env, PLATFORM="h200", NUM_LAYERS=4).buckets["GPT_ARGS"]
+    assert "--moe-permute-fusion" in gpt and "--native-moe-permute" not in gpt
+
+
+@pytest.mark.parametrize("toggles,needle", [
+    ({"MOE_PAD_TO_CAPACITY": 1}, "needs MOE_CAPACITY_FACTOR"),
+    ({"MOE_CAPACITY_FACTOR": 0}, "must be positive"),
+    ({"MOE_CAPACITY_FACTOR": 1.25, "MOE_LOAD_BALANCING": "sinkhorn"}, "sinkhorn"),
+])
+def test_token_dropping(base_env, toggles, needle):
+    assert needle in refused(base_env, "moe_capacity", NUM_LAYERS=4,
+                             **toggles)
+
+
+def test_drop_policy_without_a_capacity_factor_warns(base_env):
+    result = moe(base_env, MOE_TOKEN_DROP_POLICY="position", NUM_LAYERS=4)
+    assert notices(result, "moe_capacity")
+    assert "--moe-token-drop-policy" not in result.buckets["GPT_ARGS"]
+
+
+def test_negative_aux_loss_coefficient_is_refused(base_env):
+    assert ">= 0" in refused(base_env, "moe_aux_loss", family="qwen3_moe",
+                             MOE_AUX_LOSS_COEFF=-0.1, NUM_LAYERS=4)
+
+
+def test_qk_norms_turn_the_fused_qkv_rope_off(base_env):
+    result = moe(base_env, NUM_LAYERS=4)
+    assert not result.settings["FUSED_SINGLE_QKV_ROPE"]
+    assert notices(result, "fused_qkv_rope_qk_norm")
+    refused(base_env, "fused_qkv_rope_qk_norm", FUSED_SINGLE_QKV_ROPE=1,
+            NUM_LAYERS=4)
+    assert moe(base_env, family="mixtral", NUM_LAYERS=4).settings["FUSED_SINGLE_QKV_ROPE"]
+
+
+@pytest.mark.parametrize("family,toggles", [
+    ("qwen3_moe", {"NUM_LAYERS": 4}),
+    ("qwen3_moe", {"MODEL_SIZE": "tiny"}),
+    ("mixtral", {"NUM_LAYERS": 4}),
+    ("mixtral", {"MODEL_SIZE": "tiny", "MOE_GROUPED_GEMM": 0, "MOE_PERMUTE_FUSION": 0}),
+    ("qwen3_moe", {"NUM_LAYERS": 4, "EP": 8, "GPUS_PER_NODE": 8, "PLATFORM": "h200",
+                   "TRANSFORMER_IMPL": "native"}),
+    ("qwen3_moe", {"NUM_LAYERS": 4, "EP": 4, "ETP": 2, "TP": 2, "GPUS_PER_NODE": 8,
+                   "PLATFORM": "h200", "TRANSFORMER_IMPL": "native"}),
+    ("qwen3_moe", {"NUM_LAYERS": 4, "MOE_TOKEN_DISPATCHER": "allgather",
+                   "MOE_CAPACITY_FACTOR": 1.25, "MOE_TOKEN_DROP_POLICY": "position",
+                   "MOE_PAD_TO_CAPACITY": 1, "MOE_ROUTER_DTYPE": "none",
+                   "MOE_LOAD_BALANCING": "seq_aux_loss"}),
+    ("mixtral", {"NUM_LAYERS": 4, "PLATFORM": "h200"}),   # TE backend, TE permute fusion
+])
+def test_moe_launches_pass_megatrons_validation(base_env, family, toggles):
+    result = moe(base_env, family=family, **toggles)
+    args = megatron_args(result)
+    preset = result.ctx.preset
+    assert args.num_experts == preset.num_experts and args.moe_router_topk == preset.router_topk
+    assert args.expert_model_parallel_size == result.settings["EP"]
+    assert args.moe_grouped_gemm is result.settings["MOE_GROUPED_GEMM"]
+    assert args.moe_aux_loss_coeff == result.settings["MOE_AUX_LOSS_COEFF"]
+    if result.settings["TRANSFORMER_IMPL"] == "native":
+        # the model's config: TransformerConfig's own MoE checks (the TE side needs TE here)
+        from megatron.training.argument_utils import core_transformer_config_from_args
+
+        config = core_transformer_config_from_args(args)
+        assert config.num_moe_experts == preset.num_experts
+        assert args.native_moe_permute is result.settings["MOE_PERMUTE_FUSION"]
+        assert config.qk_layernorm is preset.qk_layernorm
+
+
+def _script(tmp_path, name, *words, **env):
+    full = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"),
+            "EXPERIMENT_DIR": str(tmp_path / "experiment"), "DRY_RUN": "1",
+            "PYTHON": os.environ.get("PYTHON", "python3")}
+    full.update({k: str(v) for k, v in env.items()})
+    return subprocess.run(["bash", str(REPO / "examples" / "moe" / name), *words], env=full,
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+
+@pytest.mark.parametrize("name,experts", [("train_qwen3_moe.sh", "128"),
+                                          ("train_mixtral.sh", "8")])
+def test_entry_scripts_dry_run(tmp_path, name, experts):
+    proc = _script(tmp_path, name, "NUM_LAYERS=2", "EP=2", GPUS_PER_NODE=2)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("torchrun ")]
+    words = shlex.split(line)
+    assert words[words.index("--num-experts") + 1] == experts
+    assert words[words.index("--expert-model-parallel-size") + 1] == "2"
+    assert "EP" in proc.stderr and "cli" in proc.stderr
+
+
+def test_entry_script_refusal_exits_2_with_the_guard(tmp_path):
+    proc = _script(tmp_path, "train_mixtral.sh", "EP=3", GPUS_PER_NODE=3)
+    assert proc.returncode == 2
+    assert "[expert_parallel_sizes]" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_readme_moe_tables_are_generated_from_the_layer():
+    from training.moe import docs as moe_docs
+
+    assert moe_docs.main(["--check"]) == 0, "README.md is stale: run python -m training.moe.docs"
+
+
+def test_moe_help_quotes_no_measured_figure_and_points_at_measured_rows():
+    """Like the core registry's help (tests/launch/test_readme.py): the measured effect lives in
+    docs/levers.json; a toggle with rows there says so."""
+    import json
+    import re
+
+    from training.moe.layer import TOGGLES
+
+    figure = re.compile(r"\d+(\.\d+)?\s*(x\b|GB\b|GiB\b|MB\b|ms\b|TFLOP)"
+                        r"|\d+(\.\d+)?%\s*(faster|slower|more|less|higher|lower)")
+    data = json.loads((REPO / "docs" / "levers.json").read_text())
+    measured = {word.split("=")[0] for lever in data["levers"] if lever["kind"] != "peer"
+                for word in lever["set"].split() if "=" in word}
+    for toggle in TOGGLES:
+        assert not figure.search(toggle.help), toggle.name
+        assert toggle.levers is (toggle.name in measured), toggle.name
+
+
+def test_plain_torchrun_default_of_the_native_permute_is_the_layers():
+    from training.arguments import NATIVE_MOE_PERMUTE_DEFAULT, megatron_parser
+    from training.moe.layer import TOGGLES
+
+    (toggle,) = [t for t in TOGGLES if t.name == "MOE_PERMUTE_FUSION"]
+    assert NATIVE_MOE_PERMUTE_DEFAULT is toggle.default
+    assert megatron_parser().parse_args([]).native_moe_permute is toggle.default
+
+
+@pytest.mark.parametrize("toggles", [
+    {"NUM_LAYERS": 4, "EP": 2, "ETP": 1, "GPUS_PER_NODE": 2, "MOE_CAPACITY_FACTOR": 1.5,
+     "MOE_PAD_TO_CAPACITY": 1, "MOE_TOKEN_DROP_POLICY": "position"},
+    {"NUM_LAYERS": 4, "PLATFORM": "h200"},                          # TE: --moe-permute-fusion
+])
+def test_every_moe_word_is_routed_by_its_megatron_group(base_env, toggles):
+    """As tests/launch/test_registry.py checks the core's: each --flag of an MoE launch sits in
+    the bucket its Megatron argument group routes to (Megatron's "moe" group: GPT_ARGS)."""
+    from training.launch.toggles import GROUP_TO_BUCKET, MEGATRON_BUCKETS
+
+    from tests.launch.helpers import flag_groups
+
+    groups = flag_groups()
+    result = moe(base_env, **toggles)
+    for bucket in MEGATRON_BUCKETS:
+        for word in result.buckets[bucket]:
+            if word.startswith("--"):
+                assert word in groups, f"{word} is not a Megatron flag"
+                assert GROUP_TO_BUCKET[groups[word]] == bucket, (word, groups[word], bucket)
+
+
+def test_entry_scripts_run_the_memory_preflight(tmp_path):
+    """Qwen3-30B-A3B whole on one H200 cannot fit (30.5B parameters with their Adam states):
+    refused before torchrun, as examples/llama's scripts refuse; 8 GPUs with EP=8 pass it."""
+    proc = _script(tmp_path, "train_qwen3_moe.sh", PLATFORM="h200", GPUS_PER_NODE=1)
+    assert proc.returncode == 2, proc.stderr
+    assert "[preflight_memory]" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _script(tmp_path, "train_qwen3_moe.sh", "EP=8", PLATFORM="h200", GPUS_PER_NODE=8)
+    assert proc.returncode == 0, proc.stderr
+    assert "preflight_memory" in proc.stderr

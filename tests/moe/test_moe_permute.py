@@ -1,0 +1,123 @@
+"""training/native/moe_permute.py: the dispatchers' permute/unpermute as gathers, against
+Megatron's own (torch) permute/unpermute, forward and backward, dropless and with tokens
+dropped; and the whole MoE model with it installed, against Hugging Face."""
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+from megatron.core.transformer.moe import moe_utils, token_dispatcher
+
+from training.native import moe_permute
+
+TOKENS, EXPERTS, TOPK, HIDDEN = 37, 6, 2, 16
+
+
+PATCHES = ("native_moe_permute", "native_moe_unpermute")
+
+
+def _install(kernels="torch", topk=TOPK):
+    """The patch table's entries for the native permute, as a native MoE run applies them."""
+    from argparse import Namespace
+
+    from training import megatron_patches
+    from training.run import Run
+
+    run = Run(args=Namespace(transformer_backend="native", native_kernels=kernels,
+                             num_experts=EXPERTS, native_moe_permute=True,
+                             moe_router_topk=topk))
+    assert megatron_patches.apply(run, names=PATCHES) == list(PATCHES)
+
+
+@pytest.fixture
+def restore_dispatcher():
+    from training import megatron_patches
+
+    yield
+    megatron_patches.restore(names=PATCHES)
+    assert token_dispatcher.permute is moe_utils.permute
+
+
+def _routing(drop: bool, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randn(TOKENS, EXPERTS, generator=gen)
+    top = logits.topk(TOPK, dim=1).indices
+    routing_map = torch.zeros(TOKENS, EXPERTS, dtype=torch.bool).scatter_(1, top, True)
+    if drop:   # a capacity factor dropped some copies: tokens with 1 or 0 experts
+        routing_map[::5, top[::5, 0]] = False
+        routing_map[3] = False
+    probs = torch.softmax(logits, dim=1) * routing_map
+    return routing_map, probs
+
+
+@pytest.mark.parametrize("drop", [False, True])
+def test_permute_and_unpermute_match_megatrons(drop, restore_dispatcher):
+    _install()
+    routing_map, probs = _routing(drop)
+    count = int(routing_map.sum())
+    gen = torch.Generator().manual_seed(1)
+    tokens = torch.randn(TOKENS, HIDDEN, generator=gen)
+    grads = torch.randn(count, HIDDEN, generator=gen), torch.randn(TOKENS, HIDDEN, generator=gen)
+    results = []
+    for permute, unpermute in ((moe_utils.permute, moe_utils.unpermute),
+                               (token_dispatcher.permute, token_dispatcher.unpermute)):
+        x = tokens.clone().requires_grad_()
+        permuted, permuted_probs, sorted_indices, _, _ = permute(
+            x, routing_map, probs=probs, num_out_tokens=count)
+        (dx,) = torch.autograd.grad(permuted, x, grads[0])
+        y = permuted.detach().clone().requires_grad_()
+        out = unpermute(y, sorted_indices, restore_shape=tokens.shape, routing_map=routing_map)
+        (dy,) = torch.autograd.grad(out, y, grads[1])
+        results.append((permuted, permuted_probs, sorted_indices, dx, out, dy))
+    for name, ref, ours in zip(("permuted", "probs", "indices", "dtokens", "unpermuted",
+                                "dpermuted"), *results):
+        torch.testing.assert_close(ours, ref, rtol=1e-6, atol=1e-6, msg=name)
+
+
+def test_positions_name_each_copy_of_each_token():
+    routing_map, _ = _routing(drop=True)
+    positions = moe_permute.token_positions(routing_map, TOPK)
+    flat = routing_map.t().reshape(-1).nonzero().squeeze(1)   # expert-major routed pairs
+    assert positions.shape == (TOKENS, TOPK)
+    for token in range(TOKENS):
+        expected = sorted(int(p) for p in (flat % TOKENS == token).nonzero().squeeze(1))
+        assert sorted(int(p) for p in positions[token] if p >= 0) == expected
+
+
+def test_other_cases_go_to_megatrons_functions():
+    calls = []
+
+    def original(*a):
+        calls.append(a)
+        return "megatron"
+
+    routing_map, probs = _routing(False)
+    assert moe_permute.permute(torch.zeros(TOKENS, 4), routing_map, fused=True,
+                               num_out_tokens=1, original=original) == "megatron"
+    assert moe_permute.unpermute(torch.zeros(4, 4), torch.zeros(4, dtype=torch.long),
+                                 (TOKENS, 4), probs=probs, routing_map=routing_map,
+                                 original=original) == "megatron"
+    assert len(calls) == 2
+
+
+def test_same_signature_as_megatrons():
+    for ours, theirs in ((moe_permute.permute, moe_utils.permute),
+                         (moe_permute.unpermute, moe_utils.unpermute)):
+        names = [p for p in inspect.signature(ours).parameters
+                 if p not in ("original", "kernels", "topk")]
+        assert names == list(inspect.signature(theirs).parameters)
+
+
+def test_tiny_moe_with_the_native_permute_matches_hf(restore_dispatcher):
+    from training.moe.presets import TINY_MOE
+
+    from tests.moe.model import moe_parity
+
+    def prepare(gpt):
+        assert token_dispatcher.permute.__wrapped__ is moe_permute.permute
+        assert token_dispatcher.unpermute.__wrapped__ is moe_permute.unpermute
+
+    result = moe_parity(TINY_MOE, 2, "native", "torch", "cpu", prepare=prepare,
+                        extra=("--no-bias-swiglu-fusion", "--native-moe-permute"))
+    assert result["max_abs_err"] < 1e-4 * max(result["logit_scale"], 1.0)

@@ -1,0 +1,221 @@
+"""The MoE family as a recipe layer (training/launch/layers.py) on the core launcher.
+
+training.moe.launch (examples/moe/train_*.sh) resolves with it; nothing in training/launch/
+imports it. It brings
+  toggles  EP, ETP and the MOE_* knobs: Megatron's MoE training choices around the preset's
+           architecture (experts, top-k, expert FFN width: ModelPreset.gpt_args);
+  values   none of its own: the preset gives MOE_AUX_LOSS_COEFF its published coefficient
+           (training/moe/presets.py, source "preset");
+  guards   megatron-core 0.19.2's own MoE rules, refused before torchrun: the expert-parallel
+           layout, sequence parallel with TP, FSDP with EP, the kernels the dispatcher, the
+           grouped experts and the permute fusion need, token dropping, the aux loss.
+"""
+from __future__ import annotations
+
+from training.launch.guards import LaunchContext, _nearest, _off_or_refuse
+from training.launch.layers import RecipeLayer
+from training.launch.settings import Refusal
+from training.launch.toggles import GPT_ARGS, Flags, Toggle
+from training.run_description import divisors
+
+GROUP = "moe"
+
+
+def _permute_flags(toggle: Toggle, ctx) -> list[Flags]:
+    """native `--[no-]native-moe-permute`, TE `--moe-permute-fusion`, local none
+    (native: ours, always given; transformer_engine: TE's fused permute, when on; local:
+    moe_expert_kernels turns it off)"""
+    backend, on = ctx.settings["TRANSFORMER_IMPL"], ctx.settings[toggle.name]
+    if backend == "native":
+        return [Flags(GPT_ARGS, ["--native-moe-permute" if on else "--no-native-moe-permute"])]
+    if backend == "transformer_engine" and on:
+        return [Flags(GPT_ARGS, ["--moe-permute-fusion"])]
+    return []
+
+
+def _capacity(settings) -> bool:
+    return settings.get("MOE_CAPACITY_FACTOR") is not None
+
+
+TOGGLES: tuple[Toggle, ...] = (
+    Toggle("EP", "int", 1, GPT_ARGS,
+           "Expert-parallel size: the experts of each MoE layer split over EP ranks (the "
+           "tokens travel to them through the token dispatcher). EP x ETP x PP divides the "
+           "world; the experts divide by EP.",
+           flag="--expert-model-parallel-size", group=GROUP),
+    Toggle("ETP", "int", 1, GPT_ARGS,
+           "Expert-tensor-parallel size: each expert's FFN split over ETP ranks (1: experts "
+           "whole, the usual choice for fine-grained experts; Megatron's own default is TP).",
+           flag="--expert-tensor-parallel-size", group=GROUP),
+    Toggle("MOE_GROUPED_GEMM", "bool", True, GPT_ARGS,
+           "All local experts in one grouped GEMM per projection: TE's grouped linear on the "
+           "TE backend, torch's grouped_mm on the native backend "
+           "(training/native/grouped_experts.py); 0: Megatron's SequentialMLP, one GEMM pair "
+           "per expert in turn.",
+           on=("--moe-grouped-gemm",), group=GROUP, levers=True),
+    Toggle("MOE_TOKEN_DISPATCHER", "choice", "alltoall", GPT_ARGS,
+           "How tokens reach their experts: alltoall (all-to-all over EP; Megatron's choice "
+           "for expert parallelism), allgather (every rank gathers all tokens), flex "
+           "(DeepEP's kernels, when installed).",
+           flag="--moe-token-dispatcher-type", choices=("alltoall", "allgather", "flex"),
+           group=GROUP),
+    Toggle("MOE_PERMUTE_FUSION", "bool", True, GPT_ARGS,
+           "Fused token permutation around the experts: TE's fused permute/unpermute on the "
+           "TE backend, the native backend's atomic-free gather-sum "
+           "(training/native/moe_permute.py) on native; the local backend has neither.",
+           group=GROUP, emit=_permute_flags, levers=True),
+    Toggle("MOE_ROUTER_DTYPE", "choice", "fp32", GPT_ARGS,
+           "Precision of the router's logits and softmax (Megatron warns without it at 32 "
+           "experts or more); none: the model's dtype.",
+           flag="--moe-router-dtype", choices=("fp32", "fp64", "none"), group=GROUP,
+           when=lambda s: s["MOE_ROUTER_DTYPE"] != "none"),
+    Toggle("MOE_AUX_LOSS_COEFF", "float", None, GPT_ARGS,
+           "Coefficient of the load-balancing loss (default: the preset's published "
+           "router_aux_loss_coef; 0 turns the loss off).",
+           flag="--moe-aux-loss-coeff", group=GROUP),
+    Toggle("MOE_LOAD_BALANCING", "choice", "aux_loss", GPT_ARGS,
+           "Load balancing: aux_loss (Switch/GShard, per micro-batch), seq_aux_loss (per "
+           "sequence), global_aux_loss (over the global batch), sinkhorn, none.",
+           flag="--moe-router-load-balancing-type",
+           choices=("aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"),
+           group=GROUP),
+    Toggle("MOE_CAPACITY_FACTOR", "float", None, GPT_ARGS,
+           "Expert capacity as a multiple of the even share of tokens; tokens beyond it are "
+           "dropped (MOE_TOKEN_DROP_POLICY). Unset: dropless, every token reaches its experts.",
+           flag="--moe-expert-capacity-factor", group=GROUP),
+    Toggle("MOE_TOKEN_DROP_POLICY", "choice", "probs", GPT_ARGS,
+           "With a capacity factor, which tokens an overfull expert drops: probs (lowest "
+           "routing probability) or position (latest in the sequence).",
+           flag="--moe-token-drop-policy", choices=("probs", "position"), group=GROUP,
+           when=_capacity),
+    Toggle("MOE_PAD_TO_CAPACITY", "bool", False, GPT_ARGS,
+           "With a capacity factor, pad every expert's tokens to its capacity (static shapes).",
+           on=("--moe-pad-expert-input-to-capacity",), group=GROUP, when=_capacity),
+)
+
+
+# -- guards: megatron-core 0.19.2's MoE rules ----------------------------------------------------
+
+def expert_parallel_sizes(ctx: LaunchContext) -> None:
+    """EP, ETP >= 1; the experts divide by EP, the expert FFN by ETP; EP*ETP*PP divides the world.
+
+    megatron-core 0.19.2's expert rank generator and validate_args."""
+    s, p = ctx.settings, ctx.preset
+    ep, etp, pp, world = s["EP"], s["ETP"], s["PP"], ctx.layout.world_size
+    for name in ("EP", "ETP"):
+        if s[name] < 1:
+            raise Refusal("expert_parallel_sizes", f"{name}={s[name]} must be at least 1.")
+    if p.num_experts % ep:
+        raise Refusal("expert_parallel_sizes",
+                      f"EP={ep} must divide the {p.num_experts} experts of {p.name} (Megatron: "
+                      "'Number of experts should be a multiple of expert model parallel_size'). "
+                      f"Nearest valid EP: {_nearest(ep, divisors(p.num_experts))}.")
+    if p.moe_ffn_hidden_size % etp:
+        raise Refusal("expert_parallel_sizes",
+                      f"ETP={etp} must divide the experts' FFN width {p.moe_ffn_hidden_size}. "
+                      f"Nearest valid ETP: {_nearest(etp, divisors(p.moe_ffn_hidden_size))}.")
+    if world % (ep * etp * pp):
+        fits = [d for d in divisors(world // pp) if p.num_experts % d == 0] if world % pp == 0 \
+            else []
+        raise Refusal("expert_parallel_sizes",
+                      f"EP*ETP*PP={ep}*{etp}*{pp}={ep * etp * pp} does not divide the world size "
+                      f"{world} (megatron-core: 'world_size is not divisible by "
+                      "expert_tensor_model_pipeline_parallel size'). With ETP=1 and this PP, EP "
+                      f"can be {', '.join(map(str, fits)) or 'none: change PP'}.")
+
+
+def moe_sequence_parallel(ctx: LaunchContext) -> None:
+    """MoE with TP>1 needs sequence parallel (Megatron's MoE layer raises without it)."""
+    s = ctx.settings
+    # the local backend's torch norms refuse sequence parallel (local_norm_sequence_parallel
+    # turns it off there): read it as that guard leaves it, whatever the guards' order
+    if s["TP"] == 1 or (s["SEQUENCE_PARALLEL"] and ctx.backend != "local"):
+        return
+    why = ("the local backend's torch norms refuse sequence parallel" if ctx.backend == "local"
+           else "SEQUENCE_PARALLEL=0 was asked for")
+    raise Refusal("moe_sequence_parallel",
+                  f"TP={s['TP']} with MoE layers needs sequence parallel (megatron-core's MoE "
+                  f"layer raises without it), and {why}. Use TP=1 (experts split by EP), or "
+                  "SEQUENCE_PARALLEL=1 on the native or TE backend.")
+
+
+def fsdp_expert_parallel(ctx: LaunchContext) -> None:
+    """Torch FSDP2 with expert parallelism: refused (validate_args asserts)."""
+    s = ctx.settings
+    if s["FSDP"] and s["EP"] > 1:
+        raise Refusal("fsdp_expert_parallel",
+                      f"FSDP=1 with EP={s['EP']}: megatron-core 0.19.2 asserts "
+                      "'--use-torch-fsdp2 is not supported with expert parallelism'. Use FSDP=0 "
+                      "(the distributed optimizer shards the experts' states over the "
+                      "expert-data-parallel ranks), or EP=1.")
+
+
+def moe_dispatcher_kernels(ctx: LaunchContext) -> None:
+    """The flex dispatcher needs DeepEP and TP x EP > 1."""
+    s = ctx.settings
+    if s["MOE_TOKEN_DISPATCHER"] != "flex":
+        return
+    if not ctx.caps.deep_ep:
+        raise Refusal("moe_dispatcher_kernels",
+                      "MOE_TOKEN_DISPATCHER=flex runs DeepEP's kernels (deep_ep), which are not "
+                      f"installed ({ctx.caps.source}). Use MOE_TOKEN_DISPATCHER=alltoall.")
+    if s["TP"] * s["EP"] == 1:
+        raise Refusal("moe_dispatcher_kernels",
+                      "MOE_TOKEN_DISPATCHER=flex needs TP*EP > 1 (Megatron: 'DeepEP dispatcher "
+                      "requires TPxEP > 1'). Use MOE_TOKEN_DISPATCHER=alltoall on one GPU.")
+
+
+def moe_expert_kernels(ctx: LaunchContext) -> None:
+    """Grouped GEMM and permute fusion need TE's kernels or the native backend's (not local's).
+
+    Megatron's local spec builds SequentialMLP whatever --moe-grouped-gemm says."""
+    if ctx.backend != "local":
+        return
+    _off_or_refuse(ctx, "MOE_GROUPED_GEMM", "moe_expert_kernels",
+                   "Megatron's local spec always builds SequentialMLP (grouped experts are TE's "
+                   "or the native backend's)",
+                   "Use TRANSFORMER_IMPL=native or transformer_engine, or set it to 0.")
+    _off_or_refuse(ctx, "MOE_PERMUTE_FUSION", "moe_expert_kernels",
+                   "the local backend has no fused permute (Megatron's is TE's, the native "
+                   "backend has its own)",
+                   "Use TRANSFORMER_IMPL=native or transformer_engine, or set it to 0.")
+
+
+def moe_capacity(ctx: LaunchContext) -> None:
+    """Token dropping: a positive capacity factor, with a load balancing that allows it.
+
+    Padding to capacity and the drop policy act only with a capacity factor."""
+    s = ctx.settings
+    factor = s.get("MOE_CAPACITY_FACTOR")
+    if factor is None:
+        if s["MOE_PAD_TO_CAPACITY"]:
+            raise Refusal("moe_capacity",
+                          "MOE_PAD_TO_CAPACITY=1 needs MOE_CAPACITY_FACTOR (megatron-core: "
+                          "'moe_expert_capacity_factor must be set to use "
+                          "moe_pad_expert_input_to_capacity'). Set MOE_CAPACITY_FACTOR, e.g. 1.25.")
+        if s.is_explicit("MOE_TOKEN_DROP_POLICY"):
+            s.warn("moe_capacity", "MOE_TOKEN_DROP_POLICY has no effect without "
+                                   "MOE_CAPACITY_FACTOR (dropless: no token is dropped).")
+        return
+    if factor <= 0:
+        raise Refusal("moe_capacity", f"MOE_CAPACITY_FACTOR={factor:g} must be positive (unset "
+                                      "it for dropless routing).")
+    if s["MOE_LOAD_BALANCING"] == "sinkhorn":
+        raise Refusal("moe_capacity",
+                      "MOE_CAPACITY_FACTOR with MOE_LOAD_BALANCING=sinkhorn: megatron-core "
+                      "accepts a capacity factor only with aux_loss, seq_aux_loss, "
+                      "global_aux_loss or none. Change one of them.")
+
+
+def moe_aux_loss(ctx: LaunchContext) -> None:
+    """A load-balancing loss needs a coefficient >= 0."""
+    s = ctx.settings
+    if s["MOE_AUX_LOSS_COEFF"] < 0:
+        raise Refusal("moe_aux_loss", f"MOE_AUX_LOSS_COEFF={s['MOE_AUX_LOSS_COEFF']:g} must be "
+                                      ">= 0 (0 turns the load-balancing loss off).")
+
+
+GUARDS = (expert_parallel_sizes, moe_sequence_parallel, fsdp_expert_parallel,
+          moe_dispatcher_kernels, moe_expert_kernels, moe_capacity, moe_aux_loss)
+
+MOE = RecipeLayer("moe", values=lambda settings: [], toggles=TOGGLES, guards=GUARDS)

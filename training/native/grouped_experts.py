@@ -1,0 +1,237 @@
+"""Grouped expert linears for the native backend: torch's grouped GEMM, no Transformer Engine.
+
+megatron-core 0.19.2 runs the experts of an MoE layer either as TEGroupedMLP (one grouped GEMM
+per projection, through TE's GroupedLinear) or, without TE, as SequentialMLP: a Python loop
+over the local experts, two GEMMs each, forward and backward. TEGroupedMLP itself is not tied
+to TE: it takes its fc1/fc2 linears from builders (experts.GroupedLinearFc1Builder and
+GroupedLinearFc2Builder) and calls them as `linear(tokens, tokens_per_expert) -> (out, bias)`.
+`ColumnGroupedLinear` and `RowGroupedLinear` fill those slots with torch's grouped matrix
+multiply (`torch.nn.functional.grouped_mm`: one CUTLASS kernel over all experts, bf16 on
+Hopper and Blackwell, jagged token counts, differentiable), so the native backend gets
+TEGroupedMLP's grouped experts, routing-weighted SwiGLU and checkpoint layout.
+
+Each projection keeps the weights of its local experts in ONE parameter [experts, out, in]
+(grouped_mm reads them in place; per-expert parameters would be stacked, a copy of every
+expert's weights, at each forward). Its checkpoint tensor is the same global tensor
+SequentialMLP and TEGroupedMLP save (experts along the first axis, gate and up halves of fc1
+sharded like theirs), so checkpoints move between the three.
+
+Where grouped_mm has no fast kernel (the CPU, other dtypes, GPUs before Hopper) the same
+module runs a loop over the experts (`grouped_matmul(..., impl="loop")`), numerically the
+reference the tests compare against.
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+from functools import partial
+from itertools import accumulate
+
+import torch
+
+# auto: grouped_mm where it has its fast kernel, the loop elsewhere
+IMPLS = ("auto", "grouped_mm", "loop")
+
+
+def grouped_mm_available() -> bool:
+    """torch >= 2.8 exposes the grouped GEMM (torch._grouped_mm; F.grouped_mm from 2.10)."""
+    return hasattr(torch.nn.functional, "grouped_mm") or hasattr(torch, "_grouped_mm")
+
+
+def has_fast_grouped_mm(device: torch.device, dtype: torch.dtype) -> bool:
+    """grouped_mm's CUTLASS path: CUDA, bf16 in and out, SM90 or SM100 (torch 2.11 falls back
+    to a loop with a host copy of the offsets elsewhere)."""
+    if device.type != "cuda" or dtype != torch.bfloat16 or not grouped_mm_available():
+        return False
+    return torch.cuda.get_device_capability(device)[0] in (9, 10)
+
+
+def describe(impl: str = "auto") -> str:
+    if impl == "loop":
+        return "native grouped experts: one GEMM per expert (loop)"
+    return ("native grouped experts: torch grouped_mm (one CUTLASS grouped GEMM per projection, "
+            "bf16 on SM90/SM100" + ("; a loop over the experts elsewhere)" if impl == "auto"
+                                    else ")"))
+
+
+def _grouped_mm(x: torch.Tensor, weight_t: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    fn = getattr(torch.nn.functional, "grouped_mm", None)
+    if fn is not None:
+        return fn(x, weight_t, offs=offsets)
+    return torch._grouped_mm(x, weight_t, offs=offsets)
+
+
+def group_offsets(counts: list[int], device: torch.device) -> torch.Tensor:
+    """End offset of each expert's rows (int32, on the device). Copied from pinned memory
+    without blocking: a pageable host-to-device copy would wait for the stream."""
+    ends = torch.tensor(list(accumulate(counts)), dtype=torch.int32,
+                        pin_memory=device.type == "cuda")
+    return ends.to(device, non_blocking=True)
+
+
+def grouped_matmul(x: torch.Tensor, weight: torch.Tensor, counts: list[int],
+                   impl: str = "auto") -> torch.Tensor:
+    """Rows of x grouped by expert (counts[e] rows for expert e, in order) times each expert's
+    weight transposed: out[rows of e] = x[rows of e] @ weight[e].T. weight: [experts, out, in]."""
+    if len(counts) != weight.shape[0]:
+        raise ValueError(f"{len(counts)} token counts for {weight.shape[0]} experts")
+    if sum(counts) != x.shape[0]:
+        raise ValueError(f"token counts add up to {sum(counts)}, the input has {x.shape[0]} rows")
+    use_grouped = impl == "grouped_mm" or (impl == "auto"
+                                           and has_fast_grouped_mm(x.device, x.dtype))
+    if use_grouped and x.shape[0] > 0:
+        return _grouped_mm(x, weight.transpose(1, 2), group_offsets(counts, x.device))
+    # The loop: unbind once (its backward stacks the experts' gradients in one tensor; indexing
+    # weight[e] per expert would build a full-size zero gradient for each).
+    pieces = [part @ w.t() for part, w in zip(torch.split(x, counts), weight.unbind(0))]
+    return torch.cat(pieces) if pieces else x.new_empty(0, weight.shape[1])
+
+
+class GroupedLinear(torch.nn.Module):
+    """One projection of every local expert, in the slot of Megatron's grouped linear builders
+    (GroupedLinearFc1Builder / Fc2Builder: `linear(x, tokens_per_expert) -> (out, bias)`).
+
+    The token dispatcher does the expert-parallel and expert-tensor-parallel communication, as
+    it does for TE's grouped linear: this module computes its local shard only, fc1 (column)
+    with output_size / ETP rows per expert, fc2 (row) with input_size / ETP columns.
+    `impl` (IMPLS) is kept on the instance; tests set it to compare the two paths."""
+
+    parallel_mode = "column"
+
+    def __init__(self, num_local_experts: int, input_size: int, output_size: int, *, config,
+                 init_method, bias: bool, skip_bias_add: bool, is_expert: bool = True,
+                 tp_comm_buffer_name: str | None = None, pg_collection=None,
+                 name: str | None = None, impl: str = "auto"):
+        super().__init__()
+        if impl not in IMPLS:
+            raise ValueError(f"unknown grouped-experts implementation {impl!r}: use {IMPLS}")
+        self.impl = impl
+        from megatron.core.process_groups_config import ProcessGroupCollection
+        from megatron.core.utils import get_pg_rank, get_pg_size
+
+        if bias:
+            raise ValueError("the native grouped experts have no bias (Qwen3-MoE and Mixtral "
+                             "experts are bias-free); use the sequential experts")
+        if not is_expert:
+            raise ValueError("GroupedLinear holds experts only")
+        self.config = config
+        self.num_local_experts = num_local_experts
+        if pg_collection is None:
+            pg_collection = ProcessGroupCollection.use_mpu_process_groups()
+        self._ep_group, self._tp_group = pg_collection.ep, pg_collection.expt_tp
+        self._dp_group = pg_collection.expt_dp
+        tp_size = get_pg_size(self._tp_group)
+        self.tp_rank, self.tp_size = get_pg_rank(self._tp_group), tp_size
+        if self.parallel_mode == "column":
+            output_size //= tp_size
+        else:
+            input_size //= tp_size
+        self.in_features, self.out_features = input_size, output_size
+        self.weight = torch.nn.Parameter(torch.empty(
+            num_local_experts, output_size, input_size, dtype=config.params_dtype,
+            device="cpu" if config.use_cpu_initialization else torch.cuda.current_device()))
+        if config.perform_initialization:
+            self._initialize(init_method)
+        etp = config.expert_tensor_parallel_size or config.tensor_model_parallel_size
+        expert_groups = (config.expert_model_parallel_size > 1
+                         or etp != config.tensor_model_parallel_size)
+        # Megatron's DDP reduces parameters with allreduce=False over the expert-data-parallel
+        # group; tensor_model_parallel marks a shard (every ETP rank's part counts in the
+        # gradient norm). The same attributes TE's grouped linear gets.
+        self.weight.allreduce = not expert_groups
+        self.weight.tensor_model_parallel = True
+        self.weight.partition_dim = 1 if self.parallel_mode == "column" else 2
+        self.weight.partition_stride = 1
+
+    @torch.no_grad()
+    def _initialize(self, init_method) -> None:
+        from megatron.core.tensor_parallel.random import (
+            get_cuda_rng_tracker, get_expert_parallel_rng_tracker_name)
+
+        tracker = get_cuda_rng_tracker()
+        fork = (tracker.fork(get_expert_parallel_rng_tracker_name())
+                if self.weight.is_cuda and tracker.is_initialized() else nullcontext())
+        with fork:  # each EP rank draws different experts, as Megatron's expert linears do
+            for expert in self.weight:
+                init_method(expert)
+
+    def forward(self, x: torch.Tensor, tokens_per_expert: list[int]):
+        return grouped_matmul(x, self.weight, list(tokens_per_expert), self.impl), None
+
+    def backward_dw(self) -> None:
+        """Delayed weight gradients (TE's delay_wgrad_compute) are not implemented: the
+        weight gradient is computed in the backward pass."""
+
+    def sharded_state_dict(self, prefix: str = "", sharded_offsets: tuple = (),
+                           metadata: dict | None = None):
+        """The global tensor SequentialMLP and TEGroupedMLP save for this projection
+        ([all experts, out, in]): experts along axis 0 (this EP rank's block), the ETP shard
+        along out (fc1) or in (fc2); fc1's gate and up halves sharded apart as Megatron's
+        SwiGLU factory does."""
+        from megatron.core.dist_checkpointing.mapping import (ShardedTensor,
+                                                              ShardedTensorFactory)
+        from megatron.core.utils import get_pg_rank, get_pg_size
+
+        key = f"{prefix}weight"
+        prepend = len(sharded_offsets)
+        ep_rank, ep_size = get_pg_rank(self._ep_group), get_pg_size(self._ep_group)
+        replica_id = (0, 0, get_pg_rank(self._dp_group))
+        expert_axis = (prepend, ep_rank, ep_size)
+        if self.parallel_mode == "row":
+            return {key: ShardedTensor.from_rank_offsets(
+                key, self.weight, *sharded_offsets, expert_axis,
+                (prepend + 2, self.tp_rank, self.tp_size),
+                replica_id=replica_id, prepend_axis_num=prepend)}
+        if not self.config.gated_linear_unit:
+            return {key: ShardedTensor.from_rank_offsets(
+                key, self.weight, *sharded_offsets, expert_axis,
+                (prepend + 1, self.tp_rank, self.tp_size),
+                replica_id=replica_id, prepend_axis_num=prepend)}
+        tp_rank, tp_size = self.tp_rank, self.tp_size
+
+        @torch.no_grad()
+        def build(key, tensor, replica_id, flattened_range):
+            gate, up = torch.chunk(tensor, 2, dim=1)
+            return [ShardedTensor.from_rank_offsets(
+                key, half, *sharded_offsets, expert_axis, (prepend + 1, rank, 2 * tp_size),
+                replica_id=replica_id, prepend_axis_num=prepend)
+                for half, rank in ((gate, tp_rank), (up, tp_size + tp_rank))]
+
+        @torch.no_grad()
+        def merge(halves):
+            return torch.cat(halves, dim=1)
+
+        return {key: ShardedTensorFactory(key, self.weight, build, merge, replica_id)}
+
+    def extra_repr(self) -> str:
+        return (f"experts={self.num_local_experts}, in_features={self.in_features}, "
+                f"out_features={self.out_features}, ETP={self.tp_size}")
+
+
+class ColumnGroupedLinear(GroupedLinear):
+    """fc1: hidden -> (gate, up) per expert, output sharded over expert-tensor parallelism."""
+
+    parallel_mode = "column"
+
+
+class RowGroupedLinear(GroupedLinear):
+    """fc2: FFN -> hidden per expert, input sharded over expert-tensor parallelism."""
+
+    parallel_mode = "row"
+
+
+def grouped_experts_builder(impl: str = "auto"):
+    """The `experts` entry of Megatron's MoE submodules: TEGroupedMLP on these linears."""
+    from megatron.core.transformer.moe.experts import GroupedMLPSubmodules, TEGroupedMLP
+
+    return partial(TEGroupedMLP, submodules=GroupedMLPSubmodules(
+        linear_fc1=partial(ColumnGroupedLinear, impl=impl),
+        linear_fc2=partial(RowGroupedLinear, impl=impl)))
+
+
+def set_impl(model, impl: str) -> int:
+    """Every GroupedLinear of a built model to `impl`; returns how many (tests compare the
+    implementations on one model)."""
+    linears = [m for m in model.modules() if isinstance(m, GroupedLinear)]
+    for linear in linears:
+        linear.impl = impl
+    return len(linears)
