@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# One H200, untimed work kept running across device calls (the machine stays warm between calls
+# sent back to back). Each job runs a dev/gpu script in its own process session with
+# OUT=/tmp/burst/NAME, so it outlives the call that started it; timed benchmarks run only after
+# `collect` has seen every job end.
+#   start NAME SCRIPT [ARGS...]   start a job (log /tmp/burst/NAME.log, exit status NAME.rc)
+#   status                        each job: running, or its exit status, and its log's last line
+#   collect SECONDS               wait up to SECONDS for the jobs, then copy every job's results
+#                                 into $OUT/burst.tgz and print the tail of each log
+# Usage: GIT_SHA=<sha> bash dev/gpu/burst.sh start gpu-tests dev/gpu/gpu_tests.sh
+set -uo pipefail
+B=/tmp/burst
+mkdir -p "$B"
+cmd=${1:?usage: burst.sh start NAME SCRIPT [ARGS...] | status | collect SECONDS}
+shift
+case "$cmd" in
+start)
+    name=${1:?job name}; script=${2:?script}; shift 2
+    mkdir -p "$B/$name"
+    OUT="$B/$name" setsid nohup bash -c 'bash "$@"; echo $? > "'"$B/$name.rc"'"' _ "$script" "$@" \
+        > "$B/$name.log" 2>&1 < /dev/null &
+    echo "started $name: $script $*"
+    ;;
+status|collect)
+    if [ "$cmd" = collect ]; then
+        deadline=$((SECONDS + ${1:?seconds to wait}))
+        while [ "$SECONDS" -lt "$deadline" ]; do
+            running=0
+            for log in "$B"/*.log; do [ -e "${log%.log}.rc" ] || running=1; done
+            [ "$running" = 0 ] && break
+            sleep 5
+        done
+    fi
+    for log in "$B"/*.log; do
+        [ -e "$log" ] || continue
+        name=$(basename "$log" .log)
+        rc=$(cat "$B/$name.rc" 2>/dev/null || echo running)
+        echo "== $name: $rc"
+        if [ "$cmd" = collect ]; then tail -25 "$log"; else tail -1 "$log"; fi
+    done
+    if [ "$cmd" = collect ]; then
+        : "${OUT:?OUT must be set (the device tool sets it)}"
+        tar czf "$OUT/burst.tgz" --exclude='*.safetensors' --exclude='*.pt' --exclude='*.distcp' \
+            --exclude=tensorboard -C "$B" .
+    fi
+    ;;
+*) echo "burst.sh: unknown command $cmd (start, status, collect)"; exit 2 ;;
+esac
