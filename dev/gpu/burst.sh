@@ -6,7 +6,7 @@
 #   start NAME SCRIPT [ARGS...]   start a job (log /tmp/burst/NAME.log, exit status NAME.rc)
 #   status                        each job: running, or its exit status, and its log's last line
 #   collect SECONDS               wait up to SECONDS for the jobs, then copy every job's results
-#                                 into $OUT/burst.tgz and print the tail of each log
+#                                 into $OUT/NAME.tgz and print the tail of each log
 # Usage: GIT_SHA=<sha> bash dev/gpu/burst.sh start gpu-tests dev/gpu/gpu_tests.sh
 set -uo pipefail
 B=/tmp/burst
@@ -40,8 +40,14 @@ status|collect)
     done
     if [ "$cmd" = collect ]; then
         : "${OUT:?OUT must be set (the device tool sets it)}"
-        tar czf "$OUT/burst.tgz" --exclude='*.safetensors' --exclude='*.pt' --exclude='*.distcp' \
-            --exclude=tensorboard -C "$B" .
+        for log in "$B"/*.log; do   # one archive per job (a call returns 8 files of 16 MiB)
+            name=$(basename "$log" .log)
+            touch "$B/$name.rc"   # empty: still running at collect
+            tar czf "$OUT/$name.tgz" --exclude='*.safetensors' --exclude='*.pt' --exclude='*.pth' \
+                --exclude='*.distcp' --exclude='*.bin' --exclude='*.idx' --exclude=tensorboard \
+                -C "$B" "$name" "$name.log" "$name.rc" 2>/dev/null
+        done
+        ls -la "$OUT"
     fi
     ;;
 *) echo "burst.sh: unknown command $cmd (start, status, collect)"; exit 2 ;;

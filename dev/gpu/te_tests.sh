@@ -8,7 +8,7 @@
 # Carry: .whl data
 export TE=1
 source "$(dirname "$0")/env.sh"
-LIMIT=480
+LIMIT=${LIMIT:-480}
 PYTEST=(python3 -m pytest -p no:cacheprovider -q -s -m gpu --durations=0 -rA)
 (export CUDA_VISIBLE_DEVICES=${GRID_GPU:-0} MASTER_PORT=29700
  timeout $((LIMIT + 30 - SECONDS)) python3 -m training.convergence \
