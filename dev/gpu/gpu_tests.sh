@@ -7,7 +7,8 @@
 source "$(dirname "$0")/env.sh"
 timeout 560 python3 -m pytest -p no:cacheprovider -q -s -m gpu --durations=0 -rA \
     tests/gpu/test_native_kernels_gpu.py tests/gpu/test_kernel_shapes_gpu.py \
-    tests/gpu/test_parity_gpu.py tests/gpu/test_train_gpu.py tests/profiling tests/mlperf \
+    tests/gpu/test_parity_gpu.py tests/gpu/test_train_gpu.py tests/profiling/test_profiling_gpu.py \
+    tests/mlperf/test_mlperf_gpu.py \
     > "$OUT/gpu_tests.log" 2>&1
 echo "gpu tests rc=$?"
 grep -E "PASSED|FAILED|SKIPPED|ERROR|passed|failed|late loss|resume" "$OUT/gpu_tests.log" | tail -60
