@@ -52,9 +52,21 @@ def header(name: str, argv: list[str] | None = None, module: str = "training.ben
         "gpu": gpu,
         "versions": {**package_versions(), "torchtitan": _version("torchtitan"),
                      "torch_runtime": torch.__version__, "cuda": torch.version.cuda,
-                     "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+                     "cudnn": _cudnn_version(torch),
                      "nccl": _nccl_version(torch)},
     }
+
+
+def _cudnn_version(torch) -> int | str | None:
+    """torch's cuDNN, or why it cannot say: with Transformer Engine's site first on the path a
+    second cuDNN can shadow torch's own (torch then refuses to load it; the runs are unaffected
+    where nothing calls cuDNN through torch)."""
+    if not torch.cuda.is_available():
+        return None
+    try:
+        return torch.backends.cudnn.version()
+    except RuntimeError as e:
+        return f"unavailable: {str(e).split('.')[0]}"
 
 
 def _nccl_version(torch) -> str | None:
