@@ -96,7 +96,7 @@ def _outputs(tmp_path, name="ds"):
     ("all_bad", [], 1, "no documents in the input: 2 skipped: malformed JSON 2; nothing written"),
     ("strict", ["--strict"], 1, "--strict: {dir}/s.jsonl:2: missing text key"),
     ("truncated", [], 1, "{dir}/t.jsonl.gz: cannot read the gz file after line"),
-    ("bad_workers", ["--workers", "0"], 2, "--workers 0: must be at least 1"),
+    ("bad_workers", ["--workers", "0"], 2, "--workers: must be a whole number >= 1, not '0'"),
 ])
 def test_bad_input_exits_clearly_and_writes_nothing(tmp_path, tok_dir, capsys, setup, argv_extra, code, message):
     import gzip

@@ -22,7 +22,6 @@ sample, the ratio per repeat and its median/min/max, the command, git sha, CPU a
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -32,6 +31,7 @@ import sys
 import tempfile
 import time
 
+from training.cli import ArgumentParser, positive_int
 from training.data.errors import DataError, InputError
 
 DOC_CHARS = 2000  # about the mean C4 document
@@ -205,11 +205,11 @@ def run(tokenizer: str, sdist_cache: str, repeats: int, corpus_repeat: int, work
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m training.data.bench_prepare", description=__doc__.split("\n\n")[0])
+    p = ArgumentParser(prog="python -m training.data.bench_prepare", description=__doc__.split("\n\n")[0])
     p.add_argument("--tokenizer", default="data/shakespeare/tokenizer", help="(default: the sample's, from make data-sample)")
     p.add_argument("--cache", default="data/.cache", help="where make data-sample keeps the sdist")
-    p.add_argument("--repeats", type=int, default=9)
-    p.add_argument("--corpus-repeat", type=int, default=2, help="copies of the corpus in the shard (default 2, ~10 MB)")
+    p.add_argument("--repeats", type=positive_int, default=9)
+    p.add_argument("--corpus-repeat", type=positive_int, default=2, help="copies of the corpus in the shard (default 2, ~10 MB)")
     p.add_argument("--out", default="docs/benchmarks/data_prepare_cpu.json")
     args = p.parse_args(argv)
     command = " ".join(["python", "-m", "training.data.bench_prepare", *(sys.argv[1:] if argv is None else argv)])

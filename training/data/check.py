@@ -30,9 +30,11 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from training.cli import ArgumentParser
 from training.data import record as rec
 from training.data import tokenizer as tokmod
 from training.data.errors import DataError
+from training.data.index import IndexProblem, open_with_megatron, read_index
 
 
 class DataPathError(ValueError):
@@ -160,8 +162,53 @@ def _short(sha: str) -> str:
     return sha[:12]
 
 
-def check_data_path(value: str, tokenizer_model: str | None) -> DataInfo:
-    """Check every prefix of DATA_PATH and that all agree with each other and TOKENIZER_MODEL."""
+_REBUILD = ("rebuild it (python -m training.data.prepare ... --overwrite) or copy the .bin, .idx "
+            "and .dataset.json again")
+
+
+def dataset_problem(prefix: str, record: dict, *, hash_bin: bool = False,
+                    megatron: bool = False) -> str | None:
+    """What is wrong with PREFIX.bin/.idx against each other and the record, or None.
+
+    Always (the launcher's check): the sizes of both files against the record, the .idx read
+    and checked against the .bin (training/data/index.py), its counts and SHA-256 against
+    the record (records written before the hashes existed skip what they lack). hash_bin:
+    also the .bin's SHA-256 (reads the whole file). megatron: also megatron-core's own
+    IndexedDataset opens it (`check verify`; importing megatron takes seconds)."""
+    bin_path, idx_path = prefix + ".bin", prefix + ".idx"
+    size = os.path.getsize(bin_path)
+    if record.get("bin_bytes") is not None and size != record["bin_bytes"]:
+        return (f"{bin_path} has {size:,} bytes but its record says {record['bin_bytes']:,}: the "
+                f"dataset was changed or partly copied since it was prepared; {_REBUILD}")
+    idx_size = os.path.getsize(idx_path)
+    if record.get("idx_bytes") is not None and idx_size != record["idx_bytes"]:
+        return (f"{idx_path} has {idx_size:,} bytes but its record says {record['idx_bytes']:,}: the "
+                f"index was changed or partly copied, or comes from another preparation; {_REBUILD}")
+    try:
+        facts = read_index(idx_path, bin_path)
+    except IndexProblem as e:
+        return f"{e}; {_REBUILD}"
+    for key in ("documents", "tokens"):
+        if record.get(key) is not None and record[key] != getattr(facts, key):
+            return (f"{idx_path} counts {getattr(facts, key):,} {key} but its record says "
+                    f"{record[key]:,}: the files come from another preparation; {_REBUILD}")
+    hashed = [(idx_path, "idx_sha256")] + ([(bin_path, "bin_sha256")] if hash_bin else [])
+    for path, key in hashed:
+        if record.get(key) and tokmod.file_sha256(path) != record[key]:
+            return (f"{path} is not the file its record was written with (SHA-256 differs): the dataset "
+                    f"mixes files of two preparations or was changed; {_REBUILD}")
+    if megatron:
+        try:
+            open_with_megatron(prefix)
+        except IndexProblem as e:
+            return f"{e}; {_REBUILD}"
+    return None
+
+
+def check_data_path(value: str, tokenizer_model: str | None, *, hash_bin: bool = False,
+                    megatron: bool = False) -> DataInfo:
+    """Check every prefix of DATA_PATH and that all agree with each other and TOKENIZER_MODEL
+    (hash_bin, megatron: the deeper checks of dataset_problem)."""
     entries = parse_data_path(value)
     problems: list[str] = []
     records: list[tuple[str, dict]] = []
@@ -186,12 +233,9 @@ def check_data_path(value: str, tokenizer_model: str | None) -> DataInfo:
                 f"{prefix} --tokenizer-model DIR"
             )
             continue
-        size = os.path.getsize(prefix + ".bin")
-        if record.get("bin_bytes") is not None and size != record["bin_bytes"]:
-            problems.append(
-                f"{prefix}.bin has {size:,} bytes but its record says {record['bin_bytes']:,}: the "
-                "dataset was changed or partly copied since it was prepared; copy it again or rebuild it"
-            )
+        problem = dataset_problem(prefix, record, hash_bin=hash_bin, megatron=megatron)
+        if problem:
+            problems.append(problem)
             continue
         records.append((prefix, record))
     if problems:
@@ -294,71 +338,63 @@ def check_vocab_size(info: DataInfo, vocab_size: int | None) -> None:
 def adopt(prefix: str, tokenizer_model: str, overwrite: bool = False) -> dict:
     """Write PREFIX.dataset.json for a dataset made elsewhere, after checking its token ids.
 
-    Refuses if any id is outside the tokenizer's vocabulary or the .idx does not describe
-    the .bin. Reports how many documents end with the tokenizer's EOD.
+    Refuses if the .idx does not describe the .bin (training/data/index.py, then megatron's
+    own reader) or any id is outside the tokenizer's vocabulary. Reports how many documents
+    end with the tokenizer's EOD. Holds the prefix's lock while it works (publish.py).
     """
-    import logging
-    import warnings
-
     import numpy as np
+
+    from training.data.publish import Publisher
 
     for p in (prefix + ".bin", prefix + ".idx"):
         if not os.path.isfile(p):
             raise DataPathError(f"{p} not found")
     path = rec.record_path(prefix)
-    if os.path.exists(path) and not overwrite:
-        raise DataPathError(f"{path} already exists; pass --overwrite to replace it")
-    try:
-        info = tokmod.load(_tokenizer_dir(tokenizer_model))
-    except DataError as e:
-        raise DataPathError(str(e)) from None
-    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from megatron.core.datasets.indexed_dataset import IndexedDataset
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # megatron's "could not determine rank"
-            ds = IndexedDataset(prefix, mmap=True)
-    except Exception as e:  # megatron asserts on a malformed index
-        raise DataPathError(f"{prefix}.idx: not a Megatron index ({e})") from None
-    dtype = np.dtype(ds.index.dtype)
-    bin_bytes = os.path.getsize(prefix + ".bin")
-    lengths = ds.index.sequence_lengths.astype(np.int64)
-    tokens = int(lengths.sum())
-    if tokens * dtype.itemsize != bin_bytes:
-        raise DataPathError(
-            f"{prefix}: the index describes {tokens * dtype.itemsize:,} bytes of tokens but the .bin "
-            f"has {bin_bytes:,}; the pair does not belong together"
-        )
-    data = np.memmap(prefix + ".bin", dtype=dtype, mode="r")
-    top = int(data.max()) if data.size else -1
-    if top >= info.vocab_size:
-        raise DataPathError(
-            f"{prefix}: token id {top} is outside the vocabulary of {info.path} (size "
-            f"{info.vocab_size}); this is not the tokenizer the dataset was made with"
-        )
-    doc_index = ds.index.document_indices.astype(np.int64)
-    seq_ends = ds.index.sequence_pointers.astype(np.int64) // dtype.itemsize + lengths
-    last_seq = doc_index[1:] - 1
-    nonempty = doc_index[1:] > doc_index[:-1]
-    ends = seq_ends[last_seq[nonempty]] - 1
-    with_eod = int((data[ends] == info.eod_id).sum()) if ends.size else 0
-    documents = int(len(doc_index) - 1)
-    record_dir = os.path.dirname(os.path.abspath(prefix))
-    entry = {
-        "prefix": os.path.basename(prefix),
-        "tokenizer": rec.tokenizer_entry(info, record_dir),
-        "adopted": True,
-        "dtype": dtype.name,
-        "documents": documents,
-        "tokens": tokens,
-        "bin_bytes": bin_bytes,
-        "documents_ending_with_eod": with_eod,
-        "max_token_id": top,
-    }
-    rec.write_record(path, entry)
+    with Publisher(prefix, option="PREFIX"):
+        if os.path.exists(path) and not overwrite:
+            raise DataPathError(f"{path} already exists; pass --overwrite to replace it")
+        try:
+            info = tokmod.load(_tokenizer_dir(tokenizer_model))
+        except DataError as e:
+            raise DataPathError(str(e)) from None
+        try:
+            facts = read_index(prefix + ".idx", prefix + ".bin")
+            ds = open_with_megatron(prefix)
+        except IndexProblem as e:
+            raise DataPathError(f"{e}; the pair does not belong together or is damaged") from None
+        dtype = facts.dtype
+        bin_bytes = os.path.getsize(prefix + ".bin")
+        data = np.memmap(prefix + ".bin", dtype=dtype, mode="r") if bin_bytes else np.zeros(0, dtype)
+        top = int(data.max()) if data.size else -1
+        if top >= info.vocab_size:
+            raise DataPathError(
+                f"{prefix}: token id {top} is outside the vocabulary of {info.path} (size "
+                f"{info.vocab_size}); this is not the tokenizer the dataset was made with"
+            )
+        lengths = ds.index.sequence_lengths.astype(np.int64)
+        doc_index = ds.index.document_indices.astype(np.int64)
+        seq_ends = ds.index.sequence_pointers.astype(np.int64) // dtype.itemsize + lengths
+        last_seq = doc_index[1:] - 1
+        nonempty = doc_index[1:] > doc_index[:-1]
+        ends = seq_ends[last_seq[nonempty]] - 1
+        with_eod = int((data[ends] == info.eod_id).sum()) if ends.size else 0
+        del ds
+        record_dir = os.path.dirname(os.path.abspath(prefix))
+        entry = {
+            "prefix": os.path.basename(prefix),
+            "tokenizer": rec.tokenizer_entry(info, record_dir),
+            "adopted": True,
+            "dtype": dtype.name,
+            "documents": facts.documents,
+            "tokens": facts.tokens,
+            "bin_bytes": bin_bytes,
+            "bin_sha256": tokmod.file_sha256(prefix + ".bin"),
+            "idx_bytes": facts.idx_bytes,
+            "idx_sha256": tokmod.file_sha256(prefix + ".idx"),
+            "documents_ending_with_eod": with_eod,
+            "max_token_id": top,
+        }
+        rec.write_record(path, entry)
     return entry
 
 
@@ -366,7 +402,7 @@ def adopt(prefix: str, tokenizer_model: str, overwrite: bool = False) -> dict:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    info = check_data_path(args.data_path, args.tokenizer_model)
+    info = check_data_path(args.data_path, args.tokenizer_model, hash_bin=args.full, megatron=True)
     print(f"DATA_PATH ok: {len(info.prefixes)} dataset(s)")
     for i, p in enumerate(info.prefixes):
         w = "size" if info.weights is None else _format_weight(info.weights[i])
@@ -390,14 +426,17 @@ def _cmd_adopt(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m training.data.check",
         description="Check a DATA_PATH blend before training, or record the tokenizer of a dataset made elsewhere.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    v = sub.add_parser("verify", help="check DATA_PATH (blend syntax, files, tokenizer agreement)")
+    v = sub.add_parser("verify", help="check DATA_PATH (blend syntax, files, .idx against .bin and record, "
+                       "megatron's reader, tokenizer agreement)")
     v.add_argument("data_path", help="e.g. 'data/shakespeare/train' or '0.7 data/a 0.3 data/b' (quote it)")
     v.add_argument("--tokenizer-model", default=None, help="TOKENIZER_MODEL to check against (default: the recorded one)")
+    v.add_argument("--full", action="store_true",
+                   help="also compare the SHA-256 of every .bin with its record (reads every .bin once)")
     v.set_defaults(func=_cmd_verify)
     a = sub.add_parser("adopt", help="write PREFIX.dataset.json for a .bin/.idx made by other tools")
     a.add_argument("prefix")

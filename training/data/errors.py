@@ -8,9 +8,16 @@ Nothing has been written when it is raised.
 truncated half-way, a disk that is full). Temporary outputs are removed.
 
 Both carry a message meant to be printed as is, without a traceback.
+
+`Interrupted` (exit 128 + the signal's number): SIGINT, SIGTERM or SIGHUP arrived while a
+dataset was being written (training/data/publish.py turns them into this exception, so the
+temporary files are removed on the way out). A BaseException, like KeyboardInterrupt, so that
+no `except Exception` swallows it.
 """
 
 from __future__ import annotations
+
+import signal
 
 
 class DataError(Exception):
@@ -23,3 +30,14 @@ class InputError(DataError):
 
 class RunError(DataError):
     exit_code = 1
+
+
+class Interrupted(BaseException):
+    def __init__(self, signum: int):
+        self.signum = signum
+        self.exit_code = 128 + signum
+        super().__init__(signal.Signals(signum).name)
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name

@@ -7,16 +7,20 @@ Every document is tokenized (with the tokenizer's own special tokens, e.g. Llama
 unless --no-add-special-tokens) and followed by the end-of-document token (the tokenizer's eos
 token, which Megatron uses as EOD; --no-append-eod leaves it out). The dataset is written through megatron.core.datasets.indexed_dataset, under
 temporary names renamed only when it is complete, with PREFIX.dataset.json beside it
-recording the tokenizer (see record.py). Lines that cannot be a document are skipped and
-reported with file and line; a file that cannot be read fails the run.
+recording the tokenizer and the sizes and hashes of both files (see record.py). Lines that
+cannot be a document are skipped and reported with file and line; a file that cannot be
+read fails the run.
 
 Exit codes: 0 done, 2 unusable input or arguments (nothing written), 1 the run failed
-(nothing written), 130 interrupted (nothing written).
+(nothing written), 128+N stopped by signal N: SIGINT 130, SIGTERM 143, SIGHUP 129 (nothing
+written). Publication is exclusive and atomic: training/data/publish.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import math
 import multiprocessing
 import os
 import platform
@@ -28,10 +32,12 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
+from training.cli import ArgumentParser, nonnegative_int, positive_float, positive_int
 from training.data import record as rec
 from training.data import tokenizer as tokmod
 from training.data.encode import EncodeSettings, Encoded, Encoder, encode_in_worker, init_worker
-from training.data.errors import DataError, InputError, RunError
+from training.data.errors import DataError, InputError, Interrupted, RunError
+from training.data.publish import Publisher, check_prefix, os_error_message
 from training.data.sources import EMPTY_FILE, TEXT_UNITS, Chunk, InputFile, Skip, expand_inputs, read_chunks
 
 DEFAULT_CHUNK_MB = 1.0
@@ -71,6 +77,7 @@ class Summary:
     skip_examples: list[Skip] = field(default_factory=list)
     files: list[FileStats] = field(default_factory=list)
     workers: int = 1
+    kept: bool = False  # skip_complete found the dataset complete: nothing was written
 
     @property
     def skipped(self) -> int:
@@ -89,32 +96,6 @@ class Summary:
             self.skip_counts[s.reason] += 1
             if len(self.skip_examples) < SKIP_EXAMPLES_KEPT:
                 self.skip_examples.append(s)
-
-
-def output_paths(prefix: str) -> dict[str, str]:
-    return {"bin": prefix + ".bin", "idx": prefix + ".idx", "record": rec.record_path(prefix)}
-
-
-def temp_paths(prefix: str) -> dict[str, str]:
-    tag = f".tmp-{os.getpid()}"
-    return {k: v + tag for k, v in output_paths(prefix).items()}
-
-
-def check_output(prefix: str, overwrite: bool) -> None:
-    if prefix.endswith((".bin", ".idx")):
-        raise InputError(f"--output-prefix {prefix}: give the prefix without .bin/.idx ({prefix[:-4]})")
-    if os.path.isdir(prefix):
-        raise InputError(f"--output-prefix {prefix}: is a directory; the prefix names files, e.g. {os.path.join(prefix, 'train')}")
-    existing = [p for p in output_paths(prefix).values() if os.path.exists(p)]
-    if existing and not overwrite:
-        raise InputError(f"{existing[0]} already exists; pass --overwrite to replace the dataset")
-    parent = os.path.dirname(os.path.abspath(prefix))
-    try:
-        os.makedirs(parent, exist_ok=True)
-    except OSError as e:
-        raise InputError(f"--output-prefix {prefix}: cannot create {parent} ({e.strerror or e})") from None
-    if not os.access(parent, os.W_OK):
-        raise InputError(f"--output-prefix {prefix}: {parent} is not writable")
 
 
 def resolve_tokenizer(path: str, prefix: str, eod_token: str | None) -> tokmod.TokenizerInfo:
@@ -252,12 +233,33 @@ def _megatron_indexed_dataset():
     return DType, IndexedDatasetBuilder
 
 
-def _remove(paths) -> None:
-    for p in paths:
-        try:
-            os.remove(p)
-        except FileNotFoundError:
-            pass
+def _close_quietly(builder) -> None:
+    """Close the builder's .bin after a failure (closing flushes, which fails again on a full disk)."""
+    try:
+        builder.data_file.close()
+    except OSError:
+        pass
+
+
+def _input_entries(files: list[InputFile]) -> list[dict]:
+    return [{"abspath": os.path.abspath(f.path), "bytes": f.size} for f in files]
+
+
+def not_the_same(record: dict, files: list[InputFile], info: tokmod.TokenizerInfo,
+                 settings: dict) -> str | None:
+    """Why the dataset of `record` is not what these inputs, tokenizer and settings would
+    make (None when it is)."""
+    tok = record.get("tokenizer") or {}
+    if (tok.get("sha256"), tok.get("config_sha256")) != (info.sha256, info.config_sha256):
+        return f"it was made with another tokenizer ({tok.get('path')})"
+    for key, value in settings.items():
+        if record.get(key) != value:
+            return f"it was made with {key} {record.get(key)!r}, not {value!r}"
+    made = [{"abspath": i.get("abspath"), "bytes": i.get("bytes")} for i in record.get("inputs") or []]
+    if made != _input_entries(files):
+        return (f"it was made from other inputs ({len(made)} file(s) in its record, "
+                f"{len(files)} given, or their paths or sizes differ)")
+    return None
 
 
 def prepare(
@@ -274,34 +276,72 @@ def prepare(
     add_special_tokens: bool = True,
     append_eod: bool = True,
     overwrite: bool = False,
+    skip_complete: bool = False,
     strict: bool = False,
     progress: bool = True,
     command: list[str] | None = None,
     on_chunk: Callable[[Encoded], None] | None = None,
 ) -> Summary:
     """Build OUTPUT_PREFIX.bin/.idx/.dataset.json from `inputs`. Raises InputError before
-    writing anything, RunError (after removing temporary files) when the run fails."""
+    writing anything, RunError (after removing temporary files) when the run fails, and
+    Interrupted on SIGINT/SIGTERM/SIGHUP (after removing them too); see publish.py.
+
+    skip_complete: when the prefix already holds a complete dataset that verifies and was
+    made from the same inputs, tokenizer and settings, keep it (Summary.kept) and do nothing.
+    """
     if workers is None:
         workers = default_workers()
     if workers < 1:
         raise InputError(f"--workers {workers}: must be at least 1")
     if text_unit not in TEXT_UNITS:
         raise InputError(f"--text-unit {text_unit}: choose one of {', '.join(TEXT_UNITS)}")
-    if chunk_mb <= 0:
-        raise InputError(f"--chunk-mb {chunk_mb}: must be positive")
+    if not math.isfinite(chunk_mb) or chunk_mb <= 0:
+        raise InputError(f"--chunk-mb {chunk_mb}: must be a positive number of MB, e.g. 1")
+    check_prefix(output_prefix)
     files = expand_inputs(inputs, fmt)
-    check_output(output_prefix, overwrite)
-    info = resolve_tokenizer(tokenizer, output_prefix, eod_token)
-    tokmod.check_library_agrees(info, add_special_tokens)
+    with Publisher(output_prefix) as pub:
+        if not skip_complete:
+            pub.check_existing(overwrite)
+        info = resolve_tokenizer(tokenizer, output_prefix, eod_token)
+        tokmod.check_library_agrees(info, add_special_tokens)
+        settings = {"add_special_tokens": add_special_tokens, "append_eod": append_eod, "text_key": text_key,
+                    "text_unit": text_unit}
+        if skip_complete:
+            why = _why_not_complete(output_prefix, files, info, settings)
+            if why is None:
+                record = rec.read_record(output_prefix)
+                return Summary(output_prefix, info, record["dtype"], documents=record["documents"],
+                               tokens=record["tokens"], lines=record.get("input_lines", 0),
+                               input_bytes=sum(f.size for f in files), workers=0, kept=True)
+            pub.check_existing(overwrite, why)
+        return _write(pub, files, info, settings, workers=workers, chunk_mb=chunk_mb, strict=strict,
+                      progress=progress, command=command, on_chunk=on_chunk)
 
+
+def _why_not_complete(prefix: str, files: list[InputFile], info: tokmod.TokenizerInfo,
+                      settings: dict) -> str | None:
+    from training.data.check import dataset_problem
+
+    try:
+        record = rec.read_record(prefix)
+    except rec.RecordError as e:
+        return str(e)
+    return (not_the_same(record, files, info, settings)
+            or dataset_problem(prefix, record, hash_bin=True, megatron=True))
+
+
+def _write(pub: Publisher, files: list[InputFile], info: tokmod.TokenizerInfo, settings: dict, *,
+           workers: int, chunk_mb: float, strict: bool, progress: bool, command: list[str] | None,
+           on_chunk: Callable[[Encoded], None] | None) -> Summary:
+    output_prefix = pub.prefix
     DType, IndexedDatasetBuilder = _megatron_indexed_dataset()
     dtype = DType.optimal_dtype(info.vocab_size)
     summary = Summary(output_prefix, info, dtype.__name__, workers=workers)
     summary.files = [FileStats(f.path, f.size) for f in files]
     summary.input_bytes = sum(f.size for f in files)
-    settings = EncodeSettings(info.tokenizer_json, info.eod_id, dtype.__name__, text_key,
-                              text_unit, add_special_tokens, append_eod)
-    final, tmp = output_paths(output_prefix), temp_paths(output_prefix)
+    encode = EncodeSettings(info.tokenizer_json, info.eod_id, dtype.__name__, settings["text_key"],
+                            settings["text_unit"], settings["add_special_tokens"], settings["append_eod"])
+    tmp = pub.tmp
     offsets = [0]
     for f in files:
         offsets.append(offsets[-1] + f.size)
@@ -309,15 +349,17 @@ def prepare(
     bar = _Progress(summary.input_bytes, progress)
     start = time.perf_counter()
     builder = None
+    bin_hash = hashlib.sha256()
     try:
         builder = IndexedDatasetBuilder(tmp["bin"], dtype=dtype)
         empty: list[int] = []
-        for enc in _encode_stream(files, settings, info.sha256, workers, int(chunk_mb * (1 << 20)), empty):
+        for enc in _encode_stream(files, encode, info.sha256, workers, int(chunk_mb * (1 << 20)), empty):
             stats = summary.files[enc.file_index]
             pos = 0
             for n in enc.lengths.tolist():
                 builder.add_document(enc.ids[pos:pos + n], [n])
                 pos += n
+            bin_hash.update(enc.ids.tobytes())  # the bytes add_document wrote, in order
             ndocs, ntok = len(enc.lengths), int(enc.ids.size)
             stats.documents += ndocs
             stats.tokens += ntok
@@ -342,41 +384,34 @@ def prepare(
         bar.update(summary.input_bytes, summary.documents, summary.tokens)
         bar.close()
         record_dir = os.path.dirname(os.path.abspath(output_prefix))
-        rec.write_record(tmp["record"], {
+        inputs = [{**vars(s), **entry} for s, entry in zip(summary.files, _input_entries(files))]
+        pub.publish({
             "prefix": os.path.basename(output_prefix),
             "tokenizer": rec.tokenizer_entry(info, record_dir),
-            "add_special_tokens": add_special_tokens,
-            "append_eod": append_eod,
+            "add_special_tokens": settings["add_special_tokens"],
+            "append_eod": settings["append_eod"],
             "dtype": summary.dtype,
             "documents": summary.documents,
             "tokens": summary.tokens,
-            "bin_bytes": os.path.getsize(tmp["bin"]),
             "input_lines": summary.lines,
             "skipped": dict(summary.skip_counts),
             "skipped_examples": [str(s) for s in summary.skip_examples],
-            "inputs": [vars(s) for s in summary.files],
-            "text_key": text_key,
-            "text_unit": text_unit,
+            "inputs": inputs,
+            "text_key": settings["text_key"],
+            "text_unit": settings["text_unit"],
             "seconds": round(summary.seconds, 3),
             "workers": workers,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "command": command,
             "versions": _versions(),
-        })
-        # Remove an old dataset's .idx first and publish the new .idx last: at no moment
-        # does a .bin/.idx pair exist that is not one complete dataset.
-        _remove([final["idx"], final["record"], final["bin"]])
-        os.replace(tmp["bin"], final["bin"])
-        os.replace(tmp["record"], final["record"])
-        os.replace(tmp["idx"], final["idx"])
+        }, documents=summary.documents, tokens=summary.tokens, bin_sha256=bin_hash.hexdigest())
         return summary
     except BaseException as e:
         bar.close()
         if builder is not None:
-            builder.data_file.close()
-        _remove(tmp.values())
+            _close_quietly(builder)
         if isinstance(e, OSError):
-            raise RunError(f"writing {output_prefix}: {e.strerror or e}") from None
+            raise RunError(os_error_message(e, output_prefix)) from None
         raise
 
 
@@ -409,14 +444,15 @@ def format_summary(s: Summary, show_skips: int = 10) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m training.data.prepare",
         description="Tokenize JSON lines or plain text into a Megatron indexed dataset "
         "(PREFIX.bin + PREFIX.idx, with PREFIX.dataset.json recording the tokenizer).",
         epilog="Example: python -m training.data.prepare 'c4/en/c4-train.0000*-of-01024.json.gz' "
         "--tokenizer /models/Llama-3.1-8B --output-prefix data/c4_llama31. "
-        "Exit codes: 2 bad input or arguments, 1 the run failed, 130 interrupted; "
-        "nothing is written unless the run succeeds.",
+        "Exit codes: 2 bad input or arguments (or another run is writing PREFIX), 1 the run failed, "
+        "128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP); nothing is published "
+        "unless the run succeeds (docs/data.md, Guarantees).",
     )
     p.add_argument("inputs", nargs="+", metavar="INPUT",
                    help="files or globs (quote globs): .jsonl/.json/.ndjson or .txt/.md, optionally .gz/.zst/.bz2/.xz")
@@ -426,11 +462,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--text-key", default="text", help="JSON field holding the document (default: text)")
     p.add_argument("--format", default="auto", choices=("auto", "jsonl", "text"), help="input format (default: from each file name)")
     p.add_argument("--text-unit", default="file", choices=TEXT_UNITS, help="plain text: one document per file (default) or per line")
-    p.add_argument("--workers", type=int, default=None,
+    p.add_argument("--workers", type=positive_int, default=None,
                    help="N>1: N single-threaded tokenizer processes; 1: tokenize in this process, the tokenizers "
                    f"library's threads using all cores (default: one per usable core, here {default_workers()}; "
                    "the faster choice measured on 2 cores, docs/benchmarks/data_prepare_cpu.json)")
-    p.add_argument("--chunk-mb", type=float, default=DEFAULT_CHUNK_MB, help="input read per batch, MB (default 1)")
+    p.add_argument("--chunk-mb", type=positive_float, default=DEFAULT_CHUNK_MB, help="input read per batch, MB (default 1)")
     p.add_argument("--eod-token", default=None, help="end-of-document token; needed only with a bare tokenizer.json")
     p.add_argument("--add-special-tokens", action=argparse.BooleanOptionalAction, default=True,
                    help="let the tokenizer add its special tokens (Llama 3: BOS) to each document, as Megatron's "
@@ -440,9 +476,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "llama31_8b's reference data has none and no BOS either (NeMo's preprocessing without "
                    "--append-eod): --no-add-special-tokens --no-append-eod gives its tokens (docs/mlperf.md)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing dataset at PREFIX")
+    p.add_argument("--skip-complete", action="store_true",
+                   help="exit 0 without work when PREFIX already holds a complete dataset that verifies "
+                   "(sizes and SHA-256 of .bin and .idx) and was made from the same inputs, tokenizer and "
+                   "settings (for resumable scripts); another dataset there is refused unless --overwrite")
     p.add_argument("--strict", action="store_true", help="fail (exit 1, nothing written) at the first skipped line or empty file")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--show-skips", type=int, default=10, help="skipped lines listed in the summary (default 10)")
+    p.add_argument("--show-skips", type=nonnegative_int, default=10,
+                   help="skipped lines listed in the summary (default 10)")
     return p
 
 
@@ -454,14 +495,23 @@ def main(argv: list[str] | None = None) -> int:
             args.inputs, args.output_prefix, args.tokenizer, text_key=args.text_key, fmt=args.format,
             text_unit=args.text_unit, workers=args.workers, chunk_mb=args.chunk_mb,
             eod_token=args.eod_token, add_special_tokens=args.add_special_tokens,
-            append_eod=args.append_eod, overwrite=args.overwrite, strict=args.strict, progress=not args.no_progress, command=command,
+            append_eod=args.append_eod, overwrite=args.overwrite, skip_complete=args.skip_complete,
+            strict=args.strict, progress=not args.no_progress, command=command,
         )
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
+    except Interrupted as e:
+        print(f"interrupted by {e.name}: nothing written (temporary files removed)", file=sys.stderr)
+        return e.exit_code
     except KeyboardInterrupt:
         print("interrupted: nothing written (temporary files removed)", file=sys.stderr)
         return 130
+    if summary.kept:
+        print(f"{summary.prefix}: complete and verified, made from the same {len(args.inputs)} input "
+              f"argument(s) with the same tokenizer and settings: kept, nothing to do "
+              f"({summary.documents:,} documents, {summary.tokens:,} tokens)")
+        return 0
     print(format_summary(summary, args.show_skips))
     return 0
 

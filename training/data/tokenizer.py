@@ -29,6 +29,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Iterable
 
+from training.cli import ArgumentParser
 from training.data.errors import DataError, InputError
 
 TOKENIZER_JSON = "tokenizer.json"
@@ -38,6 +39,10 @@ CONFIG_FILES = ("tokenizer_config.json", "special_tokens_map.json")
 BOS_TOKEN = "<|begin_of_text|>"
 EOS_TOKEN = "<|end_of_text|>"
 PAD_TOKEN = "<|pad|>"
+# `train` refuses a larger vocabulary: no tokenizer in use comes close (Llama 3: 128,256;
+# Gemma: 262,144), and the tokenizers library aborts the process (a Rust panic, no message
+# Python can catch) when asked for ~1e9.
+MAX_VOCAB_SIZE = 1 << 20
 # Text encoded by both the tokenizers library and AutoTokenizer to prove they agree.
 PROBE_TEXT = "Hello, world! It's 12:30.\n  Ünïcödé — 東京, naïve café.\tTabs  and  spaces.\n\n"
 
@@ -105,6 +110,17 @@ def locate(path: str) -> tuple[str, bool]:
     ):
         return directory, True
     return directory, False
+
+
+class EmptyCorpus(InputError):
+    """`train` got no document (an empty corpus, or every line skipped)."""
+
+
+def check_out_dir(out_dir: str, option: str = "--out") -> None:
+    """Refuse an output directory that is an existing file (the tokenizer is a directory)."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise InputError(f"{option} {out_dir}: is a file; the tokenizer is written as a directory "
+                         "(tokenizer.json + tokenizer_config.json): name a directory")
 
 
 def bare_file_error(path: str) -> InputError:
@@ -214,6 +230,7 @@ def wrap(tokenizer_file: str, eod_token: str, out_dir: str, bos_token: str | Non
     for name, token in (("--eod-token", eod_token), ("--bos-token", bos_token)):
         if token is not None and tok.token_to_id(token) is None:
             raise InputError(f"{name} {token!r} is not in the vocabulary of {tokenizer_file}")
+    check_out_dir(out_dir)
     os.makedirs(out_dir, exist_ok=True)
     target = os.path.join(out_dir, TOKENIZER_JSON)
     if os.path.abspath(tokenizer_file) != os.path.abspath(target):
@@ -225,6 +242,18 @@ def wrap(tokenizer_file: str, eod_token: str, out_dir: str, bos_token: str | Non
         json.dump(config, f, indent=2)
         f.write("\n")
     return load(out_dir)
+
+
+def check_train_settings(vocab_size: int, min_frequency: int = 2) -> None:
+    """InputError unless `train` can make a tokenizer of this size (checked before any work)."""
+    smallest = 256 + 3  # every byte, BOS, EOS, PAD
+    if vocab_size < smallest:
+        raise InputError(f"--vocab-size {vocab_size}: a byte-level BPE needs at least {smallest} "
+                         "(256 bytes + 3 special tokens)")
+    if vocab_size > MAX_VOCAB_SIZE:
+        raise InputError(f"--vocab-size {vocab_size}: at most {MAX_VOCAB_SIZE:,} (Llama 3 has 128,256)")
+    if min_frequency < 1:
+        raise InputError(f"--min-frequency {min_frequency}: must be at least 1")
 
 
 def train_bpe(texts: Iterable[str], vocab_size: int, out_dir: str, min_frequency: int = 2) -> TokenizerInfo:
@@ -239,11 +268,15 @@ def train_bpe(texts: Iterable[str], vocab_size: int, out_dir: str, min_frequency
     from transformers import PreTrainedTokenizerFast
 
     specials = [BOS_TOKEN, EOS_TOKEN, PAD_TOKEN]
-    if vocab_size < 256 + len(specials):
-        raise InputError(
-            f"--vocab-size {vocab_size}: a byte-level BPE needs at least "
-            f"{256 + len(specials)} (256 bytes + {len(specials)} special tokens)"
-        )
+    check_train_settings(vocab_size, min_frequency)
+    check_out_dir(out_dir)
+    documents = 0
+
+    def counted():
+        nonlocal documents
+        for text in texts:
+            documents += 1
+            yield text
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -254,7 +287,10 @@ def train_bpe(texts: Iterable[str], vocab_size: int, out_dir: str, min_frequency
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(texts, trainer=trainer)
+    tok.train_from_iterator(counted(), trainer=trainer)
+    if documents == 0:
+        raise EmptyCorpus("no documents to train on: the corpus is empty or none of its lines is "
+                          "a document; nothing written")
     bos_id = tok.token_to_id(BOS_TOKEN)
     tok.post_processor = processors.TemplateProcessing(
         single=f"{BOS_TOKEN} $A",
@@ -293,13 +329,20 @@ def _print_info(info: TokenizerInfo) -> None:
 def _cmd_train(args: argparse.Namespace) -> int:
     from training.data.sources import Skip, expand_inputs, iter_texts
 
+    check_train_settings(args.vocab_size, args.min_frequency)
+    check_out_dir(args.out)
     files = expand_inputs(args.inputs, args.format)
     if os.path.exists(os.path.join(args.out, TOKENIZER_JSON)) and not args.overwrite:
         raise InputError(f"{args.out} already holds a tokenizer; pass --overwrite to replace it")
     skips: list[Skip] = []
     start = time.perf_counter()
-    info = train_bpe(iter_texts(files, args.text_key, args.text_unit, skips), args.vocab_size,
-                     args.out, args.min_frequency)
+    try:
+        info = train_bpe(iter_texts(files, args.text_key, args.text_unit, skips), args.vocab_size,
+                         args.out, args.min_frequency)
+    except EmptyCorpus as e:
+        if not skips:
+            raise
+        raise EmptyCorpus(f"{e} ({len(skips)} line(s) skipped; first: {skips[0]})") from None
     print(f"trained a byte-level BPE on {len(files)} file(s) in {time.perf_counter() - start:.1f} s")
     note = vocab_note(info, args.vocab_size, args.min_frequency)
     if note:
@@ -321,7 +364,7 @@ def _cmd_wrap(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m training.data.tokenizer",
         description="Train, inspect or wrap a Hugging Face fast tokenizer for Megatron data.",
     )
@@ -358,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

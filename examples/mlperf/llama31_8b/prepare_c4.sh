@@ -5,6 +5,7 @@
 #   C4_DIR=/data/c4/en TOKENIZER=/models/Llama-3.1-8B OUT=/data/c4_llama31 \
 #       bash examples/mlperf/llama31_8b/prepare_c4.sh
 #
+#   0. every setting checked first (shards present, range, tokenizer, OUT): one line if not
 #   1. training set: the 128 shards c4-train.00768..00895-of-01024 (the reference's "en_6",
 #      which it trains on), in one dataset: $OUT/c4-train.en_6
 #   2. validation set: the first 91205 documents of c4-validation.00000..00007-of-00008, in
@@ -13,17 +14,22 @@
 # Tokenized as the reference does (NeMo without --append-eod): no BOS, no EOD
 # (--no-add-special-tokens --no-append-eod); docs/mlperf.md, Data.
 # Needs about 30 GB free under $OUT for step 1 (C4_DIR holds the .json.gz shards as downloaded).
+# Resumable: run it again after a failure; a dataset already complete, verified and made from
+# the same shards and tokenizer is kept (prepare --skip-complete), not rebuilt.
 set -euo pipefail
-: "${C4_DIR:?set C4_DIR to the folder of c4-train.*.json.gz and c4-validation.*.json.gz (en)}"
-: "${TOKENIZER:?set TOKENIZER to your Llama 3.1 tokenizer (a Hugging Face directory)}"
-: "${OUT:?set OUT to the folder the datasets go to}"
+: "${C4_DIR:=}"       # the folder of c4-train.*.json.gz and c4-validation.*.json.gz (en)
+: "${TOKENIZER:=}"    # your Llama 3.1 tokenizer (a Hugging Face directory)
+: "${OUT:=}"          # the folder the datasets go to
 : "${FIRST_SHARD:=768}" "${LAST_SHARD:=895}" "${VALID_DOCS:=91205}"
+export C4_DIR TOKENIZER OUT FIRST_SHARD LAST_SHARD VALID_DOCS
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 if [ -z "${PYTHON:-}" ]; then
     if [ -x "$REPO_ROOT/.venv/bin/python" ]; then PYTHON="$REPO_ROOT/.venv/bin/python"; else PYTHON=python3; fi
 fi
 export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
-mkdir -p "$OUT"
+
+# 0. every setting, before the long work (one line and exit 2 for the first bad one)
+"$PYTHON" -m training.data.c4 check
 
 # 1. training shards, in shard order
 train=()
@@ -31,23 +37,15 @@ for i in $(seq "$FIRST_SHARD" "$LAST_SHARD"); do
     train+=("$(printf '%s/c4-train.%05d-of-01024.json.gz' "$C4_DIR" "$i")")
 done
 "$PYTHON" -m training.data.prepare "${train[@]}" --tokenizer "$TOKENIZER" \
-    --no-add-special-tokens --no-append-eod --output-prefix "$OUT/c4-train.en_6"
+    --no-add-special-tokens --no-append-eod --output-prefix "$OUT/c4-train.en_6" --skip-complete
 
-# 2. the first VALID_DOCS validation documents, in file order (head closes the pipe early:
-#    zcat's SIGPIPE is expected, hence no pipefail in this subshell)
-valid_json="$OUT/c4-validation-$VALID_DOCS.json.gz"
-(
-    set +o pipefail
-    for i in 0 1 2 3 4 5 6 7; do
-        zcat "$(printf '%s/c4-validation.%05d-of-00008.json.gz' "$C4_DIR" "$i")"
-    done | head -n "$VALID_DOCS" | gzip > "$valid_json"
-)
-lines=$(zcat "$valid_json" | wc -l)
-[ "$lines" -eq "$VALID_DOCS" ] || { echo "error: $valid_json holds $lines documents, not $VALID_DOCS" >&2; exit 1; }
+# 2. the first VALID_DOCS validation documents, in file order (written whole or not at all)
+valid_json="$OUT/c4-validation-$VALID_DOCS.jsonl"
+"$PYTHON" -m training.data.c4 valid-json "$valid_json"
 "$PYTHON" -m training.data.prepare "$valid_json" --tokenizer "$TOKENIZER" \
-    --no-add-special-tokens --no-append-eod --output-prefix "$OUT/c4-validation-$VALID_DOCS"
+    --no-add-special-tokens --no-append-eod --output-prefix "$OUT/c4-validation-$VALID_DOCS" --skip-complete
 
-# 3. what the launcher checks before a run (files, sizes, one tokenizer for both)
+# 3. what the launcher checks before a run (files, sizes, the .idx, one tokenizer for both)
 "$PYTHON" -m training.data.check verify "$OUT/c4-train.en_6" --tokenizer-model "$TOKENIZER"
 "$PYTHON" -m training.data.check verify "$OUT/c4-validation-$VALID_DOCS" --tokenizer-model "$TOKENIZER"
 echo "DATA_PATH=$OUT/c4-train.en_6 VALID_DATA_PATH=$OUT/c4-validation-$VALID_DOCS TOKENIZER_MODEL=$TOKENIZER"

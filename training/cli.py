@@ -1,0 +1,100 @@
+"""What every command line of the project shares: bad input is one line on stderr, exit 2.
+
+`ArgumentParser` is argparse's, except that an argument error is one line that says what to
+do, instead of the usage block followed by the error:
+
+    python -m training.metrics flops: error: argument --seq-length: must be a whole number >= 1,
+    not '0' (python -m training.metrics flops --help lists the arguments)
+
+The argparse types below refuse what argparse's `int`/`float` let through (0, negative
+counts, nan, inf) with the same kind of line. Every `python -m training.<x>` tool uses them;
+tests/test_bad_input_catalogue.py runs each tool on bad input and counts tracebacks.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the arguments)\n")
+
+
+def _number(text: str, kind, what: str):
+    try:
+        value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {what}, not {text!r}") from None
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = _number(text, int, "a whole number >= 1")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {text!r}")
+    return value
+
+
+def nonnegative_int(text: str) -> int:
+    value = _number(text, int, "a whole number >= 0")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, not {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = _number(text, float, "a positive number")
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, not {text!r}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    value = _number(text, float, "a number")
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number, not {text!r}")
+    return value
+
+
+def fail(message: str, code: int = 2) -> int:
+    """Print `error: message` on stderr; return the exit status (for `return fail(...)`)."""
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+class BadFile(ValueError):
+    """A file named on the command line cannot be used; the message is the one line to print."""
+
+
+def read_json(path: str | Path, what: str) -> Any:
+    """The JSON document at `path`, or BadFile saying why not (missing, a folder, unreadable,
+    empty, cut short, not JSON) and naming `what` was expected."""
+    path = Path(path)
+    if path.is_dir():
+        raise BadFile(f"{path}: is a folder; give the {what} file")
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise BadFile(f"{path}: no such file (give the {what})") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise BadFile(f"{path}: cannot read the {what} ({getattr(err, 'strerror', None) or err})") from None
+    if not text.strip():
+        raise BadFile(f"{path}: empty, not a {what}")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise BadFile(f"{path}: not a {what}: invalid or cut-short JSON ({err})") from None
+
+
+def write_text(path: str | Path, text: str, what: str) -> None:
+    """Write an output file; BadFile (one line, what to do) when it cannot be written."""
+    try:
+        Path(path).write_text(text)
+    except OSError as err:
+        raise BadFile(f"{path}: cannot write the {what} ({err.strerror or err}); "
+                      "check that its folder exists and is writable") from None
