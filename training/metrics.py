@@ -28,12 +28,12 @@ peak of the GPU (training.platforms); an unknown GPU reports 'peak unknown'.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from training.cli import ArgumentParser, fail, positive_int
 from training.run_description import Model
 
 
@@ -125,22 +125,25 @@ def _model_of_preset(model: str, seq_length: int | None, num_layers: int | None)
     by_lower = {name.lower(): p for name, p in PRESETS.items()}
     preset = by_lower.get(model.lower())
     if preset is None:
-        raise SystemExit(f"error: unknown model {model!r}: use one of {', '.join(PRESETS)}")
+        raise ValueError(f"unknown model {model!r}: use one of {', '.join(PRESETS)}")
     return Model.of(preset, num_layers, seq_length)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.metrics",
-                                     description="Model FLOPs of a preset (Megatron's convention).")
+    parser = ArgumentParser(prog="python -m training.metrics",
+                            description="Model FLOPs of a preset (Megatron's convention).")
     sub = parser.add_subparsers(dest="command", required=True)
     flops = sub.add_parser("flops", help="training FLOPs per token")
     flops.add_argument("--model", required=True, help="preset, e.g. llama3-8B (any case)")
-    flops.add_argument("--seq-length", type=int, default=None)
-    flops.add_argument("--num-layers", type=int, default=None)
+    flops.add_argument("--seq-length", type=positive_int, default=None)
+    flops.add_argument("--num-layers", type=positive_int, default=None)
     flops.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
-    shape = _model_of_preset(args.model, args.seq_length, args.num_layers)
+    try:
+        shape = _model_of_preset(args.model, args.seq_length, args.num_layers)
+    except ValueError as err:
+        return fail(str(err))
     value = flops_per_token(shape)
     if args.json:
         print(json.dumps({"shape": asdict(shape), "flops_per_token": value}))

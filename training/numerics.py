@@ -18,8 +18,6 @@ a finite loss. The bf16-vs-fp32 reduce difference is reported, not judged.
 """
 from __future__ import annotations
 
-import argparse
-import json
 import math
 import sys
 import tempfile
@@ -27,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
+
+from training.cli import ArgumentParser, BadFile, fail, positive_float, read_json
 
 LAYOUT_TOL = 0.01
 RESUME_TOL = 0.02
@@ -216,7 +216,10 @@ def load_results(paths: list[Path]) -> list[dict]:
     """Part JSONs, each with its file name as `source` (what the table cites)."""
     results = []
     for path in paths:
-        data = json.loads(path.read_text())
+        data = read_json(path, "numerics part JSON")
+        if not isinstance(data, dict) or not isinstance(data.get("comparisons"), list):
+            raise BadFile(f"{path}: not a numerics part JSON (no comparisons list); give one of "
+                          "docs/benchmarks/numerics_*.json")
         data["source"] = path.name
         results.append(data)
     return results
@@ -237,14 +240,14 @@ def table(results: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.numerics")
+    parser = ArgumentParser(prog="python -m training.numerics")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run")
     run.add_argument("part", choices=("layouts", "toggles"))
     run.add_argument("--out", type=Path, required=True)
     run.add_argument("--data", type=Path, default=Path("data/shakespeare/train"))
     run.add_argument("--work-dir", type=Path, default=None)
-    run.add_argument("--budget-s", type=float, default=None,
+    run.add_argument("--budget-s", type=positive_float, default=None,
                      help="start no run after this many seconds (the rest are listed as not run)")
     run.add_argument("--reuse", type=Path, default=None,
                      help="an earlier JSON of this part: its completed runs with the same toggles "
@@ -254,7 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     if args.command == "table":
-        print(table(load_results(args.json)))
+        try:
+            print(table(load_results(args.json)))
+        except BadFile as err:
+            return fail(str(err))
         return 0
     from training.bench import record
 
@@ -263,7 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     part = parts(data, work / "ckpt")[args.part]
     reuse = None
     if args.reuse is not None and args.reuse.exists():
-        reuse = reusable_runs(part, json.loads(args.reuse.read_text()))
+        try:
+            reuse = reusable_runs(part, read_json(args.reuse, "numerics part JSON"))
+        except BadFile as err:
+            return fail(str(err))
     result = {**record.header(f"numerics_{args.part}", module="training.numerics"),
               **run_part(part, work, budget_s=args.budget_s, reuse=reuse),
               "data": str(data) if data else "mock"}

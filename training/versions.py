@@ -16,7 +16,6 @@ never an error. The outside world is reached only through a Probe, so tests use 
 """
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.metadata
 import importlib.util
@@ -29,6 +28,8 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from training.cli import ArgumentParser, BadFile, fail, read_json, write_text
 
 # Distribution names to try, per entry (wheels and source builds spell some differently).
 DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
@@ -204,8 +205,8 @@ def changed(before: dict[str, Any], after: dict[str, Any], names: list[str]) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.versions",
-                                     description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m training.versions",
+                            description=__doc__.split("\n\n")[0])
     parser.add_argument("--no-torch", action="store_true", help="do not import torch")
     parser.add_argument("--require", default="",
                         help="comma list of entries that must be present (exit 1 otherwise)")
@@ -221,12 +222,20 @@ def main(argv: list[str] | None = None) -> int:
     elif args.action == "snapshot":
         if not args.file:
             parser.error("snapshot needs a FILE")
-        Path(args.file).write_text(json.dumps(versions, indent=1) + "\n")
+        try:
+            write_text(args.file, json.dumps(versions, indent=1) + "\n", "version snapshot")
+        except BadFile as err:
+            return fail(str(err))
         print(format_versions(versions))
     else:
         if not args.file or not args.names:
             parser.error("unchanged needs a FILE and entry names")
-        before = json.loads(Path(args.file).read_text())
+        try:
+            before = read_json(args.file, "version snapshot")
+        except BadFile as err:
+            return fail(str(err))
+        if not isinstance(before, dict):
+            return fail(f"{args.file}: not a version snapshot (python -m training.versions snapshot FILE writes one)")
         diffs = changed(before, versions, args.names)
         if diffs:
             print("error: the image's own stack changed while installing this package:\n  "

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from .helpers import DRY_ALL_ON, FIXTURE, NATIVE, copy_run, fixture_levers, run_cli, write_levers
+from .helpers import DRY_ALL_ON, FIXTURE, NATIVE, copy_run, edit_manifest, fixture_levers, run_cli, write_levers
 
 
 def assert_one_line_error(code, out, err, *needles):
@@ -99,3 +99,36 @@ def test_unwritable_json_path(tmp_path, capsys):
     blocker.write_text("")
     assert_one_line_error(*run_cli(capsys, NATIVE, "--levers", FIXTURE, "--json",
                              blocker / "sub" / "opt.json"), "cannot write the JSON report")
+
+
+def test_metrics_cut_in_its_last_line_uses_the_complete_lines_and_says_so(tmp_path, capsys):
+    """A run killed or still running leaves its last metrics line without its end."""
+    run = copy_run(NATIVE, tmp_path / "run")
+    metrics = run / "metrics.jsonl"
+    complete = metrics.read_text()
+    metrics.write_text(complete + '{"iteration": 99, "step_time_s": 1.2')
+    code, out, err = run_cli(capsys, run, "--levers", FIXTURE, "--no-json")
+    assert code == 0
+    n = len([line for line in complete.splitlines() if line.strip()])
+    assert err.strip() == (f"note: {metrics}:{n + 1}: the last line is cut off (a run killed or still "
+                           f"running); using the {n} complete lines")
+    whole = run_cli(capsys, NATIVE, "--levers", FIXTURE, "--no-json")[1]
+    assert out.replace(str(run), str(NATIVE)) == whole  # the same advice as from the complete file
+
+
+@pytest.mark.parametrize("section,key,value", [("model", "hidden_size", 0), ("layout", "mbs", 0),
+                                               ("layout", "tp", -1), ("model", "seq_length", "8k")])
+def test_manifest_with_a_size_that_is_not_positive(tmp_path, capsys, section, key, value):
+    run = copy_run(NATIVE, tmp_path / "run")
+    edit_manifest(run, lambda m: m[section].__setitem__(key, value))
+    assert_one_line_error(*run_cli(capsys, run, "--levers", FIXTURE, "--no-json"), f"{section}.{key} is {value!r}",
+                          "whole numbers >= 1")
+
+
+@pytest.mark.parametrize("flag", ["--want-mbs", "--want-seq-length", "--want-global-batch"])
+def test_asked_size_zero_is_refused_not_ignored(capsys, flag):
+    with pytest.raises(SystemExit) as e:
+        run_cli(capsys, NATIVE, "--levers", FIXTURE, "--no-json", flag, "0")
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and f"argument {flag}: must be a whole number >= 1" in err

@@ -19,17 +19,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from training import REPO_ROOT
+from training.cli import (ArgumentParser, BadFile, fail, nonnegative_int, positive_float, positive_int,
+                          read_json)
 
 from . import catalog, plan, record, suites, sweep
 from .shape import BenchShape, hardware_tag
-from .table import table
+from .table import TABLE_KINDS, table
 
 clock = time.monotonic  # `all` measures its budget with this (tests pass a fake clock)
 
@@ -38,6 +39,14 @@ def _shape(args, gpus: int | None = None) -> BenchShape:
     fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(BenchShape)
               if hasattr(args, f.name)}
     return BenchShape(**{**fields, "gpus": gpus or args.gpus})
+
+
+def _slot(text: str) -> tuple[int, int]:
+    """--slot K/N: 0 <= K < N."""
+    k, _, n = text.partition("/")
+    if not (k.isdigit() and n.isdigit() and int(k) < int(n)):
+        raise argparse.ArgumentTypeError(f"{text!r}: write K/N with 0 <= K < N, e.g. 0/2 and 1/2")
+    return int(k), int(n)
 
 
 def _list(text: str | None) -> list[str] | None:
@@ -152,7 +161,7 @@ def cmd_all(args) -> int:
     precheck, availability, runner, cal = _tools(args)
     out_dir = Path(args.out_dir) if args.out_dir else record.BENCH_DIR
     hw = hardware_tag(record.gpu_info().get("name"), shape.gpus)
-    slot, slots = (int(x) for x in args.slot.split("/"))
+    slot, slots = args.slot
     started = clock()
     budget = args.budget_s or float("inf")
     parts = parts_for(shape.gpus, te=args.te)
@@ -239,6 +248,8 @@ def cmd_levers(args) -> int:
 
     bench_dir = Path(args.bench_dir) if args.bench_dir else record.BENCH_DIR
     docs = Path(args.docs_dir) if args.docs_dir else REPO_ROOT / "docs"
+    if not bench_dir.is_dir():
+        return fail(f"--bench-dir {bench_dir}: no such folder (the benchmark JSONs are in docs/benchmarks)")
     doc = write_docs(bench_dir, docs)
     counts: dict[str, int] = {}
     for lever in doc["levers"]:
@@ -265,7 +276,19 @@ def cmd_readme(args) -> int:
 
 
 def cmd_table(args) -> int:
-    print(table(json.loads(Path(args.json).read_text())))
+    try:
+        data = read_json(args.json, "benchmark JSON")
+    except BadFile as err:
+        return fail(str(err))
+    if not isinstance(data, dict) or data.get("kind") not in TABLE_KINDS:
+        return fail(f"{args.json}: not a benchmark JSON (its kind is none of {', '.join(TABLE_KINDS)}); "
+                    "give one of docs/benchmarks/*.json")
+    try:
+        text = table(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        return fail(f"{args.json}: an incomplete benchmark JSON ({type(err).__name__}: {err}); "
+                    "regenerate it with python -m training.bench")
+    print(text)
     return 0
 
 
@@ -274,31 +297,31 @@ def _shape_args(p: argparse.ArgumentParser) -> None:
     d = BenchShape()
     g = p.add_argument_group("shape")
     g.add_argument("--model-size", default=d.model_size, help="MODEL_SIZE of the llama3 family")
-    g.add_argument("--num-layers", type=int, default=d.num_layers)
-    g.add_argument("--seq-length", type=int, default=d.seq_length)
-    g.add_argument("--mbs", type=int, default=d.mbs)
-    g.add_argument("--global-batch", type=int, default=d.global_batch)
-    g.add_argument("--gpus", type=int, default=d.gpus, help="GPUS_PER_NODE")
-    g.add_argument("--tp", type=int, default=d.tp)
-    g.add_argument("--pp", type=int, default=d.pp)
-    g.add_argument("--steps", type=int, default=d.steps, help="steady-state steps per run")
-    g.add_argument("--warmup", type=int, default=d.warmup,
+    g.add_argument("--num-layers", type=positive_int, default=d.num_layers)
+    g.add_argument("--seq-length", type=positive_int, default=d.seq_length)
+    g.add_argument("--mbs", type=positive_int, default=d.mbs)
+    g.add_argument("--global-batch", type=positive_int, default=d.global_batch)
+    g.add_argument("--gpus", type=positive_int, default=d.gpus, help="GPUS_PER_NODE")
+    g.add_argument("--tp", type=positive_int, default=d.tp)
+    g.add_argument("--pp", type=positive_int, default=d.pp)
+    g.add_argument("--steps", type=positive_int, default=d.steps, help="steady-state steps per run")
+    g.add_argument("--warmup", type=nonnegative_int, default=d.warmup,
                    help="warm-up steps per run (not measured)")
-    g.add_argument("--repeats", type=int, default=d.repeats)
+    g.add_argument("--repeats", type=positive_int, default=d.repeats)
     r = p.add_argument_group("run")
     r.add_argument("--plan", action="store_true", help="print the runs and estimates; run nothing")
-    r.add_argument("--budget-s", type=float, default=None,
+    r.add_argument("--budget-s", type=positive_float, default=None,
                    help="stop before a run that would end past this many seconds")
     r.add_argument("--work-dir", default=None, help="run folders and logs (default: a temp dir)")
-    r.add_argument("--timeout-s", type=float, default=600, help="per-run limit")
-    r.add_argument("--master-port", type=int, default=29500)
+    r.add_argument("--timeout-s", type=positive_float, default=600, help="per-run limit")
+    r.add_argument("--master-port", type=positive_int, default=29500)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.bench",
-                                     description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     epilog=__doc__.split("\n\n", 1)[1])
+    parser = ArgumentParser(prog="python -m training.bench",
+                            description=__doc__.split("\n\n")[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog=__doc__.split("\n\n", 1)[1])
     sub = parser.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("toggles", help="default run vs each lever's variant")
@@ -334,7 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--te", action="store_true",
                    help="the Transformer Engine parts (peers-te, te-recipes, te-toggles-a/-b; "
                         "one GPU, where TE imports) instead of the others")
-    a.add_argument("--slot", default="0/1",
+    a.add_argument("--slot", default="0/1", type=_slot,
                    help="K/N: take every Nth part not yet done, from the Kth (run N of these "
                         "side by side, each with its own CUDA_VISIBLE_DEVICES and --master-port)")
     a.set_defaults(fn=cmd_all)

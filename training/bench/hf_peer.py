@@ -11,8 +11,9 @@ a fresh CUDA context and its own peak-memory figure.
 """
 from __future__ import annotations
 
-import argparse
 import time
+
+from training.cli import ArgumentParser
 
 from .peer_common import add_peer_arguments, preset_named, write_result
 
@@ -48,7 +49,7 @@ def hf_model_config(preset, num_layers: int, seq_length: int):
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser()
+    p = ArgumentParser()
     add_peer_arguments(p, steps=20, warmup=5)
     p.add_argument("--liger", action="store_true")
     args = p.parse_args(argv)

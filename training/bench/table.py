@@ -125,6 +125,9 @@ def toggles_table(data: dict) -> str:
     return "\n".join(lines)
 
 
+TABLE_KINDS = ("peers", "toggles", "levers")
+
+
 def table(data: dict) -> str:
     if data.get("kind") == "peers":
         return peers_table(data)

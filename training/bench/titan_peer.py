@@ -38,13 +38,14 @@ stubbed when it is not installed; nothing of it is used).
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import importlib.metadata
 import os
 import sys
 import time
 import types
+
+from training.cli import ArgumentParser
 
 from .peer_common import add_peer_arguments, write_result
 
@@ -213,7 +214,7 @@ def job_args(a, dump_folder: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser()
+    p = ArgumentParser()
     add_peer_arguments(p, steps=5, warmup=2)
     p.add_argument("--no-compile", dest="compile", action="store_false")
     a = p.parse_args(argv)

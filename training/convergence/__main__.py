@@ -14,13 +14,14 @@ Exit: 0 every cell judged, 1 a cell failed to run, 3 cells left for the next inv
 """
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import shlex
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+
+from training.cli import ArgumentParser, positive_float
 
 from . import report, runner
 from training import REPO_ROOT
@@ -36,15 +37,15 @@ def _git_sha() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.convergence",
-                                     description=__doc__.split("\n\n")[1])
+    parser = ArgumentParser(prog="python -m training.convergence",
+                            description=__doc__.split("\n\n")[1])
     parser.add_argument("grid", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="default: the grid's `out`")
     parser.add_argument("--experiment-dir", type=Path, default=REPO_ROOT / "experiment" / "convergence")
     parser.add_argument("--dry-run", action="store_true")
     parser.add_argument("--report-only", action="store_true")
     parser.add_argument("--no-resume", action="store_true")
-    parser.add_argument("--budget-s", type=float, default=None)
+    parser.add_argument("--budget-s", type=positive_float, default=None)
     args = parser.parse_args(argv)
     try:
         grid = load(args.grid)

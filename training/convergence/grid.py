@@ -94,7 +94,16 @@ def load(path: Path) -> Grid:
 
     from training.launch.toggles import BY_NAME
 
-    data = yaml.safe_load(Path(path).read_text())
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise GridError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise GridError(f"{path}: cannot read it ({getattr(err, 'strerror', None) or err})") from None
+    except yaml.YAMLError as err:
+        where = getattr(err, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        raise GridError(f"{path}: not valid YAML{at} ({getattr(err, 'problem', None) or err})") from None
     if not isinstance(data, dict):
         raise GridError(f"{path}: expected a mapping with name, fixed, axes")
     known = {"name", "description", "script", "fixed", "args", "axes", "cells", "verdict",
@@ -105,6 +114,16 @@ def load(path: Path) -> Grid:
     name = str(data.get("name") or "")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise GridError(f"{path}: name {name!r} must be letters, digits, '_', '.', '-'")
+    for key in ("fixed", "axes", "verdict"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise GridError(f"{path}: {key} must be a mapping of NAME: value, not {data[key]!r}")
+    if data.get("args") is not None and not isinstance(data["args"], list):
+        raise GridError(f"{path}: args must be a list of Megatron flags, e.g. [--log-interval, 1]")
+    timeout_s = _number(path, data, "timeout_s", 600, int)
+    budget_s = _number(path, data, "budget_s", None, float)
+    script = str(data.get("script") or DEFAULT_SCRIPT)
+    if not (Path(script) if Path(script).is_absolute() else REPO_ROOT / script).is_file():
+        raise GridError(f"{path}: script {script} not found (relative paths start at the repository root)")
     fixed = {k: env_value(v) for k, v in (data.get("fixed") or {}).items()}
     explicit = _explicit_cells(path, data)
     axes_raw = data.get("axes") or {}
@@ -135,13 +154,10 @@ def load(path: Path) -> Grid:
         rules = Rules.from_dict(data.get("verdict"))
     except (TypeError, ValueError) as err:
         raise GridError(f"{path}: verdict: {err}") from None
-    return Grid(name=name, fixed=fixed, axes=axes, rules=rules,
-                script=str(data.get("script") or DEFAULT_SCRIPT),
+    return Grid(name=name, fixed=fixed, axes=axes, rules=rules, script=script,
                 args=[str(a) for a in data.get("args") or []],
                 out=str(data.get("out") or "docs/convergence"),
-                timeout_s=int(data.get("timeout_s") or 600),
-                budget_s=float(data["budget_s"]) if data.get("budget_s") else None,
-                source=data, explicit=explicit)
+                timeout_s=timeout_s, budget_s=budget_s, source=data, explicit=explicit)
 
 
 def _explicit_cells(path: Path, data: dict) -> list[dict[str, str]] | None:
@@ -161,3 +177,16 @@ def _explicit_cells(path: Path, data: dict) -> list[dict[str, str]] | None:
     if len(set(seen)) != len(seen):
         raise GridError(f"{path}: a cell is listed twice")
     return [{k: c[k] for k in keys} for c in cells]
+
+
+def _number(path: Path, data: dict, key: str, default, kind):
+    """data[key] as a positive `kind` (int or float), `default` when absent or null."""
+    value = data.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
+            or value == float("inf") or (kind is int and value != int(value)):
+        what = "a whole number of seconds" if kind is int else "a number of seconds"
+        raise GridError(f"{path}: {key}: {value!r} must be {what} above 0"
+                        + (" (or null: no budget)" if default is None else f" (default {default})"))
+    return kind(value)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Callable
 
 from training import REPO_ROOT
+from training.cli import ArgumentParser
 from training.launch.guards import is_loopback
 from training.launch.runfolder import node_log_name
 from training.launch.settings import BadInput, LaunchError
@@ -247,8 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
     import os
 
-    parser = argparse.ArgumentParser(prog="python -m training.deploy.cluster",
-                                     description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m training.deploy.cluster",
+                            description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=("slurm-env", "slurm-plan", "srun-command"))
     parser.add_argument("--node-rank", type=int, default=None,
                         help="slurm-env for this node rank instead of SLURM_NODEID (DRY_RUN "

@@ -252,9 +252,12 @@ def main(argv: list[str] | None = None) -> int:
         if problems:
             return 1
         print(f"base image: Python {sys.version.split()[0]}, torch and transformer_engine import")
-    else:
+    elif action in ("-h", "--help"):
         print(__doc__)
-        return 0 if action in ("-h", "--help") else 2
+    else:
+        print(f"error: {action or 'no action'}: use requirements, no-deps, constraints, check-megatron or "
+              "check (python -m training.deploy.image --help explains them)", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -8,10 +8,11 @@ Exit 2 with one message (no traceback) when the input is bad or a guard refuses.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import shlex
 import sys
+
+from training.cli import ArgumentParser
 
 from .settings import LaunchError
 
@@ -62,8 +63,8 @@ def main(argv: list[str] | None = None, layers=(), checks=()) -> int:
     point (training.moe.launch); the core knows none. `checks`: functions of the resolved
     Launch run before anything is printed or written (a refusal is a LaunchError): how a reader
     plugs a check in from above (the memory pre-flight: python -m training.optimize.preflight)."""
-    parser = argparse.ArgumentParser(prog="python -m training.launch",
-                                     description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m training.launch",
+                            description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", required=True, help="model family: llama3 | llama2")
     parser.add_argument("--no-manifest", action="store_true",
                         help="do not write the run folder's manifest.json")

@@ -7,12 +7,12 @@ own toggles and guards with the same functions into blocks of its own
 """
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from pathlib import Path
 
 from training import REPO_ROOT
+from training.cli import ArgumentParser, fail
 from training.platforms import PLATFORMS
 
 from .guards import GUARDS
@@ -104,11 +104,15 @@ def render(text: str, blocks=None) -> str:
 
 def main(argv: list[str] | None = None, blocks=None,
          prog: str = "python -m training.launch.docs") -> int:
-    parser = argparse.ArgumentParser(prog=prog)
+    parser = ArgumentParser(prog=prog)
     parser.add_argument("--check", action="store_true", help="exit 1 if README.md is stale")
     parser.add_argument("--readme", type=Path, default=README)
     args = parser.parse_args(argv)
-    current = args.readme.read_text()
+    try:
+        current = args.readme.read_text()
+    except OSError as err:
+        return fail(f"{args.readme}: cannot read it ({err.strerror or err}); --readme names the "
+                    "README.md to regenerate")
     fresh = render(current, blocks)
     if args.check:
         if fresh != current:

@@ -9,7 +9,6 @@ rules an open (e.g. tiny-model) run breaks. Exit status: 0 when the log passes, 
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import json
@@ -19,6 +18,8 @@ import sys
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from training.cli import ArgumentParser, BadFile, fail, write_text
 
 DEFAULT_RULESET = "6.1.0"
 _KEY_PATTERNS = (r"CHECK for '(\w+)'", r"occurrence of '(\w+)'", r"Failed checks for (\w+)",
@@ -136,8 +137,8 @@ def render(report: Report) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.mlperf.compliance",
-                                     description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m training.mlperf.compliance",
+                            description=__doc__.split("\n\n")[0])
     parser.add_argument("log", type=Path)
     parser.add_argument("--ruleset", default=DEFAULT_RULESET)
     parser.add_argument("--as-closed", action="store_true",
@@ -147,14 +148,20 @@ def main(argv: list[str] | None = None) -> int:
     if not args.log.is_file():
         print(f"error: {args.log} is not a file", file=sys.stderr)
         return 2
+    if ":::MLLOG " not in args.log.read_text(errors="replace"):
+        return fail(f"{args.log}: no :::MLLOG events; not an mlperf.log (an MLPerf run writes one, "
+                    "examples/mlperf)")
     reports = [check(args.log, args.ruleset)]
     if args.as_closed:
         reports.append(check_as_closed(args.log, args.ruleset))
     for report in reports:
         print(render(report))
     if args.json:
-        args.json.write_text(json.dumps([{**asdict(r), "failed_keys": r.failed_keys}
-                                         for r in reports], indent=2) + "\n")
+        try:
+            write_text(args.json, json.dumps([{**asdict(r), "failed_keys": r.failed_keys}
+                                              for r in reports], indent=2) + "\n", "reports")
+        except BadFile as err:
+            return fail(str(err))
     return 0 if reports[0].valid else 1
 
 

@@ -12,18 +12,37 @@ run folder has one) next to the log, or into --out.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Any
 
+from training.cli import ArgumentParser, fail, positive_float
+
 
 def read_events(log: Path) -> list[dict[str, Any]]:
+    """The :::MLLOG events of `log`; ValueError naming the line that is not one. A last line
+    cut off (the run killed or still writing) is left out."""
     events = []
-    for line in Path(log).read_text(errors="replace").splitlines():
-        if ":::MLLOG " in line:
-            events.append(json.loads(line.split(":::MLLOG ", 1)[1]))
+    text = Path(log).read_text(errors="replace")
+    lines = text.splitlines()
+    for number, line in enumerate(lines, 1):
+        if ":::MLLOG " not in line:
+            continue
+        try:
+            event = json.loads(line.split(":::MLLOG ", 1)[1])
+        except json.JSONDecodeError:
+            if number == len(lines) and not text.endswith("\n"):
+                break
+            raise ValueError(f"{log}:{number}: not an MLLOG event (invalid JSON)") from None
+        if not isinstance(event, dict) or not {"key", "value", "time_ms"} <= set(event):
+            raise ValueError(f"{log}:{number}: not an MLLOG event (no key, value and time_ms)")
+        event.setdefault("metadata", {})
+        event.setdefault("event_type", "POINT_IN_TIME")
+        events.append(event)
+    if not events:
+        raise ValueError(f"{log}: no :::MLLOG events; not an mlperf.log (the run writes one with "
+                         "MLPERF=1, examples/mlperf)")
     return events
 
 
@@ -124,11 +143,11 @@ def _train_curve(run: Path, global_batch: int | None) -> list[tuple[int, float]]
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.mlperf.summary",
-                                     description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m training.mlperf.summary",
+                            description=__doc__.split("\n\n")[0])
     parser.add_argument("path", type=Path, help="run folder or its mlperf.log")
     parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--target", type=float, default=None,
+    parser.add_argument("--target", type=positive_float, default=None,
                         help="target eval loss (default: the run's manifest, else none)")
     args = parser.parse_args(argv)
     log = args.path / "mlperf.log" if args.path.is_dir() else args.path
@@ -137,7 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     run = log.parent
     target = args.target if args.target is not None else _target_from_manifest(run)
-    s = summarize(log, target)
+    try:
+        s = summarize(log, target)
+    except ValueError as err:
+        return fail(str(err))
     out = args.out or run
     out.mkdir(parents=True, exist_ok=True)
     (out / "mlperf_summary.json").write_text(json.dumps(s, indent=2) + "\n")

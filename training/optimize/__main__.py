@@ -12,13 +12,14 @@ import sys
 from pathlib import Path
 
 from training import REPO_ROOT
+from training.cli import ArgumentParser, positive_int
 
 from .inputs import BadInput
 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m training.optimize",
         description="Recommend levers for a concrete run from measured figures "
                     "(docs/optimize.md).")
@@ -30,11 +31,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-json", action="store_true", help="do not write the JSON report")
     parser.add_argument("--platform", default=None,
                         help="GPU platform when the manifest has none (e.g. h200)")
-    parser.add_argument("--want-seq-length", type=int, default=None,
+    parser.add_argument("--want-seq-length", type=positive_int, default=None,
                         help="estimate and advise for this sequence length")
-    parser.add_argument("--want-mbs", type=int, default=None,
+    parser.add_argument("--want-mbs", type=positive_int, default=None,
                         help="estimate and advise for this micro-batch size")
-    parser.add_argument("--want-global-batch", type=int, default=None,
+    parser.add_argument("--want-global-batch", type=positive_int, default=None,
                         help="advise for this global batch size")
     parser.add_argument("--quiet", action="store_true", help="no text report")
     return parser
@@ -49,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         inputs = load_run(args.run)
+        for note in inputs.notes:
+            print(f"note: {note}", file=sys.stderr)
         book = levers_mod.load_default(args.levers, REPO_ROOT)
         report = advise(inputs, book, platform=args.platform,
                         want={"seq_length": args.want_seq_length, "mbs": args.want_mbs,

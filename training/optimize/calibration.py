@@ -13,12 +13,12 @@ peak. Default runs: the recorded H200 runs in tests/data/runs/.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
 
 from training import REPO_ROOT
+from training.cli import ArgumentParser
 
 from .config import from_manifest
 from .inputs import BadInput, load_run
@@ -87,8 +87,8 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.optimize.calibration",
-                                     description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m training.optimize.calibration",
+                            description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="*", help="run folders (default: the recorded H200 runs)")
     parser.add_argument("--json", action="store_true", help="print JSON rows")
     parser.add_argument("--markdown", action="store_true",

@@ -33,6 +33,7 @@ class RunInputs:
     trace_report_path: Path | None = None
     log_path: Path | None = None
     oom_lines: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what was read around (a cut last line)
 
     @property
     def dry_run(self) -> bool:
@@ -94,6 +95,41 @@ def _find_manifest(path: Path) -> Path:
 
 
 REQUIRED_SECTIONS = ("model", "layout", "values", "toggles")
+# Sizes the advisor divides and multiplies by: present ones must be whole numbers >= 1.
+SIZES = {"model": ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
+                   "num_query_groups", "vocab_size", "seq_length"),
+         "layout": ("nnodes", "gpus_per_node", "world_size", "tp", "pp", "cp", "dp", "mbs",
+                    "global_batch")}
+
+
+def _check_sizes(path: Path, manifest: dict[str, Any]) -> None:
+    for section, keys in SIZES.items():
+        for key in keys:
+            value = manifest[section].get(key) if isinstance(manifest[section], dict) else None
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise BadInput(f"{path}: {section}.{key} is {value!r}; sizes are whole numbers >= 1 "
+                               "(the launcher never writes this: regenerate the manifest with it)")
+
+
+def _read_metrics(path: Path, notes: list[str]) -> list[dict[str, Any]]:
+    """The records of metrics.jsonl. A last line without its newline that is not JSON was cut
+    off (the run was killed, or is still writing): the complete lines are used and a note says
+    so. A broken line anywhere else is BadInput."""
+    text = path.read_text()
+    lines = text.splitlines()
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if number == len(lines) and not text.endswith("\n"):
+                notes.append(f"{path}:{number}: the last line is cut off (a run killed or still "
+                             f"running); using the {len(records)} complete lines")
+                break
+            raise BadInput(f"{path}:{number}: not a JSON line") from None
+    return records
 
 
 def load_run(path: str | Path) -> RunInputs:
@@ -108,17 +144,10 @@ def load_run(path: str | Path) -> RunInputs:
     run_dir = manifest_path.parent
     inputs = RunInputs(run_dir=run_dir, manifest_path=manifest_path, manifest=manifest)
 
+    _check_sizes(manifest_path, manifest)
     metrics_path = run_dir / "metrics.jsonl"
     if metrics_path.is_file():
-        records = []
-        for number, line in enumerate(metrics_path.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                raise BadInput(f"{metrics_path}:{number}: not a JSON line") from None
-        inputs.metrics, inputs.metrics_path = records, metrics_path
+        inputs.metrics, inputs.metrics_path = _read_metrics(metrics_path, inputs.notes), metrics_path
 
     for candidate in (run_dir / "trace_report.json", run_dir / "profile" / "trace_report.json"):
         if candidate.is_file():

@@ -118,6 +118,9 @@ def rank_map(files: list[Path]) -> dict[int, str]:
 
     ranks: dict[int, str] = {}
     for f in files:
+        if f.stat().st_size == 0:
+            raise TraceReportError(f"{f} is empty (0 bytes): the capture did not finish writing it; "
+                                   "capture again with PROFILE=torch")
         try:
             with quiet_hta():
                 _, found = create_rank_to_trace_dict([str(f)])

@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from training.cli import ArgumentParser
 from training.profiling import kernel_groups as kg
 from training.profiling import ranges as rg
 from training.profiling.loading import DEVICES, TraceReportError, find_trace_files, load, require_hta, trace_dir_of
@@ -119,7 +120,7 @@ def write_report(report: dict[str, Any], out: Path) -> dict[str, Path]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="python -m training.profiling.trace_report",
         description="Where the time of a profiled run goes (read with Holistic Trace Analysis), with a verdict.",
     )
