@@ -346,6 +346,8 @@ CASES: list[Case] = [
     Case("metrics flops: --num-layers -2", "training.metrics",
          ["flops", "--model", "llama3-8B", "--num-layers", "-2"], "--num-layers"),
     Case("metrics flops: unknown model", "training.metrics", ["flops", "--model", "gpt9"], "unknown model"),
+    Case("native op_timing: --repeats 0", "training.native.op_timing", ["--repeats", "0"], "--repeats"),
+    Case("native op_timing: --device gpu9", "training.native.op_timing", ["--device", "gpu9"], "not a torch device"),
     # -- training.mlperf ----------------------------------------------------------------
     Case("mlperf summary: missing log", "training.mlperf.summary", ["{tmp}/none"], "no mlperf.log"),
     Case("mlperf summary: empty log", "training.mlperf.summary", ["{tmp}/mlperf.log", "--out", "{tmp}/o"],

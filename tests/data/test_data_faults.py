@@ -275,7 +275,8 @@ def test_skip_complete_keeps_a_verified_dataset_and_rebuilds_nothing(tmp_path, c
     # other inputs: refused without --overwrite, rebuilt with it
     other = write_jsonl(tmp_path / "b.jsonl", corpus_texts[30:40])
     rc, _, err = run_cli(prep.main, [other, *argv[1:]], capsys)
-    assert rc == 2 and "made from other inputs; pass --overwrite" in err
+    assert rc == 2 and f"made from other inputs ({src} of " in err and f"where {other} of " in err
+    assert err.rstrip().endswith("pass --overwrite to replace it")
     # a damaged .bin: not complete, so not kept
     data = bytearray(Path(f"{prefix}.bin").read_bytes())
     data[10] ^= 1

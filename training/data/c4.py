@@ -50,7 +50,7 @@ def check(env: dict[str, str]) -> str:
     """Every setting of prepare_c4.sh (InputError for the first bad one); a line saying what
     will be built."""
     from training.data import tokenizer as tokmod
-    from training.data.publish import check_prefix
+    from training.data.publish import check_prefix, writable_folder
 
     missing = [n for n in SETTINGS if not env.get(n)]
     if missing:
@@ -76,12 +76,7 @@ def check(env: dict[str, str]) -> str:
         raise InputError(f"OUT={out}: is a file; name a folder")
     for name in ("c4-train.en_6", f"c4-validation-{docs}"):
         check_prefix(os.path.join(out, name), "OUT")
-    try:
-        os.makedirs(out, exist_ok=True)
-    except OSError as e:
-        raise InputError(f"OUT={out}: cannot create it ({e.strerror or e})") from None
-    if not os.access(out, os.W_OK):
-        raise InputError(f"OUT={out}: not writable")
+    writable_folder(out, f"OUT={out}")
     info = tokmod.load(env["TOKENIZER"])
     tokmod.check_library_agrees(info)
     return (f"settings checked: training shards {first}..{last} ({last - first + 1}), validation: the "

@@ -256,9 +256,13 @@ def not_the_same(record: dict, files: list[InputFile], info: tokmod.TokenizerInf
         if record.get(key) != value:
             return f"it was made with {key} {record.get(key)!r}, not {value!r}"
     made = [{"abspath": i.get("abspath"), "bytes": i.get("bytes")} for i in record.get("inputs") or []]
-    if made != _input_entries(files):
-        return (f"it was made from other inputs ({len(made)} file(s) in its record, "
-                f"{len(files)} given, or their paths or sizes differ)")
+    given = _input_entries(files)
+    if len(made) != len(given):
+        return f"it was made from other inputs ({len(made)} file(s), not these {len(given)})"
+    for old, new in zip(made, given):
+        if old != new:
+            return (f"it was made from other inputs ({old['abspath']} of {old['bytes']} bytes where "
+                    f"{new['abspath']} of {new['bytes']} bytes is given now)")
     return None
 
 

@@ -141,6 +141,16 @@ def clean_stale(finals: list[str], note: Callable[[str], None]) -> None:
              "(remove them once that run is over)")
 
 
+def writable_folder(folder: str, what: str) -> None:
+    """Create `folder` if it is not there; InputError, naming `what`, if it cannot be written."""
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{what}: cannot create {folder} ({e.strerror or e})") from None
+    if not os.access(folder, os.W_OK):
+        raise InputError(f"{what}: {folder} is not writable")
+
+
 def remove_quietly(paths) -> None:
     for p in paths:
         try:
@@ -214,7 +224,7 @@ class Publisher:
     def __init__(self, prefix: str, *, option: str = "--output-prefix",
                  note: Callable[[str], None] | None = None):
         check_prefix(prefix, option)
-        self.prefix = prefix
+        self.prefix, self.option = prefix, option
         self.final = output_paths(prefix)
         self.tmp = temp_paths(prefix)
         self.note = note or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -233,13 +243,7 @@ class Publisher:
             return "another process"
 
     def _lock(self) -> None:
-        parent = os.path.dirname(os.path.abspath(self.prefix))
-        try:
-            os.makedirs(parent, exist_ok=True)
-        except OSError as e:
-            raise InputError(f"--output-prefix {self.prefix}: cannot create {parent} ({e.strerror or e})") from None
-        if not os.access(parent, os.W_OK):
-            raise InputError(f"--output-prefix {self.prefix}: {parent} is not writable")
+        writable_folder(os.path.dirname(os.path.abspath(self.prefix)), f"{self.option} {self.prefix}")
         while True:
             try:
                 fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)

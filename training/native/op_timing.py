@@ -31,6 +31,8 @@ from typing import Callable
 
 import torch
 
+from training.cli import ArgumentParser, nonnegative_int, positive_int
+
 NAME = "kernels-liger-megatron"
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 
@@ -157,24 +159,31 @@ def gpu_tag(device: torch.device) -> str:
     return platform.name if platform else "gpu"
 
 
+def _device(text: str) -> torch.device:
+    try:
+        return torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a torch device (cuda, cuda:1, cpu)") from None
+
+
 def run(argv: list[str] | None = None) -> Path:
     from training.bench import record
     from training.bench.stats import VERDICT_RULE
     from training.native import IMPLEMENTATION
 
-    parser = argparse.ArgumentParser(prog="python -m training.native.op_timing",
-                                     description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m training.native.op_timing",
+                            description=__doc__.split("\n\n")[0])
     parser.add_argument("--out-dir", type=Path, default=record.BENCH_DIR)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--tokens", type=int, default=8192, help="MBS x seq (Llama3-8B: 8192)")
-    parser.add_argument("--hidden", type=int, default=4096)
-    parser.add_argument("--ffn", type=int, default=14336)
+    parser.add_argument("--repeats", type=positive_int, default=5)
+    parser.add_argument("--iters", type=positive_int, default=20)
+    parser.add_argument("--warmup", type=nonnegative_int, default=3)
+    parser.add_argument("--tokens", type=positive_int, default=8192, help="MBS x seq (Llama3-8B: 8192)")
+    parser.add_argument("--hidden", type=positive_int, default=4096)
+    parser.add_argument("--ffn", type=positive_int, default=14336)
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--device", type=_device, default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
-    device = torch.device(args.device)
+    device = args.device
     dtype = DTYPES[args.dtype]
     result = record.header(NAME, argv if argv is not None else sys.argv[1:],
                            module="training.native.op_timing")
@@ -193,5 +202,10 @@ def run(argv: list[str] | None = None) -> Path:
     return out
 
 
+def main(argv: list[str] | None = None) -> int:
+    run(argv)
+    return 0
+
+
 if __name__ == "__main__":
-    run()
+    sys.exit(main())
