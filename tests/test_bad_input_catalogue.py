@@ -6,7 +6,7 @@ patched, "Exception ignored in ... __del__" reports collected), or a bash entry 
 subprocess. A traceback, an exception that escapes main(), a stray __del__ report, a second
 line on stderr, another exit status, or a line that lacks the expected words fails the case.
 The entry points are found by listing the repository (test_every_entry_point_is_catalogued):
-a new `python -m training.<x>` tool or examples/*.sh must be added here.
+a new `python -m training.<x>` tool, examples/*.sh or launchers/ script must be added here.
 """
 from __future__ import annotations
 
@@ -382,6 +382,14 @@ CASES: list[Case] = [
     Case("launch: DATA_PATH with a missing dataset", "training.launch.__main__",
          ["--family", "llama3", "DATA_PATH={tmp}/none"], "not found",
          env={"DRY_RUN": "1", "EXPERIMENT_DIR": "{tmp}/exp"}),
+    Case("train_llama3.sh: SEQ_LENGTH=0", "examples/llama/train_llama3.sh", ["SEQ_LENGTH=0"], "SEQ_LENGTH=0",
+         env={"DRY_RUN": "1", "EXPERIMENT_DIR": "{tmp}/exp"}),
+    Case("train_llama2.sh: TP=abc", "examples/llama/train_llama2.sh", ["TP=abc"], "TP",
+         env={"DRY_RUN": "1", "EXPERIMENT_DIR": "{tmp}/exp"}),
+    Case("docker_run.sh: DATA_PATH not on this host", "launchers/docker_run.sh", ["DATA_PATH={tmp}/none"],
+         "not found on this host", env={"DRY_RUN": "1", "PLATFORM": "h200"}),
+    Case("run_llama31_8b.sh: MLPERF_DIVISION=semi", "examples/mlperf/llama31_8b/run_llama31_8b.sh",
+         ["MLPERF_DIVISION=semi"], "MLPERF_DIVISION", env={"DRY_RUN": "1", "EXPERIMENT_DIR": "{tmp}/exp"}),
     Case("launch.docs: --readme missing", "training.launch.docs", ["--check", "--readme", "{tmp}/none.md"],
          "none.md"),
     Case("launch.image: unknown action", "training.launch.image", ["frobnicate"], "frobnicate"),
@@ -500,7 +508,8 @@ def _entry_points() -> set[str]:
         if 'if __name__ == "__main__":' in text or path.name == "__main__.py":
             rel = path.relative_to(REPO).with_suffix("")
             modules.add(".".join(rel.parts))
-    scripts = {str(p.relative_to(REPO)) for p in (REPO / "examples").rglob("*.sh")}
+    scripts = {str(p.relative_to(REPO)) for folder in ("examples", "launchers")
+               for p in (REPO / folder).rglob("*") if p.suffix in (".sh", ".sbatch")}
     return modules | scripts
 
 
@@ -512,10 +521,10 @@ NOT_CATALOGUED = {
     "training.launch.environment": "takes no arguments (prints the preset table)",
     "training.launch.gpu_check": "takes no arguments (make train's GPU check)",
     "examples/lib/launch.sh": "sourced by the train scripts, not run",
-    "examples/llama/train_llama3.sh": "passes its words to python -m training.launch (catalogued)",
-    "examples/llama/train_llama2.sh": "passes its words to python -m training.launch (catalogued)",
-    "examples/mlperf/llama31_8b/run_llama31_8b.sh": "passes its words to python -m training.mlperf.launch",
-    "examples/mlperf/llama31_8b/short_run.sh": "runs prepare/launch/summary, each catalogued",
+    "launchers/slurm/train.sbatch": "needs a Slurm allocation; its checks are python -m training.launch.cluster's",
+    "launchers/slurm/node.sh": "run by train.sbatch on each node; python -m training.launch.cluster checks",
+    "examples/mlperf/llama31_8b/short_run.sh": "a fixed GPU demo (its one argument is OUTDIR); runs the launch, "
+                                                "compliance and summary tools, each catalogued",
 }
 
 
