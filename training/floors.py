@@ -5,15 +5,16 @@
 
 A part is a package of training/ (launch, deploy, mlperf, ...) or one of its top-level modules
 (run_description, metrics, ...). Every import counts, at module level or inside a function
-(a lazy import is still a dependency). Reads the files as text (ast): imports nothing.
+(a lazy import is still a dependency). Reads the files as text (ast): imports none of them.
 """
 from __future__ import annotations
 
-import argparse
 import ast
 import re
 import sys
 from pathlib import Path
+
+from training.cli import ArgumentParser
 
 TRAINING = Path(__file__).resolve().parent
 DOC = TRAINING.parent / "docs" / "architecture.md"
@@ -89,7 +90,7 @@ def table() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.floors")
+    parser = ArgumentParser(prog="python -m training.floors")
     parser.add_argument("--check", action="store_true", help="exit 1 if the doc is stale")
     args = parser.parse_args(argv)
     text = DOC.read_text()
