@@ -22,6 +22,9 @@ import sys
 import time
 
 
+NOT_A_RUN = "MLPERF_RUN is not set: run this from run_llama31_8b.sh (after training.mlperf.launch)"
+
+
 def parse_run_args(words: list[str], world_size: int):
     """Megatron's args of the run: our derivations (as_the_launcher), megatron-core's parser
     and validate_args, as pretrain_gpt.py gets them on global rank 0."""
@@ -49,8 +52,7 @@ def build(words: list[str], world_size: int, environ=os.environ) -> dict:
 
     config = events.RunConfig.from_env(environ)
     if config is None:
-        raise SystemExit(f"{events.RUN_ENV} is not set: run this from run_llama31_8b.sh "
-                         "(after training.mlperf.launch)")
+        raise SystemExit(NOT_A_RUN)
     args = parse_run_args(words, world_size)
     global_vars.set_args(args)
     global_vars._build_tokenizer(args)
@@ -73,6 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) < 2 or argv[0] != "--world-size" or not argv[1].isdigit() or int(argv[1]) < 1:
         print("usage: python -m training.mlperf.index --world-size N <the run's Megatron words>",
               file=sys.stderr)
+        return 2
+    from .events import RunConfig
+
+    if RunConfig.from_env(os.environ) is None:
+        print(f"error: {NOT_A_RUN}", file=sys.stderr)
         return 2
     done = build(argv[2:], int(argv[1]))
     print(f"MLPerf data index (untimed, seed {done['seed']}): train/valid/test samples "

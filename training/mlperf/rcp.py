@@ -12,11 +12,12 @@ below (the smallest above, below the smallest).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from training.cli import ArgumentParser, fail
 
 BENCHMARK = "llama31_8b"
 
@@ -102,11 +103,20 @@ def choose(batch_size: int, rcps: list[RCP]) -> Choice:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.mlperf.rcp",
-                                     description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m training.mlperf.rcp",
+                            description=__doc__.split("\n\n")[0])
     parser.add_argument("--ruleset", default="6.1.0")
     args = parser.parse_args(argv)
-    print(f"{rcp_file(args.ruleset)}")
+    try:
+        path = rcp_file(args.ruleset)
+    except FileNotFoundError as err:
+        return fail(str(err))
+    if not path.is_file():
+        have = sorted(p.parent.name.removeprefix("training_")
+                      for p in path.parent.parent.glob(f"training_*/{path.name}"))
+        return fail(f"--ruleset {args.ruleset}: mlperf-logging has no {BENCHMARK} RCPs for it; "
+                    f"use one of {', '.join(have) or '(none installed)'}")
+    print(f"{path}")
     print("| BS | LR | warm-up samples | WARMUP_ITERS | samples to converge (min-max) |")
     print("|---|---|---|---|---|")
     for r in load(args.ruleset):

@@ -42,6 +42,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from training.cli import ArgumentParser, positive_int, read_json
+
 from . import rules as rules_mod
 
 USAGE = "training"
@@ -294,8 +296,8 @@ def run_all(n: int, out: Path, org: str, platform: str, words: list[str],
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.mlperf.submission",
-                                     description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m training.mlperf.submission",
+                            description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p):
@@ -309,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
 
     r = sub.add_parser("run", help="N runs, then assemble and check")
     common(r)
-    r.add_argument("--runs", type=int, default=10, help="runs (llama31_8b: 10)")
+    r.add_argument("--runs", type=positive_int, default=10, help="runs (llama31_8b: 10)")
     r.add_argument("words", nargs=argparse.REMAINDER, help="-- KEY=VALUE words for the runs")
     a = sub.add_parser("assemble", help="lay out run folders, then check")
     common(a)
@@ -325,10 +327,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise BadInput(f"{args.root}: no results/ folder (give DIR/<org>)")
             root = args.root
         else:
-            extra = json.loads(args.system_json.read_text()) if args.system_json else None
+            extra = read_json(args.system_json, "system description JSON") if args.system_json else None
+            if extra is not None and not isinstance(extra, dict):
+                raise BadInput(f"{args.system_json}: not a JSON object of system description fields")
             if args.command == "run":
-                if args.runs < 1:
-                    raise BadInput(f"--runs {args.runs}: at least 1")
                 words = args.words[1:] if args.words[:1] == ["--"] else args.words
                 runs = run_all(args.runs, args.out, args.org, args.platform, words,
                                dict(os.environ))

@@ -16,11 +16,13 @@ The C4 figures are issue 22's (cited, not measured here: C4 is not shipped).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
 from pathlib import Path
+
+from training.cli import ArgumentParser, BadFile, fail, write_text
+from training.data.errors import DataError
 
 from .rules import REPO_ROOT
 
@@ -104,8 +106,8 @@ def write_docs(doc: Path = DOC) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.mlperf.token_routes",
-                                     description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m training.mlperf.token_routes",
+                            description=__doc__.split("\n\n")[0])
     parser.add_argument("inputs", nargs="*", help="JSON lines files to measure")
     parser.add_argument("--tokenizer", help="tokenizer directory")
     parser.add_argument("--out", type=Path, default=JSON_PATH)
@@ -116,8 +118,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.inputs or not args.tokenizer:
         parser.error("give JSONL inputs and --tokenizer (or --docs)")
-    data = measure(args.inputs, args.tokenizer)
-    args.out.write_text(json.dumps(data, indent=2) + "\n")
+    try:
+        data = measure(args.inputs, args.tokenizer)
+        write_text(args.out, json.dumps(data, indent=2) + "\n", "token counts JSON")
+    except (DataError, BadFile) as err:
+        return fail(str(err))
     print(render(data))
     return 0
 
