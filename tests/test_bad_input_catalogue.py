@@ -382,6 +382,12 @@ CASES: list[Case] = [
           "{tmp}/s.json", "{tmp}/run"], "s.json", setup=_write("s.json", "[1]")),
     Case("mlperf submission check: no results folder", "training.mlperf.submission", ["check", "{tmp}"],
          "results/"),
+    # -- training.optimize.preflight (the launcher's command line with the memory check) --------
+    Case("preflight: PREFLIGHT_MEMORY=bogus", "training.optimize.preflight",
+         ["--family", "llama3", "PREFLIGHT_MEMORY=bogus"], "PREFLIGHT_MEMORY",
+         env={"DRY_RUN": "1", "EXPERIMENT_DIR": "{tmp}/exp"}),
+    Case("preflight --recommend: --family without a value", "training.optimize.preflight",
+         ["--recommend", "--family"], "--family"),
     # -- training.numerics, training.versions ------------------------------------------
     Case("numerics table: missing JSON", "training.numerics", ["table", "{tmp}/none.json"], "none.json"),
     Case("numerics table: garbage JSON", "training.numerics", ["table", "{tmp}/g.json"], "g.json",

@@ -28,6 +28,7 @@ import sys
 from typing import Any
 
 from training import REPO_ROOT
+from training.cli import ArgumentParser
 
 from .config import device_gib
 from .memory import MEMORY_BOUND_FRACTION, Estimate
@@ -158,7 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         return launcher.main(argv, checks=(check,))
     argv.remove("--recommend")
     own, words = launcher._split_argv(argv)
-    family = own[own.index("--family") + 1] if "--family" in own else "llama3"
+    parser = ArgumentParser(prog="python -m training.optimize.preflight --recommend")
+    parser.add_argument("--family", default="llama3")
+    family = parser.parse_known_args(own)[0].family
     try:
         sets = recommended(family, dict(os.environ), words)
     except LaunchError as err:
