@@ -178,6 +178,45 @@ def test_a_signal_mid_run_removes_the_temporary_files_and_keeps_the_old_dataset(
     _assert_old_dataset_intact(prefix, before)
 
 
+# The run with one fault injected into multiprocessing (not into the code under test): right after
+# the first worker process is launched, before the pool has recorded it, the run sends itself
+# SIGTERM; the handler runs at that point, in the middle of the pool's start.
+_SIGNAL_WHILE_THE_POOL_STARTS = """
+import os, signal, sys
+from multiprocessing import popen_spawn_posix
+launch = popen_spawn_posix.Popen._launch
+def launch_then_signal(self, process_obj):
+    launch(self, process_obj)
+    if not getattr(launch_then_signal, "sent", False):
+        launch_then_signal.sent = True
+        os.kill(os.getpid(), signal.SIGTERM)
+popen_spawn_posix.Popen._launch = launch_then_signal
+from training.data import prepare
+sys.exit(prepare.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.slow
+def test_a_signal_while_the_worker_pool_starts_is_one_line_and_keeps_the_old_dataset(
+        tmp_path, corpus_texts, tok_dir, old):
+    prefix, before = old
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SIGNAL_WHILE_THE_POOL_STARTS, _big_input(tmp_path, corpus_texts), "--tokenizer",
+         tok_dir, "--output-prefix", str(prefix), "--overwrite", "--workers", "2", "--no-progress"],
+        env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=300)  # a guard against a pool that cannot shut down
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"the run hung after a signal while its worker pool started: {err[-2000:]}")
+    assert proc.returncode == 128 + signal.SIGTERM, err
+    assert err.strip() == "interrupted by SIGTERM: nothing written (temporary files removed)"
+    assert out == ""
+    _assert_old_dataset_intact(prefix, before)
+
+
 def _limit_file_size(limit: int):
     def preexec():
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG

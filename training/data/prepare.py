@@ -37,7 +37,7 @@ from training.data import record as rec
 from training.data import tokenizer as tokmod
 from training.data.encode import EncodeSettings, Encoded, Encoder, encode_in_worker, init_worker
 from training.data.errors import DataError, InputError, Interrupted, RunError
-from training.data.publish import Publisher, check_prefix, os_error_message
+from training.data.publish import Publisher, check_prefix, deferred_signals, os_error_message
 from training.data.sources import EMPTY_FILE, TEXT_UNITS, Chunk, InputFile, Skip, expand_inputs, read_chunks
 
 DEFAULT_CHUNK_MB = 1.0
@@ -140,11 +140,16 @@ def _encode_stream(files: list[InputFile], settings: EncodeSettings, sha256: str
     ctx = multiprocessing.get_context("spawn")  # no fork of a process holding torch/threads
     window = 2 * workers
     pending: deque[Future] = deque()
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=init_worker,
-                             initargs=(settings, False)) as pool:
+    # A signal waits while the pool starts (its queues, manager thread and workers start in the
+    # constructor and in submit): cut there, it could neither run nor shut down.
+    with deferred_signals():
+        pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=init_worker,
+                                   initargs=(settings, False))
+    with pool:
         try:
             for chunk in chunks:
-                pending.append(pool.submit(encode_in_worker, chunk, files[chunk.file_index].format))
+                with deferred_signals():
+                    pending.append(pool.submit(encode_in_worker, chunk, files[chunk.file_index].format))
                 if len(pending) >= window:
                     yield pending.popleft().result()
             while pending:

@@ -12,7 +12,8 @@ A run that writes PREFIX.bin, PREFIX.idx and the record PREFIX.dataset.json goes
    removed, said in one line; an existing dataset is refused unless `--overwrite`.
 4. The run writes PREFIX.bin.tmp-HOST-PID, PREFIX.idx.tmp-HOST-PID. SIGINT, SIGTERM and SIGHUP
    (Ctrl-C, Slurm, docker stop, `timeout`) raise `Interrupted` while the publisher is open;
-   any way out other than `publish()` removes the temporary files.
+   any way out other than `publish()` removes the temporary files. Inside
+   `deferred_signals()` (a worker pool's start) a signal waits until the block ends.
 5. `publish()`: the .idx is checked against the .bin (training/data/index.py) and against the
    counts of the run; both files are fsynced; the record, with the size and SHA-256 of both
    files, is written to its temporary name and fsynced; then the old record goes, the old
@@ -23,6 +24,7 @@ A run that writes PREFIX.bin, PREFIX.idx and the record PREFIX.dataset.json goes
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -187,6 +189,29 @@ def os_error_message(e: OSError, prefix: str) -> str:
     return f"writing {where}: {e.strerror or e}; temporary files removed, nothing published"
 
 
+_held: list[int] | None = None  # inside deferred_signals(): the trapped signals that arrived
+
+
+@contextlib.contextmanager
+def deferred_signals():
+    """A trapped signal that arrives inside the block raises Interrupted when the block ends,
+    not in the middle of it: for steps that an exception must not cut half-way (starting a
+    process pool: its queues, its manager thread and a worker; cut there, the pool can neither
+    run nor shut down, and the run ends in a traceback). Signals outside a SignalTrap are not
+    affected."""
+    global _held
+    outer, _held = _held, []
+    try:
+        yield
+    finally:
+        held, _held = _held, outer
+    if held:
+        if outer is not None:
+            outer.extend(held)
+        else:
+            raise Interrupted(held[0])
+
+
 class SignalTrap:
     """While entered (in the main thread): SIGINT, SIGTERM and SIGHUP raise Interrupted, so
     that `finally`/`except BaseException` blocks remove temporary files. `ignore()` for the
@@ -197,6 +222,9 @@ class SignalTrap:
 
     @staticmethod
     def _raise(signum, frame):
+        if _held is not None:
+            _held.append(signum)
+            return
         raise Interrupted(signum)
 
     def __enter__(self) -> "SignalTrap":
