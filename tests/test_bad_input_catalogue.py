@@ -136,6 +136,22 @@ def _c4_env(**over) -> dict[str, str]:
     return env
 
 
+def _tiny_hf(weights: bytes, index: str | None = None) -> Callable[[Path], None]:
+    """A Hugging Face folder whose config.json is the tiny preset's, with the given weights file
+    (and safetensors index)."""
+    def setup(tmp: Path) -> None:
+        from training.checkpoint.layout import Architecture
+        from training.launch.presets import PRESETS
+
+        (tmp / "hf").mkdir()
+        config = Architecture.from_preset(PRESETS["tiny"]).hf_config_fields()
+        (tmp / "hf" / "config.json").write_text(json.dumps(config))
+        (tmp / "hf" / "model.safetensors").write_bytes(weights)
+        if index is not None:
+            (tmp / "hf" / "model.safetensors.index.json").write_text(index)
+    return setup
+
+
 GRID_OK = "name: g\nfixed: {NUM_LAYERS: 2}\naxes: {ADAM_EPS: [1.0e-8, 1.0e-5]}\n"
 PREP = "training.data.prepare"
 CHECK = "training.data.check"
@@ -420,10 +436,39 @@ CASES: list[Case] = [
     Case("launch.docs: --readme missing", "training.launch.docs", ["--check", "--readme", "{tmp}/none.md"],
          "none.md"),
     Case("deploy.image: unknown action", "training.deploy.image", ["frobnicate"], "frobnicate"),
+    Case("deploy.image: check-megatron for an unknown platform", "training.deploy.image",
+         ["check-megatron", "cuda"], "check-megatron cuda"),
     Case("deploy.cluster: unknown command", "training.deploy.cluster", ["deploy"], "deploy"),
     Case("deploy.docker: missing script", "training.deploy.docker", ["{tmp}/none.sh"], "none.sh",
          env={"DRY_RUN": "1", "PLATFORM": "h200"}),
     Case("floors: unknown option", "training.floors", ["--frobnicate"], "--frobnicate"),
+    # -- training.checkpoint (Hugging Face import/export), its benchmark -----------------
+    Case("checkpoint: unknown command", "training.checkpoint.__main__", ["convert"], "convert"),
+    Case("checkpoint import: config.json not an object", "training.checkpoint.__main__",
+         ["import", "{tmp}/hf", "{tmp}/out"], "not an object", setup=_write("hf/config.json", "[1]")),
+    Case("checkpoint import: config.json cut short", "training.checkpoint.__main__",
+         ["import", "{tmp}/hf", "{tmp}/out"], "config.json", setup=_write("hf/config.json", '{"model_type": ')),
+    Case("checkpoint import: safetensors header not an object", "training.checkpoint.__main__",
+         ["import", "{tmp}/hf", "{tmp}/out", "--no-progress"], "not a safetensors file",
+         setup=_tiny_hf(b"\x02" + b"\0" * 7 + b"[]")),
+    Case("checkpoint import: safetensors entry without offsets", "training.checkpoint.__main__",
+         ["import", "{tmp}/hf", "{tmp}/out", "--no-progress"], "data_offsets",
+         setup=_tiny_hf(len(b'{"w": {"dtype": "BF16"}}').to_bytes(8, "little") + b'{"w": {"dtype": "BF16"}}')),
+    Case("checkpoint import: garbage safetensors index", "training.checkpoint.__main__",
+         ["import", "{tmp}/hf", "{tmp}/out", "--no-progress"], "safetensors index",
+         setup=_tiny_hf(b"", index="{")),
+    Case("checkpoint import: --workers 0", "training.checkpoint.__main__",
+         ["import", "{tmp}/hf", "{tmp}/out", "--workers", "0"], "--workers"),
+    Case("checkpoint export: --max-shard-size 0", "training.checkpoint.__main__",
+         ["export", "{tmp}", "{tmp}/hf", "--max-shard-size", "0"], "--max-shard-size"),
+    Case("checkpoint.bench: --repeats 0", "training.checkpoint.bench", ["--repeats", "0"], "--repeats"),
+    Case("checkpoint.bench: --out in a missing folder", "training.checkpoint.bench",
+         ["--out", "{tmp}/no/where.json", "--dir", "{tmp}/work"], "no/where.json"),
+    # -- the run side's own command lines (the image build runs them) -------------------
+    Case("arguments parse: TP=abc", "training.arguments", ["parse", "--tensor-model-parallel-size", "abc"],
+         "--tensor-model-parallel-size"),
+    Case("arguments: no command", "training.arguments", [], "parse"),
+    Case("megatron_patches: unknown command", "training.megatron_patches", ["apply"], "check"),
     Case("mlperf.docs: --readme missing", "training.mlperf.docs", ["--check", "--readme", "{tmp}/none.md"],
          "none.md"),
     Case("mlperf launch: TP=abc", "training.mlperf.launch", ["TP=abc"], "TP",

@@ -189,7 +189,7 @@ def as_the_launcher(argv: list[str], caps=None) -> tuple[list[str], list[str]]:
 def main(argv: list[str] | None = None) -> int:
     """`python -m training.arguments parse <words>`: parse the words as pretrain_gpt.py does
     (Megatron's parser with ours) and run nothing; argparse's message and exit 2 on a word it
-    rejects. The ROCm image's build runs it on the launcher's MI355X launch
+    rejects (one line). The ROCm image's build runs it on the launcher's MI355X launch
     (`python -m training.deploy.image check-megatron rocm`)."""
     import sys
 
@@ -198,7 +198,18 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m training.arguments parse <Megatron and launcher flags>",
               file=sys.stderr)
         return 2
-    megatron_parser().parse_args(args[1:])
+    import types
+    import warnings
+
+    from training.cli import ArgumentParser
+
+    with warnings.catch_warnings():  # Megatron's import-time notes (no apex, no TE): not about the words
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"megatron\.")
+        parser = megatron_parser()
+    # A rejected word is one line, without the usage block of every Megatron flag.
+    parser.prog = "python -m training.arguments parse"
+    parser.error = types.MethodType(ArgumentParser.error, parser)
+    parser.parse_args(args[1:])
     return 0
 
 

@@ -66,6 +66,19 @@ def test_not_a_megatron_checkpoint(capsys, tmp_path, tiny_hf):
     assert "is not a Megatron checkpoint" in err
 
 
+def test_an_hf_config_that_is_not_a_json_object(capsys, tmp_path, tiny_hf, tiny_ckpt):
+    (tmp_path / "cut.json").write_text('{"model_type": ')
+    (tmp_path / "list.json").write_text("[1]")
+    err = _refused(capsys, ["export", tiny_ckpt, tmp_path / "out", "--hf-config", tmp_path / "cut.json"])
+    assert "cut.json: not a Hugging Face config.json: invalid or cut-short JSON" in err
+    err = _refused(capsys, ["export", tiny_ckpt, tmp_path / "out", "--hf-config", tmp_path / "list.json"])
+    assert "list.json: not a Hugging Face config.json: a JSON list, not an object" in err
+    hf = shutil.copytree(tiny_hf, tmp_path / "listed")
+    (hf / "config.json").write_text("[1]")
+    assert "a JSON list, not an object" in _refused(capsys, ["import", hf, tmp_path / "out"])
+    assert not (tmp_path / "out").exists()
+
+
 def test_truncated_or_incomplete_safetensors(capsys, tmp_path, tiny_hf):
     hf = shutil.copytree(tiny_hf, tmp_path / "cut")
     weights = hf / "model.safetensors"

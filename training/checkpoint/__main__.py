@@ -13,20 +13,25 @@ import argparse
 import sys
 from pathlib import Path
 
+from training.cli import ArgumentParser, positive_int
+
 
 def _size(text: str) -> int:
     units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
     text = text.strip().upper().removesuffix("B").removesuffix("I")
     try:
-        return int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(text)
-    except ValueError:
+        size = int(float(text[:-1]) * units[text[-1]]) if text[-1:] in units else int(text)
+    except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 2G, 500M)") from None
+    if size < 1:
+        raise argparse.ArgumentTypeError(f"must be a size of 1 byte or more, not {text!r} (e.g. 2G, 500M)")
+    return size
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser() -> ArgumentParser:
     from training.launch.presets import PRESETS
 
-    parser = argparse.ArgumentParser(prog="python -m training.checkpoint",
+    parser = ArgumentParser(prog="python -m training.checkpoint",
                                      description="Hugging Face Llama checkpoints in and out of "
                                                  "Megatron's distributed checkpoint format.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -36,7 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     imp.add_argument("out", type=Path, help="new checkpoint folder (must not exist)")
     imp.add_argument("--preset", choices=sorted(PRESETS),
                      help="model preset the config must match (default: the one it matches)")
-    imp.add_argument("--workers", type=int, default=1,
+    imp.add_argument("--workers", type=positive_int, default=1,
                      help="writer threads (each holds one tensor; default 1)")
     exp = sub.add_parser("export", help="a Megatron checkpoint -> Hugging Face safetensors + "
                                         "config.json")
@@ -65,8 +70,6 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "import":
-            if args.workers < 1:
-                raise ConversionError(f"--workers {args.workers}: use 1 or more")
             result = import_checkpoint(args.hf_dir, args.out, args.preset, workers=args.workers,
                                        progress=not args.no_progress)
             what = f"preset {result.detail['preset']}, {result.detail['num_layers']} layers"

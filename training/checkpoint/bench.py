@@ -25,7 +25,6 @@ ranges).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -271,16 +270,25 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--child"]:
         print(json.dumps(_child(argv[1], Path(argv[2]), Path(argv[3]))))
         return 0
-    p = argparse.ArgumentParser(prog="python -m training.checkpoint.bench")
-    p.add_argument("--preset", default="llama3-8B")
-    p.add_argument("--layers", type=int, default=None, help="default: the preset's")
-    p.add_argument("--repeats", type=int, default=3)
+    from training.cli import ArgumentParser, fail, positive_int
+    from training.launch.presets import PRESETS
+
+    p = ArgumentParser(prog="python -m training.checkpoint.bench")
+    p.add_argument("--preset", default="llama3-8B", choices=sorted(PRESETS))
+    p.add_argument("--layers", type=positive_int, default=None, help="default: the preset's")
+    p.add_argument("--repeats", type=positive_int, default=3)
     p.add_argument("--dir", type=Path, default=Path("/tmp/checkpoint-bench"))
     p.add_argument("--keep-input", action="store_true",
                    help="keep DIR/hf for a later run (which then reuses it)")
     p.add_argument("--out", type=Path,
                    default=REPO / "docs" / "benchmarks" / "checkpoint_import_cpu.json")
     a = p.parse_args(argv)
+    if not a.out.parent.is_dir():
+        return fail(f"--out {a.out}: no folder {a.out.parent}; create it or name another --out")
+    try:
+        a.dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        return fail(f"--dir {a.dir}: cannot use it as the work folder ({err.strerror or err})")
     result = run(a.preset, a.layers, a.repeats, a.dir, a.out, argv, a.keep_input)
     r, m = result["ratios"]["import_over_read"], result["memory"]["added_over_largest_chunk"]
     print(f"import / read: median {r['median']:.2f}x ({', '.join(f'{v:.2f}' for v in r['values'])}); "

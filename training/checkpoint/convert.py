@@ -241,7 +241,7 @@ def _config_source(root: Path, args, hf_config: Path | None) -> tuple[dict | Non
             config_file = path if path.is_file() else path / hf.CONFIG
             if not config_file.is_file():
                 raise ConversionError(f"--hf-config {hf_config}: no config.json there")
-            return json.loads(config_file.read_text()), config_file.parent
+            return hf.read_object(config_file, "Hugging Face config.json"), config_file.parent
     return None, None
 
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from training.cli import BadFile, read_json
+
 DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 CONFIG = "config.json"
 INDEX = "model.safetensors.index.json"
@@ -56,14 +58,23 @@ def resolve_source(arg: str) -> Path:
                       f"{reason}") from None
 
 
+def read_object(path: Path, what: str) -> dict:
+    """The JSON object in `path`; HFError (one line) when it is missing, unreadable, cut short or
+    not an object."""
+    try:
+        value = read_json(path, what)
+    except BadFile as err:
+        raise HFError(str(err)) from None
+    if not isinstance(value, dict):
+        raise HFError(f"{path}: not a {what}: a JSON {type(value).__name__}, not an object")
+    return value
+
+
 def load_config(folder: Path) -> dict:
     path = folder / CONFIG
     if not path.is_file():
         raise HFError(f"{folder} has no config.json: not a Hugging Face model folder")
-    try:
-        return json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise HFError(f"{path} is not valid JSON ({err})") from None
+    return read_object(path, "Hugging Face config.json")
 
 
 @dataclass(frozen=True)
@@ -90,17 +101,25 @@ def _read_header(path: Path) -> dict[str, TensorEntry]:
             header = json.loads(f.read(length))
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise HFError(f"{path} is not a safetensors file (header is not JSON)") from None
+    if not isinstance(header, dict):
+        raise HFError(f"{path} is not a safetensors file (header is not a JSON object)")
     entries = {}
     base = 8 + length
     for name, info in header.items():
         if name == "__metadata__":
             continue
+        if not isinstance(info, dict):
+            raise HFError(f"{path} is not a safetensors file (entry {name} is not an object)")
         dtype = DTYPES.get(info.get("dtype"))
         if dtype is None:
             raise HFError(f"{path}: tensor {name} has dtype {info.get('dtype')}; this converts "
                           f"{', '.join(DTYPES)}")
-        begin, end = info["data_offsets"]
-        shape = tuple(info["shape"])
+        try:
+            begin, end = (int(x) for x in info["data_offsets"])
+            shape = tuple(int(d) for d in info["shape"])
+        except (KeyError, TypeError, ValueError):
+            raise HFError(f"{path} is not a safetensors file (tensor {name} lacks a valid "
+                          "data_offsets or shape)") from None
         numel = 1
         for d in shape:
             numel *= d
@@ -116,7 +135,9 @@ class SafetensorsFolder:
     def __init__(self, folder: Path):
         index = folder / INDEX
         if index.is_file():
-            weight_map = json.loads(index.read_text()).get("weight_map", {})
+            weight_map = read_object(index, "safetensors index").get("weight_map", {})
+            if not isinstance(weight_map, dict) or not all(isinstance(f, str) for f in weight_map.values()):
+                raise HFError(f"{index}: its weight_map is not an object of file names")
             files = sorted({folder / f for f in weight_map.values()})
         else:
             files = sorted(folder.glob("*.safetensors"))

@@ -232,6 +232,10 @@ def main(argv: list[str] | None = None) -> int:
     elif action == "constraints":
         print("\n".join(gpu_stack_constraints(sys.stdin.read())))
     elif action == "check-megatron":
+        if args[1:] not in ([], ["rocm"]):
+            print(f"error: check-megatron {' '.join(args[1:])}: use check-megatron (the stock "
+                  "megatron-core) or check-megatron rocm (the ROCm fork)", file=sys.stderr)
+            return 2
         fork = args[1:] == ["rocm"]
         problems = check_megatron_fork() if fork else check_megatron(pyproject_requirements())
         for problem in problems:
