@@ -13,6 +13,7 @@ steer the launcher itself and emit no flag.
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, NamedTuple
 
@@ -598,10 +599,13 @@ def parse_value(toggle: Toggle, raw: str) -> Any:
                            f"{toggle.default if toggle.default is not None else 1}.") from None
     if toggle.kind == "float":
         try:
-            return float(text)
+            value = float(text)
         except ValueError:
+            value = math.nan
+        if not math.isfinite(value):  # nan and inf too: a run would train on them
             raise BadInput(f"{toggle.name}={raw!r} is not a number: use e.g. "
-                           f"{toggle.name}={toggle.default if toggle.default is not None else 1.0}.") from None
+                           f"{toggle.name}={toggle.default if toggle.default is not None else 1.0}.")
+        return value
     if toggle.kind == "choice":
         if text in toggle.choices:
             return text

@@ -9,5 +9,10 @@ from training import metrics
 
 from . import presets  # noqa: F401 - registers the MoE presets
 
+
+def main(argv: list[str] | None = None) -> int:
+    return metrics.main(argv)
+
+
 if __name__ == "__main__":
-    sys.exit(metrics.main())
+    sys.exit(main())
