@@ -4,6 +4,7 @@
 # Usage: bash dev/gpu/bench.sh 1|2 [PART[,PART...] [--force]]
 # Carry: .whl
 source "$(dirname "$0")/env.sh"
+bash "$(dirname "$0")/burst.sh" idle || exit 1   # timed work on an idle GPU only
 python3 -m training.bench all --gpus "${1:-1}" ${2:+--parts "$2"} "${@:3}" --out-dir "$OUT" \
     --work-dir /tmp/bench > "$OUT/bench_all.log" 2>&1; echo "bench rc=$?"
 tail -60 "$OUT/bench_all.log"

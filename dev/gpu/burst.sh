@@ -7,6 +7,9 @@
 #   status                        each job: running, or its exit status, and its log's last line
 #   collect SECONDS               wait up to SECONDS for the jobs, then copy every job's results
 #                                 into $OUT/NAME.tgz and print the tail of each log
+#   idle                          before timed work (bench.sh runs it): refuse while a job runs;
+#                                 end what ended jobs left on the GPU (a job's timeout ends pytest,
+#                                 not always the launcher processes it started)
 # Usage: GIT_SHA=<sha> bash dev/gpu/burst.sh start gpu-tests dev/gpu/gpu_tests.sh
 set -uo pipefail
 B=/tmp/burst
@@ -50,5 +53,19 @@ status|collect)
         ls -la "$OUT"
     fi
     ;;
-*) echo "burst.sh: unknown command $cmd (start, status, collect)"; exit 2 ;;
+idle)
+    for log in "$B"/*.log; do
+        [ -e "$log" ] || continue
+        [ -s "${log%.log}.rc" ] || { echo "burst.sh idle: job $(basename "$log" .log) still runs: collect first"; exit 1; }
+    done
+    for _ in 1 2 3 4 5 6; do
+        pids=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | tr -d ' ')
+        [ -z "$pids" ] && { echo "GPU idle"; exit 0; }
+        echo "left on the GPU by ended jobs, ended now: $(echo "$pids" | tr '\n' ' ')"
+        # shellcheck disable=SC2086
+        kill $pids 2>/dev/null; sleep 5
+    done
+    echo "burst.sh idle: the GPU is still busy"; exit 1
+    ;;
+*) echo "burst.sh: unknown command $cmd (start, status, collect, idle)"; exit 2 ;;
 esac

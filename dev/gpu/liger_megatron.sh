@@ -7,5 +7,6 @@
 # run by the GPU test call. Carry: .whl
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
+bash "$(dirname "$0")/burst.sh" idle || exit 1   # timed work on an idle GPU only
 export PYTHONUNBUFFERED=1
 timeout 300 python3 -m training.native.op_timing --out-dir "$OUT" 2>&1 | tee "$OUT/op_timing.log"

@@ -8,6 +8,7 @@
 # One GPU: ~9 min with REPEATS=1. JSONs in $OUT (for docs/benchmarks/), run folders in runs.tgz.
 # Usage: GIT_SHA=<sha> [REPEATS=2] bash dev/gpu/optimizer_memory_bench.sh    Carry: .whl
 source "$(dirname "$0")/env.sh"
+bash "$(dirname "$0")/burst.sh" idle || exit 1   # timed work on an idle GPU only
 REPEATS=${REPEATS:-1}
 LIMIT=${LIMIT:-540}
 ours_env=$(CUDA_VISIBLE_DEVICES=0 BS=8 GPUS_PER_NODE=1 python3 -m training.optimize.preflight --recommend \

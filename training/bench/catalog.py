@@ -202,8 +202,10 @@ PEER_SIDES = {
     "native": "ours: launcher default (native backend: SDPA + Liger/Triton kernels)",
     "transformer_engine": "ours: Transformer Engine backend",
     "local": "Megatron-core local spec (stock Megatron without TE), through our launcher",
-    "hf": "HF transformers LlamaForCausalLM (SDPA), bf16 params, fused AdamW",
-    "hf_liger": "HF transformers LlamaForCausalLM (SDPA) + Liger-Kernel, bf16, fused AdamW",
+    "hf": "HF transformers' model of the family (LlamaForCausalLM; Qwen3MoeForCausalLM or "
+          "MixtralForCausalLM for MoE), SDPA, bf16 params, fused AdamW",
+    "hf_liger": "HF transformers' model of the family (LlamaForCausalLM; Qwen3MoeForCausalLM or "
+                "MixtralForCausalLM for MoE), SDPA + Liger-Kernel, bf16, fused AdamW",
     "torchtitan": "torchtitan (llama3 trainer), bf16 autocast, fused AdamW, torch.compile",
     "megatron_te": "Megatron-LM with Transformer Engine: Megatron's TE spec at Megatron's own "
                    "defaults (through our launcher: each toggle at the value that emits no flag; "
