@@ -124,3 +124,25 @@ def test_convergence_text_of_a_failed_or_missing_cell(tmp_path):
     path = _convergence(tmp_path, [("bf16", "converged", 4.7), ("fp8", "failed", None)])
     assert "not measured for PRECISION=fp8" in convergence_text("fp8", path)
     assert "not measured for PRECISION=fp8_blockwise" in convergence_text("fp8_blockwise", path)
+
+
+def test_a_faster_recipe_that_learns_worse_than_bf16_beyond_noise_gives_way(tmp_path):
+    """The H200 A/B of session 7: fp8 (delayed) fastest but +0.098 above bf16's best eval loss,
+    fp8_tensorwise a little slower and below bf16: the advisor recommends fp8_tensorwise and
+    says why fp8 was passed over."""
+    report = _recommend(tmp_path, cells=[("bf16", "converged", 5.350),
+                                         ("fp8", "converged", 5.448),
+                                         ("fp8_tensorwise", "converged", 5.303)])
+    [rec] = [r for r in report["recommendations"] if r["id"] == "precision_recipe"]
+    assert rec["set"] == "PRECISION=fp8_tensorwise"
+    assert "not worse than bf16 beyond noise (fp8 learned slower)" in rec["why"]
+    [passed_over] = [c for c in report["considered"] if c.startswith("PRECISION=fp8:")]
+    assert "x1.280 tokens/s" in passed_over and "+0.098" in passed_over
+
+
+def test_no_recipe_when_every_measured_one_learns_worse(tmp_path):
+    report = _recommend(tmp_path, rows=[_recipe_row("fp8", 1.28, "faster")],
+                        cells=[("bf16", "converged", 5.350), ("fp8", "diverged", 9.0)])
+    assert "precision_recipe" not in {r["id"] for r in report["recommendations"]}
+    assert any(c.startswith("PRECISION=fp8:") and "no recipe is recommended" in c
+               for c in report["considered"])

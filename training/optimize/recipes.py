@@ -18,6 +18,10 @@ from .config import available
 
 CONVERGENCE = REPO_ROOT / "docs" / "convergence" / "te_recipes.json"
 GRID = "docs/convergence/grid_te_recipes.yaml"
+# How far a recipe's best eval loss may sit above bf16's in the A/B and still count as "not worse
+# beyond noise": the largest rerun spread of one cell measured on the H200 (0.039, the first
+# grid's reruns, docs/convergence.md "noise"), rounded up.
+CONVERGENCE_NOISE = 0.04
 
 
 def platform_recipes(c: RunDescription) -> list[str]:
@@ -28,6 +32,26 @@ def platform_recipes(c: RunDescription) -> list[str]:
         return []
     return [name for name, r in RECIPES.items()
             if r.kind != "bf16" and r.supports(platform.sm, platform.gfx)]
+
+
+def convergence_gap(recipe: str, path: Path = CONVERGENCE) -> float | None:
+    """The recipe's best eval loss minus bf16's in the A/B; infinity where the recipe diverged;
+    None where the A/B has no usable cell for it (not run, or the run failed)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+    cells = {(c.get("values") or {}).get("PRECISION"): c for c in data.get("cells") or []}
+    cell = cells.get(recipe) or {}
+    if cell.get("verdict") in (None, "failed"):
+        return None
+    if cell["verdict"] == "diverged":
+        return float("inf")
+    mine = (cell.get("numbers") or {}).get("eval_best")
+    theirs = ((cells.get("bf16") or {}).get("numbers") or {}).get("eval_best")
+    if isinstance(mine, (int, float)) and isinstance(theirs, (int, float)):
+        return mine - theirs
+    return None
 
 
 def convergence_text(recipe: str, path: Path = CONVERGENCE) -> str:
