@@ -50,3 +50,23 @@ def run_cli(*args: str, env: dict | None = None, preexec_fn=None, timeout: int =
     return subprocess.run([sys.executable, "-m", "training.checkpoint", *map(str, args)],
                           cwd=REPO, env=full_env, capture_output=True, text=True,
                           timeout=timeout, preexec_fn=preexec_fn)
+
+
+class _ExtraState:
+    """Transformer Engine's modules (TENorm's RMSNorm, the TE linears) keep their fp8 metadata
+    as a module's extra state: an empty uint8 tensor without fp8; loading None is a no-op.
+    Mixed into a built module, Megatron's sharded_state_dict asks for its `_extra_state` as it
+    does for TE's; what a load hands it is kept in `extra_states_set`."""
+
+    def get_extra_state(self):
+        return torch.empty(0, dtype=torch.uint8)
+
+    def set_extra_state(self, state):
+        self.__dict__.setdefault("extra_states_set", []).append(state)
+
+
+def give_extra_state(module: torch.nn.Module) -> torch.nn.Module:
+    """`module` (its weights and forward unchanged) with TE's extra-state hooks, in place."""
+    cls = type(module)
+    module.__class__ = type(f"ExtraState{cls.__name__}", (_ExtraState, cls), {})
+    return module

@@ -38,6 +38,12 @@ LAYER_KEYS = (QKV, INPUT_NORM, PROJ, FC1, MLP_NORM, FC2)
 EXTRA_STATE_KEYS = tuple(f"decoder.layers.{m}._extra_state" for m in (
     "self_attention.linear_qkv", "self_attention.linear_proj", "mlp.linear_fc1",
     "mlp.linear_fc2"))
+# The final norm is Transformer Engine's RMSNorm (Megatron's TENorm) under the TE spec, and
+# under the local spec where TE is installed (megatron/core/transformer/transformer_block.py
+# LayerNormImpl): its fp8 metadata is one more object, which a strict load asks for. Written
+# as None too (TE's set_extra_state skips None: fresh fp8 metadata, as a new run's); a spec
+# whose final norm keeps no extra state leaves it unread.
+FINAL_NORM_EXTRA_STATE = "decoder.final_layernorm._extra_state"
 
 HF_EMBEDDING, HF_NORM, HF_HEAD = "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"
 HF_LAYER_PARTS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
@@ -321,6 +327,7 @@ def megatron_tensors(arch: Architecture) -> list[MegatronTensor]:
 
 
 def extra_state_keys(num_layers: int) -> list[str]:
-    """The unique keys of the per-layer `_extra_state` objects (ShardedObject.unique_key)."""
+    """The unique keys of the `_extra_state` objects the import writes
+    (ShardedObject.unique_key): the per-layer ones and the final norm's."""
     return [f"{key}/shard_{layer}_{num_layers}" for layer in range(num_layers)
-            for key in EXTRA_STATE_KEYS]
+            for key in EXTRA_STATE_KEYS] + [f"{FINAL_NORM_EXTRA_STATE}/shard_0_1"]

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import io
 import json
+import logging
+import re
 import threading
 from pathlib import Path
 from typing import Callable
@@ -30,6 +32,8 @@ import torch
 from training.launch.guards import CHECKPOINT_TRACKER as TRACKER
 
 from .layout import MegatronTensor
+
+log = logging.getLogger(__name__)
 
 RELEASE = "release"
 CONFIG = "metadata.json"
@@ -219,15 +223,48 @@ class DistCheckpointReader:
         CachedMetadataFileSystemReader.clear_metadata_cache()
 
 
-def load_weights(model, root: Path) -> None:
+def is_extra_state(key: str) -> bool:
+    """A module's `_extra_state` (Transformer Engine's fp8 metadata, None elsewhere), not a
+    weight: `x._extra_state`, TE's grouped `x._extra_state1`, or a prefix-mapped norm's
+    `linear_qkv.layer_norm__extra_state`."""
+    return re.search(r"_extra_state\d*$", key) is not None
+
+
+def load_weights(model, root: Path) -> list[str]:
     """Load a checkpoint's weights into a built GPTModel (this process's TP/PP part of it), as
     megatron.training's load_checkpoint does for the model: the checkpoint's content metadata
     picks the sharded-state-dict layout, Megatron's loader reshards. For tests and checks; a
-    training run loads through --pretrained-checkpoint / --load."""
+    training run loads through --pretrained-checkpoint / --load.
+
+    An `_extra_state` the model asks for and the checkpoint lacks (an import made before it
+    wrote the final norm's, or a module it does not know) is left as the model built it, and
+    its state-dict key returned; a missing weight is refused (CheckpointFormatError, every key
+    named; the model, partly loaded then, is to be discarded)."""
     from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing.validation import StrictHandling
 
     folder = iteration_dir(Path(root))
     common = dist_checkpointing.load_common_state_dict(str(folder))
     sharded = {"model": model.sharded_state_dict(
         metadata=dict(common.get("content_metadata") or {}))}
-    model.load_state_dict(dist_checkpointing.load(sharded, str(folder))["model"])
+    # RETURN_UNEXPECTED: what the model asks for and the checkpoint lacks is dropped from the
+    # request and returned (Megatron's "unexpected" keys), not raised inside DCP.
+    state, _, absent = dist_checkpointing.load(sharded, str(folder),
+                                               strict=StrictHandling.RETURN_UNEXPECTED)
+    _refuse_weights(root, "lacks", absent)
+    result = model.load_state_dict(state["model"], strict=False)
+    _refuse_weights(root, "left unset", result.missing_keys)
+    _refuse_weights(root, "holds what the model does not have", result.unexpected_keys)
+    dropped = sorted(result.missing_keys)   # the absent ones, by the model's own names
+    if dropped:
+        log.info("%s: no %s in the checkpoint; left as built", root, ", ".join(dropped))
+    return dropped
+
+
+def _refuse_weights(root, what: str, keys) -> None:
+    """Refused after the load (Megatron's loader fills the model's tensors in place): the
+    model is then partly loaded and is to be discarded."""
+    weights = sorted(key for key in keys if not is_extra_state(key))
+    if weights:
+        raise CheckpointFormatError(f"{root} {what}: {', '.join(weights)} (a checkpoint of "
+                                    "another model or layout)")
