@@ -1,13 +1,16 @@
 """megatron.training's own load_checkpoint and save_checkpoint on an import, with the launcher's
 arguments, on the CPU (one gloo process).
 
-    python tests/checkpoint/megatron_training_worker.py CKPT HF_DIR SAVE [TOGGLE=VALUE ...]
+    python tests/checkpoint/megatron_training_worker.py CKPT HF_DIR SAVE [--te-final-norm]
+        [TOGGLE=VALUE ...]
 
 Resolves a DRY_RUN launch with PRETRAINED_CHECKPOINT=CKPT (and the toggles given), parses it
 with megatron-core's parser, builds the model with training/pretrain_gpt.py's model_provider,
 loads through megatron.training.checkpointing.load_checkpoint exactly as pretrain does, and
 prints one JSON line: the iteration and finetune flag Megatron set, and the logits' distance
-to HF's LlamaForCausalLM on HF_DIR. Then saves with save_checkpoint to SAVE (as a run's SAVE,
+to HF's LlamaForCausalLM on HF_DIR. With --te-final-norm the final norm carries Transformer
+Engine's extra-state hooks (helpers.give_extra_state), as TE's spec's TENorm does, and the
+line also holds what its set_extra_state was handed. Then saves with save_checkpoint to SAVE (as a run's SAVE,
 with its arguments) for the export test.
 
 CPU stand-ins, each for a CUDA-only call on this path: torch.cuda.current_device (Megatron's
@@ -31,7 +34,8 @@ sys.path.insert(0, str(REPO))
 
 def main() -> None:
     ckpt, hf_dir, save = sys.argv[1:4]
-    toggles = dict(word.split("=", 1) for word in sys.argv[4:])
+    te_final_norm = "--te-final-norm" in sys.argv[4:]
+    toggles = dict(word.split("=", 1) for word in sys.argv[4:] if word != "--te-final-norm")
     from tests.launch.helpers import launch, megatron_args
 
     env = {"EXPERIMENT_DIR": str(Path(save).parent / "experiment"), "PATH": os.environ["PATH"]}
@@ -68,7 +72,13 @@ def main() -> None:
 
     specs.install_native(Run(args=args))
     model = pretrain_gpt.model_provider()
+    if te_final_norm:
+        from tests.checkpoint.helpers import give_extra_state
+
+        give_extra_state(model.decoder.final_layernorm)
     iteration, flops = checkpointing.load_checkpoint([model], None, None)
+    extra = {"final_norm_extra_states": [repr(state) for state in getattr(
+        model.decoder.final_layernorm, "extra_states_set", [])]} if te_final_norm else {}
     finetune = bool(args.finetune)
     checkpointing.save_checkpoint(1, [model], None, None, 0)
 
@@ -83,7 +93,7 @@ def main() -> None:
     ours_logits = _Truncated(ours, vocab)
     out = compare(hf, ours_logits, random_tokens(vocab, 2, 32, "cpu"))
     print(json.dumps({"iteration": iteration, "finetune": finetune,
-                      "padded_vocab_size": args.padded_vocab_size, **out}))
+                      "padded_vocab_size": args.padded_vocab_size, **extra, **out}))
     dist.destroy_process_group()
 
 

@@ -81,19 +81,25 @@ def test_an_empty_load_beside_it_is_the_resume_folder(base_env, tiny_ckpt, tmp_p
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("te_final_norm", [False, True], ids=["native", "te-final-norm"])
 def test_megatron_training_starts_from_it_and_its_save_exports_bitwise(tiny_hf, tiny_ckpt,
-                                                                       tmp_path):
+                                                                       tmp_path, te_final_norm):
     """PRETRAINED_CHECKPOINT through the launcher's arguments into megatron.training's own
     load_checkpoint: iteration 0, --finetune set by Megatron, HF's logits; then a run's
     save_checkpoint (with its saved arguments) exports without being told the config (the
-    saved --pretrained-checkpoint leads back to the import record)."""
+    saved --pretrained-checkpoint leads back to the import record). te-final-norm: the final
+    norm asks for its `_extra_state` as TE's spec's does, under Megatron's default
+    --dist-ckpt-strictness (a key the import lacked raised in torch DCP on the GPU)."""
     worker = REPO / "tests/checkpoint/megatron_training_worker.py"
     proc = subprocess.run([sys.executable, str(worker), str(tiny_ckpt), str(tiny_hf),
-                           str(tmp_path / "save"), "MODEL_SIZE=tiny"],
+                           str(tmp_path / "save"), "MODEL_SIZE=tiny",
+                           *(["--te-final-norm"] if te_final_norm else [])],
                           cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-4000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["iteration"] == 0 and result["finetune"] is True
+    if te_final_norm:
+        assert result["final_norm_extra_states"] == ["None"]   # the import's, TE skips None
     assert result["max_abs_err"] < 1e-4 and result["loss_rel_err"] < 1e-6
     export_checkpoint(tmp_path / "save", tmp_path / "back", progress=False)
     assert_bitwise_equal(tiny_hf, tmp_path / "back")
