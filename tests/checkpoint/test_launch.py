@@ -56,6 +56,24 @@ def test_a_folder_that_is_not_an_import_is_refused(base_env, tiny_ckpt, tmp_path
         base_env, MODEL_SIZE="tiny", PRETRAINED_CHECKPOINT=copy)
 
 
+def test_an_import_without_the_final_norms_extra_state_is_refused_off_native(base_env,
+                                                                             tiny_ckpt, tmp_path):
+    """An import of record format 1 lacks decoder.final_layernorm._extra_state, which TE's
+    final norm asks Megatron's load for: refused before torchrun where TE's norm is used."""
+    record = json.loads((tiny_ckpt / "hf_import.json").read_text())
+    assert record["format"] == 2
+    old = shutil.copytree(tiny_ckpt, tmp_path / "format1")
+    (old / "hf_import.json").write_text(json.dumps({**record, "format": 1}))
+    te = dict(MODEL_SIZE="tiny", PLATFORM="h200", PRETRAINED_CHECKPOINT=old)
+    for backend in ("transformer_engine", "local"):
+        text = _refusal(base_env, TRANSFORMER_IMPL=backend, **te)
+        assert "[pretrained_checkpoint]" in text and "final norm's _extra_state" in text
+        assert "import it again with `python -m training.checkpoint import`" in text
+    launch(base_env, TRANSFORMER_IMPL="native", **te)
+    launch(base_env, TRANSFORMER_IMPL="transformer_engine", **{**te,
+                                                               "PRETRAINED_CHECKPOINT": tiny_ckpt})
+
+
 def test_resuming_is_kept_apart_from_starting(base_env, tiny_ckpt, tmp_path):
     text = _refusal(base_env, MODEL_SIZE="tiny", LOAD=tiny_ckpt)
     assert "is an imported checkpoint; LOAD resumes" in text

@@ -11,6 +11,7 @@ import dataclasses
 import json
 from pathlib import Path
 
+from training.launch.guards import IMPORT_FORMAT as FORMAT
 from training.launch.guards import IMPORT_RECORD as RECORD
 
 from .layout import Architecture
@@ -20,7 +21,6 @@ PRESET_FIELDS = ("hidden_size", "ffn_hidden_size", "num_attention_heads", "num_q
                  "vocab_size", "max_position_embeddings", "rotary_base", "norm_epsilon",
                  "rope_scaling")
 SIDE_DIR = "hf"             # config.json, generation_config.json, tokenizer files of the source
-FORMAT = 1
 
 
 class RecordError(ValueError):

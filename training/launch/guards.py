@@ -634,6 +634,9 @@ def profile_window(ctx: LaunchContext) -> None:
 
 CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"  # written by Megatron on save
 IMPORT_RECORD = "hf_import.json"   # written by `python -m training.checkpoint import`
+# The record's "format": 2 also writes the final norm's `_extra_state` (Transformer Engine's
+# final norm asks a load for it; format 1 lacked it, and Megatron's load raised in torch DCP).
+IMPORT_FORMAT = 2
 
 
 @guard
@@ -662,7 +665,7 @@ def load_checkpoint(ctx: LaunchContext) -> None:
 
 @guard
 def pretrained_checkpoint(ctx: LaunchContext) -> None:
-    """PRETRAINED_CHECKPOINT is an import of the launch's preset and layer count, apart from LOAD/SAVE; LOAD is no import."""
+    """PRETRAINED_CHECKPOINT is an import of the launch's preset and layer count (off the native backend, one with TE's final-norm state), apart from LOAD/SAVE; LOAD is no import."""
     s = ctx.settings
     path, load = s.get("PRETRAINED_CHECKPOINT"), s.get("LOAD")
     if load and (Path(load) / IMPORT_RECORD).is_file():
@@ -691,6 +694,13 @@ def pretrained_checkpoint(ctx: LaunchContext) -> None:
         raise Refusal("pretrained_checkpoint",
                       f"PRETRAINED_CHECKPOINT={path} does not fit this launch: "
                       f"{'; '.join(differs)}. Launch it with {fix}.")
+    if record.get("format", 1) < IMPORT_FORMAT and s["TRANSFORMER_IMPL"] != "native":
+        raise Refusal("pretrained_checkpoint",
+                      f"PRETRAINED_CHECKPOINT={path} was imported before the import wrote the "
+                      "final norm's _extra_state, which Transformer Engine's final norm asks "
+                      f"for (TRANSFORMER_IMPL={s['TRANSFORMER_IMPL']}: Megatron's load would "
+                      "stop on it): import it again with `python -m training.checkpoint "
+                      "import`, or use TRANSFORMER_IMPL=native.")
     s.info("pretrained_checkpoint",
            f"starts from {path} ({record['preset']}, {record['num_layers']} layers, imported "
            f"from {record.get('source', '?')}): weights only, fresh optimizer, iteration 0"
