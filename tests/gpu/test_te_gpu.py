@@ -54,6 +54,28 @@ def test_te_bf16_parity_with_hf(preset_name, layers):
     check_bf16_parity(result)
 
 
+def test_te_tiny_run_starts_from_an_import(tmp_path):
+    """PRETRAINED_CHECKPOINT on TE's spec through the launcher (issues 26 and 19): Megatron's
+    own load, at its default --dist-ckpt-strictness, of an import into TE's linears and final
+    norm, whose `_extra_state` the import writes as None (before, torch DCP stopped on
+    "Missing key in checkpoint state_dict: decoder.final_layernorm._extra_state/shard_0_1")."""
+    from tests.checkpoint.helpers import save_random_llama
+    from training.checkpoint.convert import import_checkpoint
+
+    imported = tmp_path / "imported"
+    import_checkpoint(str(save_random_llama(tmp_path / "hf", PRESETS["tiny"])), imported,
+                      progress=False)
+    run = _train(tmp_path, "te-from-hf", TRANSFORMER_IMPL="transformer_engine",
+                 PRETRAINED_CHECKPOINT=imported, TOTAL_ITERS=5)
+    train_log = (run / "train.log").read_text()
+    assert f"loading release distributed checkpoint from {imported}" in train_log
+    assert "at iteration 0" in train_log
+    losses = _losses(run)
+    assert sorted(losses) == [1, 2, 3, 4, 5] and all(v == v and v < 20 for v in losses.values())
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["run"]["transformer_engine"]["wgrad_megatron_linears"]   # TE's spec ran
+
+
 def test_te_checkpoint_resume_continues_the_loss_curve(tmp_path):
     check_resume_continues_the_loss_curve(tmp_path, TRANSFORMER_IMPL="transformer_engine")
 
