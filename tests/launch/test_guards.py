@@ -307,7 +307,6 @@ def test_context_parallel_needs_te(base_env):
     ({"TP": 16, "GPUS_PER_NODE": 16}, "Nearest valid TP: 8"),
     ({"BS": 100, "GPUS_PER_NODE": 8}, "Nearest valid BS: 96 or 104"),
     ({"PP": 3, "GPUS_PER_NODE": 3, "BS": 126}, "Nearest valid PP: 2 or 4"),
-    ({"MBS": 0}, "MBS=0 must be at least 1"),
 ])
 def test_parallel_sizes_refused_with_nearest_valid(base_env, toggles, expect):
     assert expect in refused(base_env, "parallel_sizes", **toggles)

@@ -18,7 +18,7 @@ from training.platforms import PLATFORMS
 from .guards import GUARDS
 from .recipes import RECIPES, TE_NVIDIA, TE_ROCM, platforms_supporting, recipe_args
 from .settings import Settings, fmt_value
-from .toggles import LAUNCHER, REGISTRY
+from .toggles import LAUNCHER, REGISTRY, Form
 
 README = REPO_ROOT / "README.md"
 GROUP_TITLES = {
@@ -58,6 +58,10 @@ def toggles_table(toggles=REGISTRY) -> str:
         values = "/".join(toggle.choices) if toggle.choices else {
             "bool": "0/1", "int": "integer", "float": "number", "str": "text",
             "path": "path", "choice": ""}[toggle.kind]
+        if isinstance(toggle.check, Form):
+            values = toggle.check.text
+        elif toggle.check is not None:
+            values = f"{values} {toggle.check.text}"
         lines.append(f"| `{toggle.name}` | {fmt_value(toggle.default)} | {values} | "
                      f"{_flags(toggle)} | {toggle.bucket} | {toggle.description} |")
     return "\n".join(lines).strip()

@@ -405,10 +405,6 @@ def parallel_sizes(ctx: LaunchContext) -> None:
     s, p = ctx.settings, ctx.preset
     layout = ctx.layout
     tp, pp, cp, world = layout.tp, layout.pp, layout.cp, layout.world_size
-    for name in ("TP", "PP", "CP", "MBS", "BS", "NNODES", "GPUS_PER_NODE", "TOTAL_ITERS", "NUM_LAYERS",
-                 "SEQ_LENGTH"):
-        if s[name] < 1:
-            raise Refusal("parallel_sizes", f"{name}={s[name]} must be at least 1.")
     model_parallel = layout.model_parallel
     if world % model_parallel:
         fits = divisors(world)

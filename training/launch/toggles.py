@@ -62,6 +62,74 @@ Emit = Callable[["Toggle", Any], list[Flags]]
 
 
 @dataclass(frozen=True)
+class Range:
+    """The numbers a knob accepts (every float must also be finite): `low`/`high` bound it,
+    inclusive unless `low_open`/`high_open`. Checked when the value is read, exit 2 before
+    torchrun; the README's values column shows `text`."""
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    def problem(self, value: Any) -> str | None:
+        if isinstance(value, float) and not math.isfinite(value):
+            return "is not a finite number"
+        below = self.low is not None and (value <= self.low if self.low_open else value < self.low)
+        above = self.high is not None and (value >= self.high if self.high_open
+                                           else value > self.high)
+        return "is out of range" if below or above else None
+
+    @property
+    def text(self) -> str:
+        low, high = _num(self.low), _num(self.high)
+        if self.low is not None and self.high is not None:
+            return (f"in {'(' if self.low_open else '['}{low}, {high}{')' if self.high_open else ']'}"
+                    if self.low_open or self.high_open else f"from {low} to {high}")
+        if self.low is not None:
+            return f"{'>' if self.low_open else '>='} {low}"
+        return f"{'<' if self.high_open else '<='} {high}" if self.high is not None else ""
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return ""
+    return f"{int(value):,}" if float(value).is_integer() else f"{value:g}"
+
+
+@dataclass(frozen=True)
+class Form:
+    """A text knob's accepted form: `problem(value)` says what is wrong, or None."""
+    text: str
+    problem: Callable[[str], str | None]
+
+
+def _one_word(value: str) -> str | None:
+    if not value.strip():
+        return "empty: give a host name or address"
+    return ("a host name or address is one word, without spaces"
+            if any(c.isspace() for c in value) else None)
+
+
+def _split_form(value: str) -> str | None:
+    from training.data.check import DataPathError, parse_split
+
+    try:
+        parse_split(value)
+    except DataPathError as err:
+        return str(err).split(": ", 1)[-1]
+    return None
+
+
+ONE_WORD = Form("one word, no spaces", _one_word)
+SPLIT_FORM = Form("train,valid,test proportions", _split_form)
+POSITIVE = Range(0, low_open=True)          # > 0
+AT_LEAST_0 = Range(0)
+AT_LEAST_1 = Range(1)
+PARALLEL_SIZE = Range(1, 1024)
+FRACTION = Range(0, 1, high_open=True)      # [0, 1)
+
+
+@dataclass(frozen=True)
 class Toggle:
     """One knob. How its flags are built, in the order resolve.build_buckets adds them:
       value flags   `flag` (--flag VALUE) or `on`/`off` (bool), in registry order; `when`
@@ -86,6 +154,7 @@ class Toggle:
     when: Callable[[Any], bool] | None = None   # settings -> whether the value flag applies
     emit: Emit | None = None                    # built flags (see the class docstring)
     levers: bool = False           # docs/levers.md has rows that measure it (a test checks)
+    check: Range | Form | None = None           # accepted numbers or text (parse_value)
 
     @property
     def description(self) -> str:
@@ -290,9 +359,10 @@ REGISTRY: tuple[Toggle, ...] = (
            "Model preset (llama3: 8B, 70B, 3.1-8B, tiny; llama2: 7B, 13B, 70B, tiny).",
            group="model", emit=_model_flags),
     Toggle("NUM_LAYERS", "int", None, GPT_ARGS, "Override the preset's layer count.",
-           flag="--num-layers", group="model", emitted_by="MODEL_SIZE"),
+           flag="--num-layers", group="model", emitted_by="MODEL_SIZE", check=Range(1, 1024)),
     Toggle("SEQ_LENGTH", "int", None, DATA_ARGS, "Sequence length (preset default).",
-           flag="--seq-length", group="model", emit=_value_flag, levers=True),
+           flag="--seq-length", group="model", emit=_value_flag, levers=True,
+           check=Range(1, 2 ** 20)),
     Toggle("PRECISION", "choice", "bf16", GPT_ARGS,
            "Precision recipe; the run folder is tagged by it.",
            choices=("bf16", "fp8", "fp8_tensorwise", "fp8_blockwise", "mxfp8", "mxfp4", "nvfp4"),
@@ -318,10 +388,12 @@ REGISTRY: tuple[Toggle, ...] = (
           on=("--first-last-layers-bf16",), group="precision", emitted_by="PRECISION"),
     Toggle("FP4_BF16_LAYERS_START", "int", 1, GPT_ARGS,
            "Layers at the start kept in bf16 when FP4_SELECTIVE_BF16=1.",
-           flag="--num-layers-at-start-in-bf16", group="precision", emitted_by="PRECISION"),
+           flag="--num-layers-at-start-in-bf16", group="precision", emitted_by="PRECISION",
+           check=AT_LEAST_0),
     Toggle("FP4_BF16_LAYERS_END", "int", 1, GPT_ARGS,
            "Layers at the end kept in bf16 when FP4_SELECTIVE_BF16=1.",
-           flag="--num-layers-at-end-in-bf16", group="precision", emitted_by="PRECISION"),
+           flag="--num-layers-at-end-in-bf16", group="precision", emitted_by="PRECISION",
+           check=AT_LEAST_0),
     Toggle("TRANSFORMER_IMPL", "choice", "auto", GPT_ARGS,
            "Layer backend: transformer_engine (TE spec), native (SDPA + Liger/torch kernels), "
            "local (Megatron's local spec); auto picks TE where it imports, else native.",
@@ -353,11 +425,11 @@ REGISTRY: tuple[Toggle, ...] = (
 
     # -- parallelism --------------------------------------------------------------------------
     Toggle("TP", "int", 1, GPT_ARGS, "Tensor-parallel size.",
-           flag="--tensor-model-parallel-size", group="parallel"),
+           flag="--tensor-model-parallel-size", group="parallel", check=PARALLEL_SIZE),
     Toggle("PP", "int", 1, GPT_ARGS, "Pipeline-parallel size.",
-           flag="--pipeline-model-parallel-size", group="parallel"),
+           flag="--pipeline-model-parallel-size", group="parallel", check=PARALLEL_SIZE),
     Toggle("CP", "int", 1, GPT_ARGS, "Context-parallel size.",
-           flag="--context-parallel-size", group="parallel"),
+           flag="--context-parallel-size", group="parallel", check=PARALLEL_SIZE),
     _bool("SEQUENCE_PARALLEL", None, GPT_ARGS, "Sequence parallel (default: on when TP>1).",
           on=("--sequence-parallel",), group="parallel"),
     _bool("FSDP", False, EXTRA_ARGS, "Torch FSDP2 instead of DDP + distributed optimizer.",
@@ -403,30 +475,36 @@ REGISTRY: tuple[Toggle, ...] = (
 
     # -- training loop ------------------------------------------------------------------------
     Toggle("MBS", "int", 1, TRAIN_ARGS, "Micro-batch size per GPU.",
-           flag="--micro-batch-size", levers=True),
+           flag="--micro-batch-size", levers=True, check=Range(1, 4096)),
     Toggle("BS", "int", 128, TRAIN_ARGS, "Global batch size (sequences per optimizer step).",
-           flag="--global-batch-size"),
-    Toggle("TOTAL_ITERS", "int", 20, TRAIN_ARGS, "Training iterations.", flag="--train-iters"),
-    Toggle("LR", "float", 3e-4, TRAIN_ARGS, "Peak learning rate.", flag="--lr"),
+           flag="--global-batch-size", check=Range(1, 2 ** 24)),
+    Toggle("TOTAL_ITERS", "int", 20, TRAIN_ARGS, "Training iterations.", flag="--train-iters",
+           check=Range(1, 10 ** 9)),
+    Toggle("LR", "float", 3e-4, TRAIN_ARGS, "Peak learning rate.", flag="--lr", check=POSITIVE),
+    # MIN_LR=0 (Megatron's own default: decay to zero) is a schedule, not a mistake
     Toggle("MIN_LR", "float", 3e-5, TRAIN_ARGS, "Final learning rate of the decay.",
-           flag="--min-lr"),
+           flag="--min-lr", check=AT_LEAST_0),
     Toggle("WARMUP_ITERS", "int", None, TRAIN_ARGS,
-           "Linear warm-up iterations (default: 10% of TOTAL_ITERS).", flag="--lr-warmup-iters"),
+           "Linear warm-up iterations (default: 10% of TOTAL_ITERS).", flag="--lr-warmup-iters",
+           check=AT_LEAST_0),
     Toggle("LR_DECAY_STYLE", "choice", "cosine", TRAIN_ARGS, "Learning-rate decay.",
            flag="--lr-decay-style", choices=("cosine", "linear", "constant", "WSD")),
     Toggle("LR_DECAY_ITERS", "int", None, TRAIN_ARGS,
            "Iterations the LR decay spans (Megatron's default: TOTAL_ITERS).",
-           flag="--lr-decay-iters"),
+           flag="--lr-decay-iters", check=AT_LEAST_1),
     Toggle("ADAM_EPS", "float", 1e-8, TRAIN_ARGS,
            "AdamW epsilon (Megatron's default 1e-8; the MLPerf llama3.1-8B recipe uses 1e-5).",
-           flag="--adam-eps"),
-    Toggle("ADAM_BETA1", "float", 0.9, TRAIN_ARGS, "AdamW beta1.", flag="--adam-beta1"),
-    Toggle("ADAM_BETA2", "float", 0.95, TRAIN_ARGS, "AdamW beta2.", flag="--adam-beta2"),
+           flag="--adam-eps", check=AT_LEAST_0),
+    Toggle("ADAM_BETA1", "float", 0.9, TRAIN_ARGS, "AdamW beta1.", flag="--adam-beta1",
+           check=FRACTION),
+    Toggle("ADAM_BETA2", "float", 0.95, TRAIN_ARGS, "AdamW beta2.", flag="--adam-beta2",
+           check=FRACTION),
     Toggle("WEIGHT_DECAY", "float", 0.1, TRAIN_ARGS, "AdamW weight decay.",
-           flag="--weight-decay"),
-    Toggle("CLIP_GRAD", "float", 1.0, TRAIN_ARGS, "Gradient-norm clip.", flag="--clip-grad"),
+           flag="--weight-decay", check=AT_LEAST_0),
+    Toggle("CLIP_GRAD", "float", 1.0, TRAIN_ARGS, "Gradient-norm clip.", flag="--clip-grad",
+           check=AT_LEAST_0),
     Toggle("SEED", "int", 1234, TRAIN_ARGS, "Random seed (also fixes the data order).",
-           flag="--seed"),
+           flag="--seed", check=Range(0, 2 ** 31 - 1)),
 
     # -- data -----------------------------------------------------------------------------------
     Toggle("EXTRA_MEGATRON_ARGS", "str", None, EXTRA_ARGS,
@@ -443,13 +521,13 @@ REGISTRY: tuple[Toggle, ...] = (
            "Hugging Face tokenizer directory or tokenizer.json (default: the dataset's).",
            flag="--tokenizer-model", group="data", emit=_tokenizer_flags),
     Toggle("SPLIT", "str", "98,2,0", DATA_ARGS, "train,valid,test split of DATA_PATH.",
-           flag="--split", group="data", emitted_by="DATA_PATH"),
+           flag="--split", group="data", emitted_by="DATA_PATH", check=SPLIT_FORM),
     Toggle("EVAL_INTERVAL", "int", 1000, DATA_ARGS, "Iterations between evaluations.",
-           flag="--eval-interval", group="data"),
+           flag="--eval-interval", group="data", check=AT_LEAST_1),
     Toggle("EVAL_ITERS", "int", 10, DATA_ARGS, "Batches per evaluation (0: none).",
-           flag="--eval-iters", group="data"),
+           flag="--eval-iters", group="data", check=AT_LEAST_0),
     Toggle("NUM_WORKERS", "int", 2, DATA_ARGS, "Data-loader worker processes.",
-           flag="--num-workers", group="data"),
+           flag="--num-workers", group="data", check=Range(0, 256)),
 
     # -- output -------------------------------------------------------------------------------
     Toggle("EXPERIMENT_DIR", "path", "experiment", LAUNCHER, "Root of run folders.",
@@ -460,14 +538,14 @@ REGISTRY: tuple[Toggle, ...] = (
            "Last level of the run folder (default: a timestamp; set it once for all nodes).",
            group="output"),
     Toggle("LOG_INTERVAL", "int", 1, OUTPUT_ARGS, "Iterations between log lines.",
-           flag="--log-interval", group="output"),
+           flag="--log-interval", group="output", check=AT_LEAST_1),
     Toggle("METRICS_WARMUP_ITERS", "int", None, OUTPUT_ARGS,
            "Iterations left out of steady-state figures (default: 20% of TOTAL_ITERS, 2-10).",
-           flag="--metrics-warmup-iters", group="output"),
+           flag="--metrics-warmup-iters", group="output", check=AT_LEAST_0),
     Toggle("SAVE", "path", None, OUTPUT_ARGS, "Checkpoint directory to save to.",
            flag="--save", group="output"),
     Toggle("SAVE_INTERVAL", "int", None, OUTPUT_ARGS, "Iterations between checkpoints.",
-           flag="--save-interval", group="output"),
+           flag="--save-interval", group="output", check=AT_LEAST_1),
     Toggle("LOAD", "path", None, OUTPUT_ARGS,
            "Checkpoint directory to resume from; empty is refused unless RESUME=auto.",
            flag="--load", group="output"),
@@ -483,24 +561,25 @@ REGISTRY: tuple[Toggle, ...] = (
            "torch: torch-profiler traces into <run>/profile; nsys: wrap the launch with nsys.",
            choices=("none", "torch", "nsys"), group="profile", emit=_profile_flags),
     Toggle("PROFILE_STEP_START", "int", 5, OUTPUT_ARGS, "First profiled iteration.",
-           flag="--profile-step-start", group="profile", emitted_by="PROFILE"),
+           flag="--profile-step-start", group="profile", emitted_by="PROFILE",
+           check=AT_LEAST_0),
     Toggle("PROFILE_STEP_END", "int", 7, OUTPUT_ARGS, "Iteration the profile stops at.",
-           flag="--profile-step-end", group="profile", emitted_by="PROFILE"),
+           flag="--profile-step-end", group="profile", emitted_by="PROFILE", check=AT_LEAST_0),
     Toggle("PROFILE_RANKS", "str", "0", OUTPUT_ARGS, "Ranks to profile (space or comma list).",
            flag="--profile-ranks", group="profile", emitted_by="PROFILE"),
 
     # -- cluster (torchrun) -----------------------------------------------------------------------
     Toggle("NNODES", "int", 1, DISTRIBUTED_ARGS, "Nodes in the job.", flag="--nnodes",
-           group="cluster"),
+           group="cluster", check=Range(1, 65536)),
     Toggle("NODE_RANK", "int", 0, DISTRIBUTED_ARGS, "This node's rank.", flag="--node-rank",
-           group="cluster"),
+           group="cluster", check=Range(0, 65535)),
     Toggle("MASTER_ADDR", "str", "localhost", DISTRIBUTED_ARGS, "Rendezvous host (node 0).",
-           flag="--master-addr", group="cluster"),
+           flag="--master-addr", group="cluster", check=ONE_WORD),
     Toggle("MASTER_PORT", "int", 29500, DISTRIBUTED_ARGS, "Rendezvous port.",
-           flag="--master-port", group="cluster"),
+           flag="--master-port", group="cluster", check=Range(1, 65535)),
     Toggle("GPUS_PER_NODE", "int", None, DISTRIBUTED_ARGS,
            "Processes per node (default: the GPUs visible).", flag="--nproc-per-node",
-           group="cluster"),
+           group="cluster", check=Range(1, 256)),
 
     # -- launcher -------------------------------------------------------------------------------
     Toggle("PLATFORM", "choice", "auto", LAUNCHER,
@@ -583,6 +662,30 @@ def closest_toggle(name: str, names=None) -> str | None:
 
 def parse_value(toggle: Toggle, raw: str) -> Any:
     """Parse a raw env string for a toggle; raises ValueError with an accepted-values text."""
+    from .settings import BadInput
+
+    value = _parse(toggle, raw)
+    if toggle.check is not None:
+        problem = toggle.check.problem(value)
+        if problem and isinstance(toggle.check, Form):
+            raise BadInput(f"{toggle.name}={raw!r}: {problem}.")
+        if problem:
+            raise BadInput(f"{toggle.name}={raw!r} {problem}: use {_accepted(toggle)}.")
+    elif toggle.kind == "float" and not math.isfinite(value):
+        raise BadInput(f"{toggle.name}={raw!r} is not a finite number: use e.g. "
+                       f"{toggle.name}={toggle.default if toggle.default is not None else 1.0}.")
+    return value
+
+
+def _accepted(toggle: Toggle) -> str:
+    """What a knob accepts, in words (the README's values column and refusals say it)."""
+    kind = {"int": "an integer", "float": "a number"}.get(toggle.kind, "a value")
+    if isinstance(toggle.check, Form):
+        return toggle.check.text
+    return f"{kind} {toggle.check.text}" if toggle.check is not None else kind
+
+
+def _parse(toggle: Toggle, raw: str) -> Any:
     from .settings import BadInput
 
     text = raw.strip()
