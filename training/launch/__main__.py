@@ -84,7 +84,12 @@ def main(argv: list[str] | None = None, layers=(), checks=()) -> int:
         return err.exit_code
     print_report(launch)
     if not args.no_manifest and launch.settings["NODE_RANK"] == 0:
-        write_launch_manifest(launch)
+        try:
+            write_launch_manifest(launch)
+        except OSError as err:   # the guard run_folder checked it; the disk may still refuse
+            print(f"error: cannot write {launch.log_dir / 'manifest.json'}: "
+                  f"{err.strerror or err}", file=sys.stderr)
+            return 2
     sys.stdout.write(shell_assignments(launch))
     return 0
 

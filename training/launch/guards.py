@@ -47,6 +47,7 @@ class LaunchContext:
     extra_args: list[str] = field(default_factory=list)  # EXTRA_MEGATRON_ARGS, split
     run_name: str = ""                               # the run folder's name (EXP_NAME or derived)
     log_dir: Path | None = None                      # the run folder
+    run_folder_problem: str | None = None            # why it cannot take this run, or None
     datasets: Any = None                # DATA_PATH's headers, the DataPathError, or None (mock)
     lookalikes: list[str] = field(default_factory=list)  # unknown names close to a toggle's
     passthrough: dict[str, str] = field(default_factory=dict)  # unknown KEY=VALUE words
@@ -642,6 +643,9 @@ def load_checkpoint(ctx: LaunchContext) -> None:
     load = s.get("LOAD")
     if not load:
         return
+    if Path(load).exists() and not Path(load).is_dir():
+        raise Refusal("load_checkpoint", f"LOAD={load} is a file: point LOAD at the checkpoint "
+                                         "folder (the SAVE of an earlier run).")
     has_checkpoint = (Path(load) / CHECKPOINT_TRACKER).is_file()
     if has_checkpoint:
         return
@@ -723,6 +727,21 @@ def _import_record(path: Path) -> dict:
 
 
 @guard
+def save_checkpoint(ctx: LaunchContext) -> None:
+    """SAVE is a folder this user can write (created if missing)."""
+    save = ctx.settings.get("SAVE")
+    if not save:
+        return
+    from .runfolder import folder_problem
+
+    problem = folder_problem(Path(save))
+    if problem:
+        raise Refusal("save_checkpoint", f"SAVE={save}: {problem}, so the first checkpoint "
+                                         "would fail after training has run. Point SAVE at a "
+                                         "writable folder.")
+
+
+@guard
 def data_path(ctx: LaunchContext) -> None:
     """Every prefix exists and all were built with TOKENIZER_MODEL (or one shared tokenizer)."""
     s = ctx.settings
@@ -766,10 +785,48 @@ def visible_gpu_count(caps: Capabilities, environ: dict[str, str]) -> int:
 
 @guard
 def run_folder(ctx: LaunchContext) -> None:
-    """EXP_NAME is one folder name (the run folder is EXPERIMENT_DIR/EXP_NAME/precision/RUN_ID)."""
-    name = ctx.run_name
-    if "/" in name or name in (".", ".."):
-        raise Refusal("run_folder", f"EXP_NAME={name!r} must be a single folder name (no '/').")
+    """EXP_NAME and RUN_ID are single folder names; the run folder can be written and holds no run."""
+    s = ctx.settings
+    for knob, value in (("EXP_NAME", ctx.run_name), ("RUN_ID", s.get("RUN_ID") or "")):
+        if "/" in value or value in ("", ".", "..") or "\0" in value:
+            raise Refusal("run_folder", f"{knob}={value!r} must be a single folder name (no "
+                                        "'/', not '.' or '..'): the run folder is "
+                                        "EXPERIMENT_DIR/EXP_NAME/precision/RUN_ID.")
+    if s.get("LOG_DIR"):
+        named = [n for n in ("EXP_NAME", "RUN_ID") if s.is_explicit(n)]
+        if named:
+            raise Refusal("run_folder",
+                          f"LOG_DIR={s['LOG_DIR']} names the run folder whole, so "
+                          f"{' and '.join(named)} would do nothing: set LOG_DIR alone, or "
+                          f"{' and '.join(named)} without LOG_DIR.")
+        if s.is_explicit("EXPERIMENT_DIR"):
+            s.info("run_folder", f"LOG_DIR names the run folder: EXPERIMENT_DIR="
+                                 f"{s['EXPERIMENT_DIR']} is not used by this launch.")
+    if ctx.run_folder_problem:
+        raise Refusal("run_folder",
+                      f"the run folder cannot take this launch: {ctx.run_folder_problem}. Set "
+                      "another RUN_ID or LOG_DIR (a launch never writes over a run), or an "
+                      "EXPERIMENT_DIR you can write.")
+
+
+# The variables examples/lib/launch.sh and the shell assignments of `python -m training.launch`
+# define (a test keeps the list whole): a KEY=VALUE word of one of these names would replace
+# them in the script (LOG_DIR= once broke the log file that way).
+SCRIPT_VARIABLES = ("GPT_ARGS", "TRAIN_ARGS", "DATA_ARGS", "OUTPUT_ARGS", "EXTRA_ARGS",
+                    "DISTRIBUTED_ARGS", "USER_ARGS", "PROFILER_PREFIX", "LOG_FILE",
+                    "LAUNCH_LINE", "REPO_ROOT", "PYTHON", "PATH", "PYTHONPATH")
+
+
+@guard
+def script_variables(ctx: LaunchContext) -> None:
+    """A KEY=VALUE word may not replace a variable of the launch script itself (LOG_FILE, PATH, ...)."""
+    clash = [name for name in ctx.passthrough if name in SCRIPT_VARIABLES]
+    if clash:
+        raise Refusal("script_variables",
+                      f"{', '.join(clash)} after the script name would replace the launch "
+                      "script's own variable of that name. Set it in the environment before "
+                      "the command if you mean the environment (e.g. PYTHON=python3 bash "
+                      "train_llama3.sh), or leave it out.")
 
 
 @guard

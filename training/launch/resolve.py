@@ -28,7 +28,7 @@ from .guards import GUARDS, LaunchContext, run_guards, visible_gpu_count
 from .layers import RecipeLayer, RecipeValue, apply_layers, registry_with
 from .presets import FAMILIES, preset_for
 from .recipes import Recipe, derive_precision
-from .runfolder import default_run_name, new_run_id, run_dir
+from .runfolder import default_run_name, folder_problem, holds_run, new_run_id, run_dir
 from .settings import BadInput, Setting, Settings
 from .toggles import (CLOSING_WORDS, DISTRIBUTED_ARGS, MEGATRON_BUCKETS, OUTPUT_ARGS, Toggle,
                       auto_backend, auto_native_kernels, closest_toggle,
@@ -190,6 +190,36 @@ def _derive_datasets(settings: Settings) -> list | Exception | None:
     return infos
 
 
+def _derive_run_folder(settings: Settings, name: str, tag: str,
+                       stamp: str | None = None) -> tuple[Path, str | None]:
+    """The run folder (LOG_DIR, or EXPERIMENT_DIR/name/tag/RUN_ID) and what is wrong with it
+    (the guard run_folder refuses it): it holds a run already, or cannot be written. A
+    timestamp RUN_ID that names a folder holding a run gets a suffix instead (-2, -3, ...)."""
+    s = settings
+    if s.get("LOG_DIR"):
+        log_dir = Path(s["LOG_DIR"])
+        s.put("RUN_ID", log_dir.name, "derived", "the last folder of LOG_DIR")
+    else:
+        if s.get("RUN_ID") is None:
+            s.put("RUN_ID", stamp or new_run_id(), "derived", "timestamp of this launch")
+        log_dir = run_dir(s["EXPERIMENT_DIR"], name, tag, s["RUN_ID"])
+    if not log_dir.is_absolute():
+        log_dir = Path.cwd() / log_dir
+    taken = holds_run(log_dir, s["NNODES"], s["NODE_RANK"])
+    if taken and not s.get("LOG_DIR") and s.setting("RUN_ID").source == "derived":
+        stamp = s["RUN_ID"]
+        for n in range(2, 1000):
+            candidate = log_dir.with_name(f"{stamp}-{n}")
+            if not holds_run(candidate, s["NNODES"], s["NODE_RANK"]):
+                break
+        s.values["RUN_ID"] = Setting("RUN_ID", candidate.name, "derived",
+                                     f"timestamp of this launch; {stamp} holds a run ({taken})")
+        log_dir, taken = candidate, None
+    if taken:
+        return log_dir, f"{log_dir} already holds a run ({taken})"
+    return log_dir, folder_problem(log_dir)
+
+
 def prepare(family: str, environ: dict[str, str], words: list[str] | None = None,
             layers: Sequence[RecipeLayer] = ()) -> LaunchContext:
     """The user's input, the layers' values and everything derived from them: what the guards
@@ -220,11 +250,7 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
         preset.name, settings["NUM_LAYERS"], preset.num_layers, settings["NNODES"],
         settings["GPUS_PER_NODE"], settings["TP"], settings["PP"], settings["CP"],
         settings["MBS"], settings["BS"], settings["SEQ_LENGTH"])
-    if settings.get("RUN_ID") is None:
-        settings.put("RUN_ID", new_run_id(), "derived", "timestamp of this launch")
-    log_dir = run_dir(settings["EXPERIMENT_DIR"], name, recipe.name, settings["RUN_ID"])
-    if not log_dir.is_absolute():
-        log_dir = (Path.cwd() / log_dir)
+    log_dir, folder = _derive_run_folder(settings, name, recipe.name)
     try:
         extra = shlex.split(settings.get("EXTRA_MEGATRON_ARGS") or "")
     except ValueError as err:
@@ -233,8 +259,9 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
     return LaunchContext(settings, caps, preset, recipe, family, dict(environ),
                          toggles=toggles, guards=(*GUARDS, *(g for layer in layers for g in layer.guards)),
                          user_args=extra + user_args, extra_args=extra, run_name=name,
-                         log_dir=log_dir, datasets=datasets, lookalikes=lookalikes,
-                         passthrough=passthrough, recipe_values=applied, megatron=megatron)
+                         log_dir=log_dir, run_folder_problem=folder, datasets=datasets,
+                         lookalikes=lookalikes, passthrough=passthrough,
+                         recipe_values=applied, megatron=megatron)
 
 
 def assemble(ctx: LaunchContext) -> Launch:

@@ -35,8 +35,42 @@ def node_log_name(nnodes: int, node_rank: int) -> str:
     return "train.log" if nnodes <= 1 else f"train.node{node_rank}.log"
 
 
-def new_run_id() -> str:
-    return _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+def new_run_id(now: _dt.datetime | None = None) -> str:
+    return (now or _dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
+
+
+def holds_run(folder: Path, nnodes: int, node_rank: int) -> str | None:
+    """What in `folder` shows that a launch already ran there (not a DRY_RUN), or None.
+    Node k>0 of a multi-node run shares node 0's folder: only its own log counts for it."""
+    if not folder.is_dir():
+        return None
+    own_log = folder / node_log_name(nnodes, node_rank)
+    if own_log.exists():
+        return f"{own_log.name} is there"
+    if nnodes > 1 and node_rank > 0:
+        return None
+    if (folder / "metrics.jsonl").exists():
+        return "metrics.jsonl is there"
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(manifest, dict) and manifest.get("dry_run") is False:
+        return f"manifest.json of a launch at {manifest.get('created', 'an unknown time')}"
+    return None
+
+
+def folder_problem(path: Path) -> str | None:
+    """Why `path` cannot be used as a folder to write into (created if missing), or None:
+    it, or the nearest existing folder above it, must be a writable folder."""
+    probe = path
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{probe} is a file, not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable by this user"
+    return None
 
 
 def run_dir(experiment_dir: str, name: str, tag: str, run_id: str) -> Path:

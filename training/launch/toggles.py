@@ -537,6 +537,10 @@ REGISTRY: tuple[Toggle, ...] = (
     Toggle("RUN_ID", "str", None, LAUNCHER,
            "Last level of the run folder (default: a timestamp; set it once for all nodes).",
            group="output"),
+    Toggle("LOG_DIR", "path", None, LAUNCHER,
+           "The run folder itself, named whole (the ROCm fork's LOG_DIR); unset: "
+           "EXPERIMENT_DIR/EXP_NAME/precision/RUN_ID. A folder that holds a run is refused.",
+           group="output"),
     Toggle("LOG_INTERVAL", "int", 1, OUTPUT_ARGS, "Iterations between log lines.",
            flag="--log-interval", group="output", check=AT_LEAST_1),
     Toggle("METRICS_WARMUP_ITERS", "int", None, OUTPUT_ARGS,
