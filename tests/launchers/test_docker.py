@@ -202,3 +202,21 @@ def test_runs_with_the_standard_library_only(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "DOCKER_CMD=(docker run" in proc.stdout
+
+
+def test_secrets_never_ride_on_the_docker_command_line():
+    """A secret in the environment or as a word after the script is passed by name; the
+    word's value is exported for docker to read, and kept out of DOCKER_LINE (issue 20)."""
+    plan = D.docker_plan({"DRY_RUN": "1", "NCCL_IB_SECRET": "s3cret", "HF_TOKEN": "hf_env"},
+                         ["examples/llama/train_llama3.sh", "TP=1", "WANDB_API_KEY=wk_word",
+                          "--log-params-norm"], NVIDIA)
+    for value in ("s3cret", "hf_env", "wk_word"):
+        assert value not in plan.line
+    for name in ("NCCL_IB_SECRET", "HF_TOKEN", "WANDB_API_KEY"):
+        i = plan.argv.index(name)
+        assert plan.argv[i - 1] == "-e"
+    assert plan.exports == {"WANDB_API_KEY": "wk_word"}
+    assert "TP=1" in plan.argv and "--log-params-norm" in plan.argv
+    text = D.shell_assignments(plan)
+    assert "export WANDB_API_KEY=wk_word" in text
+    assert "wk_word" not in text.split("DOCKER_LINE=", 1)[1]

@@ -15,7 +15,9 @@ DOCKER_LINE (the same, one shell-quoted line) and DRY_RUN. What the command hold
             EXPERIMENT_DIR. A DATA_PATH whose files are not on this host is refused (exit 2).
   env       every toggle you set (NNODES, TP, ...), the launcher's environment presets and
             NCCL_/RCCL_/HSA_/HIP_/NVTE_ variables you set; names in DOCKER_ENV are passed by
-            name (-e NAME: the value stays out of the printed command, e.g. HF_TOKEN)
+            name (-e NAME: the value stays out of the printed command, e.g. HF_TOKEN), and so
+            is every secret (a name with TOKEN, KEY, SECRET or PASSWORD): a KEY=VALUE word
+            of one is exported for docker to read instead of riding on the command line
   image     DOCKER_IMAGE, else training:cuda / training:rocm (built from docker/, docs/launch.md)
 
 DRY_RUN=1 in the environment prints the command and runs nothing; a DRY_RUN=1 word is passed
@@ -32,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from training import REPO_ROOT
-from training.launch.environment import PRESETS, USER_FAMILIES
+from training.launch.environment import PRESETS, USER_FAMILIES, is_secret
 from training.launch.runfolder import git_sha
 from training.launch.settings import BadInput, LaunchError
 from training.launch.toggles import BY_NAME
@@ -79,6 +81,7 @@ class DockerPlan:
     vendor: str
     mounts: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    exports: dict[str, str] = field(default_factory=dict)  # secret words: docker reads them
 
     @property
     def line(self) -> str:
@@ -189,13 +192,14 @@ def _env_words(environ: dict[str, str], facts: HostFacts, inner_dry_run: bool) -
             names.append(name)
     words = []
     for name in names:
-        words += ["-e", f"{name}={environ[name]}"]
+        words += ["-e", name if is_secret(name) else f"{name}={environ[name]}"]
     words += ["-e", "PYTHON=python3"]  # the image's Python, never the host's .venv in the repo
     sha = environ.get("GIT_SHA") or facts.git_sha
     if sha and "GIT_SHA" not in names:
         words += ["-e", f"GIT_SHA={sha}"]  # the repo's .git may not be readable inside
     for name in environ.get("DOCKER_ENV", "").replace(",", " ").split():
-        words += ["-e", name]
+        if name not in names:
+            words += ["-e", name]
     return words
 
 
@@ -233,13 +237,21 @@ def docker_plan(environ: dict[str, str], args: list[str], facts: HostFacts,
         argv += ["--device", "/dev/infiniband"]
     for m in mounts:
         argv += ["-v", f"{m}:{m}"]
-    argv += ["-w", str(workdir), *_env_words(environ, facts, inner_dry), image,
-             "bash", str(script_path), *words]
+    # a secret given as a word after the script: by name, its value exported for docker
+    exports = {k: v for k, v in assignments.items() if is_secret(k)}
+    first_flag = next((i for i, w in enumerate(words) if w.startswith("--")), len(words))
+    words = [w for i, w in enumerate(words)
+             if i >= first_flag or w.split("=", 1)[0] not in exports]
+    env_words = _env_words(environ, facts, inner_dry)
+    for name in exports:
+        if name not in env_words:
+            env_words += ["-e", name]
+    argv += ["-w", str(workdir), *env_words, image, "bash", str(script_path), *words]
     notes = []
     if platform != "auto" and not inner_dry:
         notes.append(f"PLATFORM={platform} chose the {vendor} device flags and image; it is not "
                      "passed into the container, where the launcher detects the real GPUs.")
-    return DockerPlan(argv, dry_run, vendor, mounts, notes)
+    return DockerPlan(argv, dry_run, vendor, mounts, notes, exports)
 
 
 def create_writable_dirs(plan: DockerPlan, environ: dict[str, str], args: list[str],
@@ -257,7 +269,8 @@ def create_writable_dirs(plan: DockerPlan, environ: dict[str, str], args: list[s
 
 def shell_assignments(plan: DockerPlan) -> str:
     q = shlex.quote
-    return (f"DOCKER_CMD=({' '.join(q(w) for w in plan.argv)})\n"
+    exports = "".join(f"export {name}={q(value)}\n" for name, value in plan.exports.items())
+    return (exports + f"DOCKER_CMD=({' '.join(q(w) for w in plan.argv)})\n"
             f"DOCKER_LINE={q(plan.line)}\nDRY_RUN={1 if plan.dry_run else 0}\n")
 
 

@@ -72,9 +72,27 @@ PRESETS: tuple[EnvPreset, ...] = (
 # Names never set by the launcher (a test keeps it so), whatever the platform.
 UNTOUCHED = ("NCCL_NVLS_ENABLE",)
 
-# Families of variables a user may set that change communication or kernels: shown and recorded.
-USER_FAMILIES = ("NCCL_", "RCCL_", "TORCH_NCCL_", "HSA_", "HIP_", "GPU_MAX_", "NVTE_",
-                 "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "CUDA_DEVICE_MAX_CONNECTIONS")
+# Families of variables a user may set that change communication or kernels: shown and recorded
+# (GLOO_SOCKET_IFNAME and HF_TOKEN: the ROCm fork's scripts and docs name them).
+USER_FAMILIES = ("NCCL_", "RCCL_", "TORCH_NCCL_", "HSA_", "HIP_", "GPU_MAX_", "NVTE_", "GLOO_",
+                 "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "CUDA_DEVICE_MAX_CONNECTIONS",
+                 "HF_TOKEN")
+
+# A variable is a secret when a part of its name (split at "_") ends with one of these:
+# HF_TOKEN, WANDB_API_KEY, NCCL_IB_..._SECRET; TOKENIZER_MODEL is not one.
+SECRET_PARTS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIALS")
+MASK = "****"
+
+
+def is_secret(name: str) -> bool:
+    """Whether a variable's value must never be printed or recorded (tables, manifest.json,
+    the docker command line): its name says it holds a token, key, secret or password."""
+    return any(part.endswith(SECRET_PARTS) for part in name.upper().split("_"))
+
+
+def shown(name: str, value: str) -> str:
+    """A variable's value as tables and manifest.json show it (a secret's is masked)."""
+    return MASK if is_secret(name) and value else value
 
 
 def applies(preset: EnvPreset, vendor: str | None, platform: str | None, backend: str | None,

@@ -12,6 +12,7 @@ import socket
 from training import REPO_ROOT
 from training.versions import launcher_versions
 
+from .environment import shown
 from .resolve import Launch
 from .runfolder import git_sha, package_versions, write_json_atomic
 from .settings import fmt_value
@@ -53,8 +54,9 @@ def launch_manifest(launch: Launch) -> dict:
         **launch.run.to_dict(),
         "toggles": toggle_rows(launch),
         "notices": [dataclasses.asdict(n) for n in s.notices],
-        "environment": {k: {"value": v, "source": src, "reason": why}
+        "environment": {k: {"value": shown(k, v), "source": src, "reason": why}
                         for k, (v, src, why) in launch.env.items()},
+        "passthrough_env": {k: shown(k, v) for k, v in launch.passthrough_env.items()},
         "buckets": launch.buckets,
         "user_args": launch.user_args,
         "command": launch.command,

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from .environment import shown
 from .manifest import toggle_rows
 from .resolve import Launch
 
@@ -43,9 +44,10 @@ def print_report(launch: Launch, stream: TextIO = sys.stderr) -> None:
                       flag, row["bucket"], row["reason"])
     table.add_section()
     for name, (value, source, reason) in launch.env.items():
-        table.add_row(name, value, source, "(environment)", "ENV", reason)
+        table.add_row(name, escape(shown(name, value)), source, "(environment)", "ENV", reason)
     for name, value in launch.passthrough_env.items():
-        table.add_row(name, value, "cli", "(environment)", "ENV", "not a toggle: passed through")
+        table.add_row(name, escape(shown(name, value)), "cli", "(environment)", "ENV",
+                      "not a toggle: passed through")
     if launch.user_args:
         table.add_row("(extra flags)", "", "cli", " ".join(launch.user_args), "EXTRA_ARGS",
                       "passed to Megatron as given")
