@@ -47,10 +47,10 @@ def test_dry_run_prints_table_log_dir_and_one_torchrun_line(tmp_path):
 
 
 def test_key_value_words_act_like_env_and_flags_pass_through(tmp_path):
-    proc = run(tmp_path, "MODEL_SIZE=tiny", "TP=1", "--manual-gc", script="train_llama2.sh")
+    proc = run(tmp_path, "MODEL_SIZE=tiny", "TP=1", "--log-params-norm", script="train_llama2.sh")
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.startswith("torchrun "))
-    assert "--manual-gc" in shlex.split(line)
+    assert "--log-params-norm" in shlex.split(line)
     assert "--hidden-size 256" in line
 
 

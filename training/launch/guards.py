@@ -45,6 +45,7 @@ class LaunchContext:
     guards: tuple[Callable[["LaunchContext"], None], ...] = ()   # the core's, then the layers'
     user_args: list[str] = field(default_factory=list)   # EXTRA_MEGATRON_ARGS + the --flags
     extra_args: list[str] = field(default_factory=list)  # EXTRA_MEGATRON_ARGS, split
+    flag_problems: list[str] = field(default_factory=list)  # flags the launcher builds itself
     run_name: str = ""                               # the run folder's name (EXP_NAME or derived)
     log_dir: Path | None = None                      # the run folder
     run_folder_problem: str | None = None            # why it cannot take this run, or None
@@ -109,6 +110,17 @@ def strict_toggle_names(ctx: LaunchContext) -> None:
     if ctx.lookalikes and ctx.settings.get("STRICT"):
         raise Refusal("strict_toggle_names", "STRICT=1: unknown toggle-like variables:\n  "
                       + "\n  ".join(ctx.lookalikes))
+
+
+@guard
+def megatron_flags(ctx: LaunchContext) -> None:
+    """A Megatron flag after the script name that a toggle owns is the toggle's value, or refused."""
+    problems = ctx.flag_problems
+    if len(problems) == 1:
+        raise Refusal("megatron_flags", f"after the script name, {problems[0]}")
+    if problems:
+        raise Refusal("megatron_flags", "flags after the script name that the launcher builds "
+                      "itself:\n  " + "\n  ".join(problems))
 
 
 @guard

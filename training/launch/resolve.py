@@ -29,10 +29,11 @@ from .layers import RecipeLayer, RecipeValue, apply_layers, registry_with
 from .presets import FAMILIES, preset_for
 from .recipes import Recipe, derive_precision
 from .runfolder import default_run_name, folder_problem, holds_run, new_run_id, run_dir
-from .settings import BadInput, Setting, Settings
+from .settings import USER_SOURCES, BadInput, Setting, Settings, fmt_value
 from .toggles import (CLOSING_WORDS, DISTRIBUTED_ARGS, MEGATRON_BUCKETS, OUTPUT_ARGS, Toggle,
                       auto_backend, auto_native_kernels, closest_toggle,
                       default_metrics_warmup_iters, parse_value)
+from .userflags import flag_owners, map_flags
 
 PRETRAIN_SCRIPT = str(REPO_ROOT / "training" / "pretrain_gpt.py")
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -90,9 +91,12 @@ def split_words(words: list[str]) -> tuple[dict[str, str], list[str]]:
 
 
 def _initial_settings(family: str, toggles: tuple[Toggle, ...], environ: dict[str, str],
-                      assignments: dict[str, str]
-                      ) -> tuple[Settings, dict[str, str], list[str]]:
-    """Defaults and the user's values; (settings, passthrough words, lookalike names)."""
+                      assignments: dict[str, str],
+                      flag_values: list[tuple[str, str, str]] = ()
+                      ) -> tuple[Settings, dict[str, str], list[str], list[str]]:
+    """Defaults and the user's values: env, then KEY=VALUE words, then the Megatron flags
+    after the script name that spell a toggle's value; (settings, passthrough words,
+    lookalike names, flags that contradict a value the user gave otherwise)."""
     by_name = {t.name: t for t in toggles}
     settings = Settings()
     for toggle in toggles:
@@ -114,13 +118,34 @@ def _initial_settings(family: str, toggles: tuple[Toggle, ...], environ: dict[st
                 lookalikes.append(f"{name} is not a toggle; did you mean {close}? ({source})")
             if source == "cli":
                 passthrough[name] = raw
+    clashes = _apply_flag_values(settings, by_name, flag_values)
     for text in lookalikes:
         settings.warn("unknown_toggle", text)
     for name in passthrough:
         if closest_toggle(name, by_name) is None:
             settings.info("passthrough_env", f"{name} is not a toggle: exported to the run's "
                                              "environment as given.")
-    return settings, passthrough, lookalikes
+    return settings, passthrough, lookalikes, clashes
+
+
+def _apply_flag_values(settings: Settings, by_name: dict[str, Toggle],
+                       flag_values) -> list[str]:
+    """A toggle's value from a flag after the script name (userflags.map_flags); what
+    contradicts the user's other spelling of the same toggle (the guard megatron_flags)."""
+    clashes: list[str] = []
+    typed_for: dict[str, str] = {}
+    for name, raw, typed in flag_values:
+        try:
+            value = parse_value(by_name[name], raw)
+        except BadInput as err:
+            raise BadInput(f"{typed} after the script name: {err}") from None
+        current = settings.values[name]
+        if current.source in USER_SOURCES and current.value != value:
+            said = typed_for.get(name) or f"{name}={fmt_value(current.value)} ({current.source})"
+            clashes.append(f"{typed} contradicts {said}: give one of them.")
+        typed_for[name] = typed
+        settings.values[name] = Setting(name, value, "cli", f"from {typed} after the script name")
+    return clashes
 
 
 def _derive_backend(settings: Settings, caps: capabilities_mod.Capabilities) -> None:
@@ -228,8 +253,19 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
     if family not in FAMILIES:
         raise BadInput(f"unknown family {family!r}: use one of {', '.join(FAMILIES)}.")
     toggles = registry_with(layers)
+    by_name = {t.name: t for t in toggles}
     assignments, user_args = split_words(words or [])
-    settings, passthrough, lookalikes = _initial_settings(family, toggles, environ, assignments)
+    raw_extra = assignments.get("EXTRA_MEGATRON_ARGS", environ.get("EXTRA_MEGATRON_ARGS") or "")
+    try:
+        extra_words = shlex.split(raw_extra)
+    except ValueError as err:
+        raise BadInput(f"EXTRA_MEGATRON_ARGS cannot be split into words ({err}): close the "
+                       "quote, or quote each flag's value on its own.") from None
+    owners = flag_owners(toggles)
+    extra, given = (map_flags(extra_words, owners, by_name),
+                    map_flags(user_args, owners, by_name))
+    settings, passthrough, lookalikes, clashes = _initial_settings(
+        family, toggles, environ, assignments, extra.values + given.values)
     applied = apply_layers(layers, settings, toggles)
 
     preset = preset_for(family, settings["MODEL_SIZE"])
@@ -251,14 +287,11 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
         settings["GPUS_PER_NODE"], settings["TP"], settings["PP"], settings["CP"],
         settings["MBS"], settings["BS"], settings["SEQ_LENGTH"])
     log_dir, folder = _derive_run_folder(settings, name, recipe.name)
-    try:
-        extra = shlex.split(settings.get("EXTRA_MEGATRON_ARGS") or "")
-    except ValueError as err:
-        raise BadInput(f"EXTRA_MEGATRON_ARGS cannot be split into words: {err}.") from None
 
     return LaunchContext(settings, caps, preset, recipe, family, dict(environ),
                          toggles=toggles, guards=(*GUARDS, *(g for layer in layers for g in layer.guards)),
-                         user_args=extra + user_args, extra_args=extra, run_name=name,
+                         user_args=extra.kept + given.kept, extra_args=extra.kept,
+                         flag_problems=extra.problems + given.problems + clashes, run_name=name,
                          log_dir=log_dir, run_folder_problem=folder, datasets=datasets,
                          lookalikes=lookalikes, passthrough=passthrough,
                          recipe_values=applied, megatron=megatron)

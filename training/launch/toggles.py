@@ -155,6 +155,8 @@ class Toggle:
     emit: Emit | None = None                    # built flags (see the class docstring)
     levers: bool = False           # docs/levers.md has rows that measure it (a test checks)
     check: Range | Form | None = None           # accepted numbers or text (parse_value)
+    owns: tuple[str, ...] = ()     # other flags its emit builds (refused after the script name)
+    multi: bool = False            # its flag takes several words (refused after the script)
 
     @property
     def description(self) -> str:
@@ -207,7 +209,12 @@ def _value_flag(toggle: Toggle, ctx) -> list[Flags]:
 def _model_flags(toggle: Toggle, ctx) -> list[Flags]:
     """the preset's architecture at NUM_LAYERS and SEQ_LENGTH"""
     s = ctx.settings
-    return [Flags(GPT_ARGS, ctx.preset.gpt_args(s["NUM_LAYERS"], s["SEQ_LENGTH"]))]
+    words = ctx.preset.gpt_args(s["NUM_LAYERS"], s["SEQ_LENGTH"])
+    given = set(ctx.user_args) & set(MODEL_DEFAULT_FLAGS)   # the user's value goes once
+    for flag in given:
+        i = words.index(flag)
+        del words[i:i + 2]
+    return [Flags(GPT_ARGS, words)]
 
 
 def _precision_flags(toggle: Toggle, ctx) -> list[Flags]:
@@ -312,6 +319,18 @@ _RECOMPUTE_WORDS = {"selective": ("--recompute-granularity", "selective"),
                     "full": ("--recompute-granularity", "full", "--recompute-method", "uniform",
                              "--recompute-num-layers", "1")}
 
+# The model preset's architecture flags (presets.ModelPreset.gpt_args; --num-layers is
+# NUM_LAYERS's own): built from MODEL_SIZE, never taken from the words after the script.
+MODEL_FLAGS = ("--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
+               "--max-position-embeddings", "--position-embedding-type", "--rotary-base",
+               "--normalization", "--norm-epsilon", "--swiglu",
+               "--untie-embeddings-and-output-weights", "--disable-bias-linear",
+               "--group-query-attention", "--num-query-groups", "--use-rope-scaling",
+               "--rope-scaling-factor")
+# The preset's training defaults among them, not its shape: a flag after the script name
+# replaces the preset's word (Megatron gets it once; the table shows it as an extra flag).
+MODEL_DEFAULT_FLAGS = ("--attention-dropout", "--hidden-dropout", "--init-method-std")
+
 # Words every launch carries, after the toggles' flags of their bucket.
 CLOSING_WORDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (DATA_ARGS, ("--no-create-attention-mask-in-dataloader",)),
@@ -357,7 +376,7 @@ REGISTRY: tuple[Toggle, ...] = (
     # -- model and precision -----------------------------------------------------------------
     Toggle("MODEL_SIZE", "str", None, GPT_ARGS,
            "Model preset (llama3: 8B, 70B, 3.1-8B, tiny; llama2: 7B, 13B, 70B, tiny).",
-           group="model", emit=_model_flags),
+           group="model", emit=_model_flags, owns=MODEL_FLAGS),
     Toggle("NUM_LAYERS", "int", None, GPT_ARGS, "Override the preset's layer count.",
            flag="--num-layers", group="model", emitted_by="MODEL_SIZE", check=Range(1, 1024)),
     Toggle("SEQ_LENGTH", "int", None, DATA_ARGS, "Sequence length (preset default).",
@@ -366,7 +385,9 @@ REGISTRY: tuple[Toggle, ...] = (
     Toggle("PRECISION", "choice", "bf16", GPT_ARGS,
            "Precision recipe; the run folder is tagged by it.",
            choices=("bf16", "fp8", "fp8_tensorwise", "fp8_blockwise", "mxfp8", "mxfp4", "nvfp4"),
-           group="precision", emit=_precision_flags, levers=True),
+           group="precision", emit=_precision_flags, levers=True,
+           owns=("--bf16", "--fp8-recipe", "--fp8-amax-history-len", "--fp8-amax-compute-algo",
+                 "--fp4-format", "--fp4-recipe")),
     _bool("TE_FP8", None, LAUNCHER, "ROCm Megatron-LM spelling: 1 = an fp8 recipe "
           "(TE_FP8_RECIPE picks which). Conflicts with PRECISION are refused.", group="precision"),
     Toggle("TE_FP8_RECIPE", "choice", None, LAUNCHER,
@@ -399,7 +420,9 @@ REGISTRY: tuple[Toggle, ...] = (
            "local (Megatron's local spec); auto picks TE where it imports, else native.",
            flag="--transformer-backend",
            choices=("auto", "transformer_engine", "native", "local"), group="backend",
-           emit=_backend_flags, levers=True),
+           emit=_backend_flags, levers=True,
+           owns=("--transformer-impl", "--no-rope-fusion", "--no-persist-layer-norm",
+                 "--no-masked-softmax-fusion")),
     Toggle("NATIVE_KERNELS", "choice", "auto", GPT_ARGS,
            "Native backend kernels: liger (Triton) or torch; auto = liger where installed.",
            flag="--native-kernels", choices=("auto", "liger", "torch"), group="backend",
@@ -407,19 +430,21 @@ REGISTRY: tuple[Toggle, ...] = (
     Toggle("RECOMPUTE", "choice", "none", GPT_ARGS,
            "Activation recompute: none, selective (attention core), full (every layer).",
            choices=("none", "selective", "full"), group="model",
-           emit=_by_value(_RECOMPUTE_WORDS), levers=True),
+           emit=_by_value(_RECOMPUTE_WORDS), levers=True,
+           owns=("--recompute-granularity", "--recompute-method", "--recompute-num-layers")),
     Toggle("MANUAL_GC_INTERVAL", "int", 0, TRAIN_ARGS,
            "0: Python's automatic garbage collector. N > 0: Megatron's manual GC (automatic "
            "collection off, one gc.collect() every N iterations, between steps): no collection "
            "pause inside a step, the same moment on every rank.",
-           group="training", emit=_manual_gc_flags, levers=True),
+           group="training", emit=_manual_gc_flags, levers=True,
+           owns=("--manual-gc", "--manual-gc-interval")),
     Toggle("NAN_CHECK", "choice", "step", TRAIN_ARGS,
            "Where a NaN/Inf gradient stops the run: step (the global gradient norm and loss, "
            "once per iteration, before a checkpoint can save them) or bucket (Megatron's check "
            "of each gradient bucket before its reduce: names the bucket, costs a host-GPU "
            "sync per bucket in every backward).",
            choices=("step", "bucket"), group="training", emit=_nan_check_flags,
-           levers=True),
+           levers=True, owns=("--nan-check", "--no-check-for-nan-in-loss-and-grad")),
     _bool("DETERMINISTIC", False, GPT_ARGS, "Megatron's deterministic mode (slower).",
           on=("--deterministic-mode",), group="model"),
 
@@ -513,13 +538,15 @@ REGISTRY: tuple[Toggle, ...] = (
            group="training", emitted_by="passthrough"),
     Toggle("DATA_PATH", "str", None, DATA_ARGS,
            "Indexed dataset prefix or weighted blend ('0.7 pA 0.3 pB'); mock data when unset.",
-           flag="--data-path", group="data", emit=_data_flags),
+           flag="--data-path", group="data", emit=_data_flags, multi=True,
+           owns=("--train-data-path", "--mock-data")),
     Toggle("VALID_DATA_PATH", "str", None, DATA_ARGS,
            "Separate validation dataset/blend (then DATA_PATH is the training set, no SPLIT).",
-           flag="--valid-data-path", group="data", emitted_by="DATA_PATH"),
+           flag="--valid-data-path", group="data", emitted_by="DATA_PATH", multi=True),
     Toggle("TOKENIZER_MODEL", "path", None, DATA_ARGS,
            "Hugging Face tokenizer directory or tokenizer.json (default: the dataset's).",
-           flag="--tokenizer-model", group="data", emit=_tokenizer_flags),
+           flag="--tokenizer-model", group="data", emit=_tokenizer_flags,
+           owns=("--tokenizer-type", "--vocab-size")),
     Toggle("SPLIT", "str", "98,2,0", DATA_ARGS, "train,valid,test split of DATA_PATH.",
            flag="--split", group="data", emitted_by="DATA_PATH", check=SPLIT_FORM),
     Toggle("EVAL_INTERVAL", "int", 1000, DATA_ARGS, "Iterations between evaluations.",
@@ -563,14 +590,15 @@ REGISTRY: tuple[Toggle, ...] = (
            flag="--pretrained-checkpoint", group="output"),
     Toggle("PROFILE", "choice", "none", OUTPUT_ARGS,
            "torch: torch-profiler traces into <run>/profile; nsys: wrap the launch with nsys.",
-           choices=("none", "torch", "nsys"), group="profile", emit=_profile_flags),
+           choices=("none", "torch", "nsys"), group="profile", emit=_profile_flags,
+           owns=("--profile", "--use-pytorch-profiler")),
     Toggle("PROFILE_STEP_START", "int", 5, OUTPUT_ARGS, "First profiled iteration.",
            flag="--profile-step-start", group="profile", emitted_by="PROFILE",
            check=AT_LEAST_0),
     Toggle("PROFILE_STEP_END", "int", 7, OUTPUT_ARGS, "Iteration the profile stops at.",
            flag="--profile-step-end", group="profile", emitted_by="PROFILE", check=AT_LEAST_0),
     Toggle("PROFILE_RANKS", "str", "0", OUTPUT_ARGS, "Ranks to profile (space or comma list).",
-           flag="--profile-ranks", group="profile", emitted_by="PROFILE"),
+           flag="--profile-ranks", group="profile", emitted_by="PROFILE", multi=True),
 
     # -- cluster (torchrun) -----------------------------------------------------------------------
     Toggle("NNODES", "int", 1, DISTRIBUTED_ARGS, "Nodes in the job.", flag="--nnodes",
