@@ -256,6 +256,7 @@ def _precision_of(args) -> str:
 
 
 def _report(args, summary: dict, state, timeline: dict) -> None:
+    from training.fork_summary import fork_summary_lines
     from training.launch.runfolder import update_manifest
 
     if summary.get("measured"):
@@ -268,6 +269,10 @@ def _report(args, summary: dict, state, timeline: dict) -> None:
               flush=True)
     else:
         print(f"[summary] throughput not measured: {summary['reason']}", flush=True)
+    device = (torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory
+              if torch.cuda.is_available() else None)
+    for line in fork_summary_lines(summary, device):   # the ROCm fork's closing lines
+        print(line, flush=True)
     if args.run_dir:
         run = Path(args.run_dir)
         native, te = state.native, state.transformer_engine

@@ -13,8 +13,8 @@ export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 # resolve_launch FAMILY [KEY=VALUE ...] [--megatron-flags ...]
 # Defines GPT_ARGS TRAIN_ARGS DATA_ARGS OUTPUT_ARGS EXTRA_ARGS DISTRIBUTED_ARGS USER_ARGS
 # PROFILER_PREFIX (arrays), LOG_DIR, LOG_FILE (train.log; train.node<N>.log when NNODES > 1),
-# LAUNCH_LINE, DRY_RUN, and exports the environment presets. The launcher's command line
-# (training.launch) with the memory pre-flight (PREFLIGHT_MEMORY, docs/optimize.md).
+# LAUNCH_LINE, DRY_RUN, TEE_OUTPUT, and exports the environment presets. The launcher's
+# command line (training.launch) with the memory pre-flight (PREFLIGHT_MEMORY, docs/optimize.md).
 resolve_launch() {
     resolve_launch_with training.optimize.preflight "$@"
 }
@@ -45,11 +45,12 @@ print_buckets() {
     mkdir -p "$LOG_DIR"
 }
 
-# exec_torchrun: this node's output is teed into LOG_FILE, then the launch replaces the shell:
+# exec_torchrun: this node's output goes to LOG_FILE (and the console, unless TEE_OUTPUT=0),
+# then the launch replaces the shell:
 #   [nsys ...] torchrun DISTRIBUTED_ARGS training/pretrain_gpt.py GPT_ARGS TRAIN_ARGS DATA_ARGS
 #       OUTPUT_ARGS EXTRA_ARGS USER_ARGS
 exec_torchrun() {
-    exec > >(tee -a "$LOG_FILE") 2>&1
+    if [ "${TEE_OUTPUT:-1}" = 0 ]; then exec >> "$LOG_FILE" 2>&1; else exec > >(tee -a "$LOG_FILE") 2>&1; fi
     exec "${PROFILER_PREFIX[@]}" torchrun "${DISTRIBUTED_ARGS[@]}" "$REPO_ROOT/training/pretrain_gpt.py" \
         "${GPT_ARGS[@]}" "${TRAIN_ARGS[@]}" "${DATA_ARGS[@]}" "${OUTPUT_ARGS[@]}" "${EXTRA_ARGS[@]}" \
         "${USER_ARGS[@]}"

@@ -220,3 +220,13 @@ def test_secrets_never_ride_on_the_docker_command_line():
     text = D.shell_assignments(plan)
     assert "export WANDB_API_KEY=wk_word" in text
     assert "wk_word" not in text.split("DOCKER_LINE=", 1)[1]
+
+
+def test_the_rocm_forks_variables_reach_the_container():
+    """A fork variable in the environment (an alias, or one the launcher reads itself) is passed
+    inside like a toggle: the launcher there honours or refuses it, never misses it."""
+    plan = D.docker_plan({"DRY_RUN": "1", "SEQ_PARALLEL": "1", "NO_TORCH_COMPILE": "1",
+                          "MEGATRON_FSDP": "1"}, [], NVIDIA)
+    env = env_pairs(plan.argv)
+    assert env["SEQ_PARALLEL"] == "1" and env["NO_TORCH_COMPILE"] == "1"
+    assert env["MEGATRON_FSDP"] == "1"

@@ -44,3 +44,23 @@ exec_torchrun
             break
         time.sleep(0.1)
     assert "started" in log.read_text()
+
+
+def test_tee_output_0_writes_the_log_only(tmp_path):
+    """The ROCm fork's TEE_OUTPUT=0: the run's output goes to the log file, not the console."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write_tool(bin_dir, "torchrun", "#!/usr/bin/env bash\necho started\necho oops >&2\n")
+    log = tmp_path / "train.log"
+    script = f"""
+set -euo pipefail
+PYTHON=python3 source {REPO}/examples/lib/launch.sh
+PATH={bin_dir}:$PATH
+GPT_ARGS=() TRAIN_ARGS=() DATA_ARGS=() OUTPUT_ARGS=() EXTRA_ARGS=() USER_ARGS=()
+DISTRIBUTED_ARGS=() PROFILER_PREFIX=() LOG_FILE={log} TEE_OUTPUT=0
+exec_torchrun
+"""
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "" and proc.stderr == ""
+    assert log.read_text().split() == ["started", "oops"]

@@ -132,8 +132,13 @@ def parse_split(value: str) -> tuple[float, float, float]:
 
 
 def _tokenizer_dir(tokenizer_model: str) -> str:
-    """The directory Megatron must load for `tokenizer_model` (a directory or its tokenizer.json)."""
+    """The directory Megatron must load for `tokenizer_model` (a directory, its tokenizer.json,
+    or a Hugging Face hub id: training/data/hub.py)."""
+    from training.data import hub
+
     try:
+        if hub.looks_like_hub_id(tokenizer_model):
+            tokenizer_model = hub.tokenizer_folder(tokenizer_model)
         directory, loadable = tokmod.locate(tokenizer_model)
     except DataError as e:
         raise DataPathError(f"TOKENIZER_MODEL: {e}") from None

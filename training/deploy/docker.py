@@ -13,7 +13,8 @@ DOCKER_LINE (the same, one shell-quoted line) and DRY_RUN. What the command hold
   mounts    the repository, at the same path (so every path means the same inside); the
             folders of DATA_PATH/VALID_DATA_PATH prefixes, TOKENIZER_MODEL, LOAD, SAVE,
             EXPERIMENT_DIR. A DATA_PATH whose files are not on this host is refused (exit 2).
-  env       every toggle you set (NNODES, TP, ...), the launcher's environment presets and
+  env       every toggle you set (NNODES, TP, ...; the ROCm fork's variables too: SEQ_PARALLEL,
+            TEE_OUTPUT, ...), the launcher's environment presets and
             NCCL_/RCCL_/HSA_/HIP_/NVTE_ variables you set; names in DOCKER_ENV are passed by
             name (-e NAME: the value stays out of the printed command, e.g. HF_TOKEN), and so
             is every secret (a name with TOKEN, KEY, SECRET or PASSWORD): a KEY=VALUE word
@@ -37,7 +38,8 @@ from training import REPO_ROOT
 from training.launch.environment import PRESETS, USER_FAMILIES, is_secret
 from training.launch.runfolder import git_sha
 from training.launch.settings import BadInput, LaunchError
-from training.launch.toggles import BY_NAME
+from training.launch.fork_vars import BY_NAME as FORK_VARIABLES
+from training.launch.toggles import BY_ALIAS, BY_NAME
 from training.platforms import PLATFORMS
 
 DEFAULT_SCRIPT = "examples/llama/train_llama3.sh"
@@ -187,7 +189,8 @@ def _env_words(environ: dict[str, str], facts: HostFacts, inner_dry_run: bool) -
             continue
         if name == "PLATFORM" and not inner_dry_run:
             continue  # it chose the vendor flags; inside, the launcher detects the real GPUs
-        if (name in BY_NAME or name in preset_names or name in DEVICE_VARS
+        if (name in BY_NAME or name in BY_ALIAS or name in FORK_VARIABLES
+                or name in preset_names or name in DEVICE_VARS
                 or name.startswith(USER_FAMILIES)):
             names.append(name)
     words = []

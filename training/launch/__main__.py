@@ -3,7 +3,8 @@
 Called by examples/*/train_*.sh. Prints the toggle table on stderr and, on stdout, shell
 assignments for the script to `eval`: the buckets as bash arrays, LOG_DIR, LOG_FILE (this
 node's log: train.log, or train.node<N>.log when NNODES > 1), the launch line and
-the environment presets. Every value is shell-quoted: nothing a user typed is executed.
+the environment presets, TEE_OUTPUT. Every value is shell-quoted: nothing a user typed is
+executed.
 Exit 2 with one message (no traceback) when the input is bad or a guard refuses.
 """
 from __future__ import annotations
@@ -32,6 +33,7 @@ def shell_assignments(launch) -> str:
     lines.append(f"LOG_FILE={q(str(launch.log_dir / log_name))}")
     lines.append(f"LAUNCH_LINE={q(launch.command_line)}")
     lines.append(f"DRY_RUN={1 if launch.settings['DRY_RUN'] else 0}")
+    lines.append(f"TEE_OUTPUT={1 if launch.settings['TEE_OUTPUT'] else 0}")
     for name, (value, _source, _reason) in launch.env.items():
         lines.append(f"export {name}={q(value)}")
     for name, value in launch.passthrough_env.items():

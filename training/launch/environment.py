@@ -32,6 +32,7 @@ class EnvPreset:
     platforms: tuple[str, ...] = ()   # non-empty: only these PLATFORMS keys
     needs_te: bool = False            # only with TRANSFORMER_IMPL=transformer_engine
     not_with_fsdp: bool = False
+    toggle: str | None = None         # only when this (0/1) toggle is on
 
 
 PRESETS: tuple[EnvPreset, ...] = (
@@ -67,6 +68,12 @@ PRESETS: tuple[EnvPreset, ...] = (
               "MI300X/MI325X: the v3 attention backward accumulates with fp32 atomics, AMD's "
               "recommended setting for these GPUs", platforms=("mi300x", "mi325x"),
               needs_te=True),
+    EnvPreset("TE_HIPBLASLT_TUNING_RUN_COUNT", "10", ("amd", None),
+              "GEMM_TUNING=1: Transformer Engine times each hipBLASLt GEMM candidate this many "
+              "times (the ROCm fork's value)", needs_te=True, toggle="GEMM_TUNING"),
+    EnvPreset("TE_HIPBLASLT_TUNING_ALGO_COUNT", "50", ("amd", None),
+              "GEMM_TUNING=1: hipBLASLt algorithms Transformer Engine tries per GEMM (the ROCm "
+              "fork's value)", needs_te=True, toggle="GEMM_TUNING"),
 )
 
 # Names never set by the launcher (a test keeps it so), whatever the platform.
@@ -96,10 +103,13 @@ def shown(name: str, value: str) -> str:
 
 
 def applies(preset: EnvPreset, vendor: str | None, platform: str | None, backend: str | None,
-            fsdp: bool) -> bool:
-    """Whether a preset is set for this vendor, platform, backend and FSDP choice.
-    An unknown backend (None) counts as Transformer Engine: the preset is shown."""
+            fsdp: bool, toggles_on: frozenset[str] = frozenset()) -> bool:
+    """Whether a preset is set for this vendor, platform, backend, FSDP choice and the 0/1
+    toggles that are on. An unknown backend (None) counts as Transformer Engine: the preset is
+    shown."""
     if vendor not in preset.vendors:
+        return False
+    if preset.toggle is not None and preset.toggle not in toggles_on:
         return False
     if preset.platforms and platform not in preset.platforms:
         return False
@@ -109,14 +119,15 @@ def applies(preset: EnvPreset, vendor: str | None, platform: str | None, backend
 
 
 def resolve_environment(vendor: str | None, environ: dict[str, str], fsdp: bool,
-                        platform: str | None = None, backend: str | None = None
+                        platform: str | None = None, backend: str | None = None,
+                        toggles_on: frozenset[str] = frozenset()
                         ) -> dict[str, tuple[str, str, str]]:
     """name -> (value, source, reason): the presets that apply, then the user's own variables
     of the families above. A user's value always wins and is never changed (FSDP with the
     user's CUDA_DEVICE_MAX_CONNECTIONS=1 is refused by the guard `environment`)."""
     out: dict[str, tuple[str, str, str]] = {}
     for preset in PRESETS:
-        if not applies(preset, vendor, platform, backend, fsdp):
+        if not applies(preset, vendor, platform, backend, fsdp, toggles_on):
             continue
         if preset.name in environ:
             out[preset.name] = (environ[preset.name], "env",
@@ -136,7 +147,8 @@ def markdown_table() -> str:
     for p in PRESETS:
         vendors = ", ".join("any (no GPU known)" if v is None else v for v in p.vendors)
         only = [*p.platforms] + (["TE backend"] if p.needs_te else []) + (
-            ["not with FSDP"] if p.not_with_fsdp else [])
+            ["not with FSDP"] if p.not_with_fsdp else []) + (
+            [f"{p.toggle}=1"] if p.toggle else [])
         rows.append(f"| `{p.name}` | `{p.value}` | {vendors} | {', '.join(only) or '-'} | "
                     f"{p.reason} |")
     return "\n".join(rows) + "\n"

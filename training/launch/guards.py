@@ -46,10 +46,13 @@ class LaunchContext:
     user_args: list[str] = field(default_factory=list)   # EXTRA_MEGATRON_ARGS + the --flags
     extra_args: list[str] = field(default_factory=list)  # EXTRA_MEGATRON_ARGS, split
     flag_problems: list[str] = field(default_factory=list)  # flags the launcher builds itself
+    clashes: list[str] = field(default_factory=list)     # two spellings of a knob disagree
+    fork_given: dict[str, tuple[str, str]] = field(default_factory=dict)  # fork_vars.OWN given
     run_name: str = ""                               # the run folder's name (EXP_NAME or derived)
     log_dir: Path | None = None                      # the run folder
     run_folder_problem: str | None = None            # why it cannot take this run, or None
     datasets: Any = None                # DATA_PATH's headers, the DataPathError, or None (mock)
+    tokenizer: Any = None               # TOKENIZER_MODEL's Megatron words, the error, or None
     lookalikes: list[str] = field(default_factory=list)  # unknown names close to a toggle's
     passthrough: dict[str, str] = field(default_factory=dict)  # unknown KEY=VALUE words
     recipe_values: list = field(default_factory=list)    # what the recipe layers set
@@ -121,6 +124,32 @@ def megatron_flags(ctx: LaunchContext) -> None:
     if problems:
         raise Refusal("megatron_flags", "flags after the script name that the launcher builds "
                       "itself:\n  " + "\n  ".join(problems))
+
+
+@guard
+def fork_variables(ctx: LaunchContext) -> None:
+    """The ROCm fork's variables are honoured or refused (training/launch/fork_vars.py); two spellings of a knob agree."""
+    from . import fork_vars
+
+    s = ctx.settings
+    problems = list(ctx.clashes)
+    for name, (raw, _source) in ctx.fork_given.items():
+        var = fork_vars.OWN[name]
+        value = raw.strip()
+        if var.kind == "refuse":
+            problems.append(f"{name}={raw}: {var.here}.")
+        elif var.kind == "accept" and value not in var.accept:
+            problems.append(f"{name}={raw} (the ROCm fork's {var.meaning}): {var.here}.")
+        elif name == "MOCK_DATA" and (value == "1") == bool(s.get("DATA_PATH")):
+            problems.append("MOCK_DATA=1 with DATA_PATH set: unset one of them (mock data is "
+                            "what runs without DATA_PATH)." if value == "1" else
+                            "MOCK_DATA=0 needs DATA_PATH=<dataset prefix> (without it the run "
+                            "uses mock data).")
+    if len(problems) == 1:
+        raise Refusal("fork_variables", problems[0])
+    if problems:
+        raise Refusal("fork_variables", "\n  ".join(["variables this launcher cannot honour:",
+                                                      *problems]))
 
 
 @guard
@@ -250,6 +279,23 @@ def precision_only_knobs(ctx: LaunchContext) -> None:
 
 
 @guard
+def param_gather(ctx: LaunchContext) -> None:
+    """FP8/FP4_PARAM_GATHER need their recipe; fp8 param gather needs the distributed optimizer, not FSDP."""
+    s = ctx.settings
+    for name, kind in (("FP8_PARAM_GATHER", "fp8"), ("FP4_PARAM_GATHER", "fp4")):
+        if s[name] and ctx.recipe.kind != kind:
+            raise Refusal("param_gather", f"{name}=1 all-gathers {kind} weights, but "
+                                          f"PRECISION={ctx.recipe.name}: use an {kind} recipe or "
+                                          f"unset {name}.")
+    if s["FP8_PARAM_GATHER"] and s["FSDP"]:
+        raise Refusal("param_gather", "FP8_PARAM_GATHER=1 with FSDP=1: megatron-core 0.19.2 turns "
+                                      "fp8 param gather off under FSDP2 with TE >= 2.0. Use one.")
+    if s["FP8_PARAM_GATHER"] and not s["DISTRIBUTED_OPTIMIZER"]:
+        raise Refusal("param_gather", "FP8_PARAM_GATHER=1 needs DISTRIBUTED_OPTIMIZER=1 (the "
+                                      "optimizer keeps the fp8 weights).")
+
+
+@guard
 def mxfp4_bf16_grad_buffer(ctx: LaunchContext) -> None:
     """AMD's a4w4 wgrad GEMM writes BF16 only: an FP32 grad buffer crashes under mxfp4."""
     s = ctx.settings
@@ -370,6 +416,30 @@ def fused_qkv_rope_qk_norm(ctx: LaunchContext) -> None:
                        "so RoPE cannot run on the packed QKV projection (megatron-core asserts "
                        "'fused_single_qkv_rope requested but not available/supported')",
                        "Set FUSED_SINGLE_QKV_ROPE=0.")
+
+
+@guard
+def te_only_kernels(ctx: LaunchContext) -> None:
+    """ATTENTION_BACKEND and ROPE_FUSION=1 pick Transformer Engine kernels; GEMM_TUNING is TE's on AMD."""
+    s = ctx.settings
+    if ctx.backend == "transformer_engine":
+        if s["GEMM_TUNING"] and ctx.caps.info is not None and ctx.caps.info.vendor != "amd":
+            s.warn("te_only_kernels", f"GEMM_TUNING=1 tunes hipBLASLt GEMMs on AMD GPUs; "
+                                      f"{ctx.caps.platform} is not one, so it does nothing here.")
+        return
+    named = [f"ATTENTION_BACKEND={s['ATTENTION_BACKEND']}"] if s["ATTENTION_BACKEND"] != "auto" \
+        else []
+    if s["ROPE_FUSION"] and s.is_explicit("ROPE_FUSION"):
+        named.append("ROPE_FUSION=1")
+    if named:
+        raise Refusal("te_only_kernels",
+                      f"{' and '.join(named)} pick Transformer Engine kernels, but the backend is "
+                      f"{ctx.backend} (its attention is torch SDPA, its RoPE fused by "
+                      "FUSED_SINGLE_QKV_ROPE). Use TRANSFORMER_IMPL=transformer_engine, or unset "
+                      "them.")
+    if s["GEMM_TUNING"]:
+        s.warn("te_only_kernels", f"GEMM_TUNING=1 tunes Transformer Engine's hipBLASLt GEMMs; "
+                                  f"the backend is {ctx.backend}, so it does nothing here.")
 
 
 @guard
@@ -649,6 +719,45 @@ IMPORT_FORMAT = 2
 
 
 @guard
+def checkpoint_format(ctx: LaunchContext) -> None:
+    """CKPT_FORMAT fits the run: FSDP2 needs torch_dist or torch_dcp, which needs FSDP; fsdp_dtensor is Megatron-FSDP's."""
+    s = ctx.settings
+    fmt = s.get("CKPT_FORMAT")
+    if fmt is None:
+        return
+    if fmt == "fsdp_dtensor":
+        raise Refusal("checkpoint_format", "CKPT_FORMAT=fsdp_dtensor is Megatron-FSDP's format, "
+                                           "which this launcher does not run: use torch_dist.")
+    if s["FSDP"] and fmt not in ("torch_dist", "torch_dcp"):
+        raise Refusal("checkpoint_format", f"CKPT_FORMAT={fmt} with FSDP=1: megatron-core 0.19.2 "
+                                           "asserts FSDP2 saves torch_dist or torch_dcp.")
+    if fmt == "torch_dcp" and not s["FSDP"]:
+        raise Refusal("checkpoint_format", "CKPT_FORMAT=torch_dcp is only tested with FSDP=1 "
+                                           "(megatron-core asserts): use torch_dist.")
+
+
+@guard
+def wandb_logging(ctx: LaunchContext) -> None:
+    """W&B logging (WANDB_PROJECT, or the fork's WANDB_API_KEY) needs wandb installed."""
+    import importlib.util
+
+    s = ctx.settings
+    if importlib.util.find_spec("wandb") is not None:
+        return
+    if s.get("WANDB_PROJECT"):
+        raise Refusal("wandb_logging", f"WANDB_PROJECT={s['WANDB_PROJECT']} logs to Weights & "
+                                       "Biases, but wandb is not installed here: pip install "
+                                       "wandb, or unset WANDB_PROJECT.")
+    if "WANDB_API_KEY" in ctx.fork_given:
+        message = ("WANDB_API_KEY is set, and the ROCm fork then logs to Weights & Biases; wandb "
+                   "is not installed here, so this run logs to TensorBoard only (pip install "
+                   "wandb to log there too).")
+        if s["STRICT"]:
+            raise Refusal("wandb_logging", f"STRICT=1: {message}")
+        s.warn("wandb_logging", message)
+
+
+@guard
 def load_checkpoint(ctx: LaunchContext) -> None:
     """LOAD without a checkpoint is refused (no silent fresh start) unless RESUME=auto."""
     s = ctx.settings
@@ -766,6 +875,13 @@ def data_path(ctx: LaunchContext) -> None:
         raise Refusal("data_path", str(ctx.datasets))
     if valid and s.is_explicit("SPLIT"):
         s.warn("data_path", "SPLIT has no effect with VALID_DATA_PATH (separate sets).")
+
+
+@guard
+def tokenizer_model(ctx: LaunchContext) -> None:
+    """TOKENIZER_MODEL is a tokenizer folder, its tokenizer.json, or a hub id found in the cache or on the hub."""
+    if isinstance(ctx.tokenizer, Exception) and not isinstance(ctx.datasets, Exception):
+        raise Refusal("tokenizer_model", str(ctx.tokenizer))
 
 
 @guard

@@ -42,6 +42,16 @@ def toggle_rows(launch: Launch) -> list[dict[str, str]]:
     return rows
 
 
+def fork_rows(launch: Launch) -> dict[str, dict[str, str]]:
+    """The ROCm fork's own variables the launch was given (training/launch/fork_vars.py:
+    accepted ones; the rest were refused), for the table and the manifest."""
+    from .fork_vars import OWN
+
+    return {name: {"value": shown(name, raw), "source": source, "meaning": OWN[name].meaning,
+                   "here": OWN[name].here}
+            for name, (raw, source) in launch.ctx.fork_given.items()}
+
+
 def launch_manifest(launch: Launch) -> dict:
     """The run description's sections (family, model, layout, values, ...: read back with
     training.run_description.RunDescription.from_dict), then how the launch was resolved."""
@@ -57,6 +67,7 @@ def launch_manifest(launch: Launch) -> dict:
         "environment": {k: {"value": shown(k, v), "source": src, "reason": why}
                         for k, (v, src, why) in launch.env.items()},
         "passthrough_env": {k: shown(k, v) for k, v in launch.passthrough_env.items()},
+        "fork_variables": fork_rows(launch),
         "buckets": launch.buckets,
         "user_args": launch.user_args,
         "command": launch.command,

@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .environment import shown
-from .manifest import toggle_rows
+from .manifest import fork_rows, toggle_rows
 from .resolve import Launch
 
 _SOURCE_STYLE = {"default": "dim", "preset": "cyan", "recipe": "magenta", "platform": "blue",
@@ -46,8 +46,12 @@ def print_report(launch: Launch, stream: TextIO = sys.stderr) -> None:
     for name, (value, source, reason) in launch.env.items():
         table.add_row(name, escape(shown(name, value)), source, "(environment)", "ENV", reason)
     for name, value in launch.passthrough_env.items():
-        table.add_row(name, escape(shown(name, value)), "cli", "(environment)", "ENV",
-                      "not a toggle: passed through")
+        if name not in launch.ctx.fork_given:
+            table.add_row(name, escape(shown(name, value)), "cli", "(environment)", "ENV",
+                          "not a toggle: passed through")
+    for name, row in fork_rows(launch).items():
+        table.add_row(name, escape(row["value"]), row["source"], "(ROCm fork variable)", "FORK",
+                      f"{row['meaning']}; here: {row['here']}")
     if launch.user_args:
         table.add_row("(extra flags)", "", "cli", " ".join(launch.user_args), "EXTRA_ARGS",
                       "passed to Megatron as given")

@@ -12,6 +12,7 @@ Everything a user sees in the table comes from the Settings this builds.
 """
 from __future__ import annotations
 
+import importlib.util
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -34,6 +35,8 @@ from .toggles import (CLOSING_WORDS, DISTRIBUTED_ARGS, MEGATRON_BUCKETS, OUTPUT_
                       auto_backend, auto_native_kernels, closest_toggle,
                       default_metrics_warmup_iters, parse_value)
 from .userflags import flag_owners, map_flags
+from . import fork_vars
+from .toggles import BY_NAME as _REGISTRY_BY_NAME
 
 PRETRAIN_SCRIPT = str(REPO_ROOT / "training" / "pretrain_gpt.py")
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -90,42 +93,78 @@ def split_words(words: list[str]) -> tuple[dict[str, str], list[str]]:
     return assignments, flags
 
 
+@dataclass
+class _Given:
+    """What the user gave: the settings it makes, and what the guards judge."""
+    settings: Settings
+    passthrough: dict[str, str]        # unknown KEY=VALUE words, exported to the run
+    lookalikes: list[str]              # unknown names close to a knob's
+    clashes: list[str]                 # two spellings of one knob that disagree
+    fork: dict[str, tuple[str, str]]   # the fork's own variables given: name -> (raw, source)
+
+
 def _initial_settings(family: str, toggles: tuple[Toggle, ...], environ: dict[str, str],
                       assignments: dict[str, str],
-                      flag_values: list[tuple[str, str, str]] = ()
-                      ) -> tuple[Settings, dict[str, str], list[str], list[str]]:
+                      flag_values: list[tuple[str, str, str]] = ()) -> _Given:
     """Defaults and the user's values: env, then KEY=VALUE words, then the Megatron flags
-    after the script name that spell a toggle's value; (settings, passthrough words,
-    lookalike names, flags that contradict a value the user gave otherwise)."""
+    after the script name that spell a toggle's value. A toggle may be given by its name,
+    by an alias (the ROCm fork's SEQ_PARALLEL) or in one of its spellings (MODEL_SIZE=8);
+    the fork's other variables (fork_vars.OWN) are collected for the guard fork_variables."""
     by_name = {t.name: t for t in toggles}
+    aliases = {a.name: (t, a) for t in toggles for a in t.aliases}
+    known = [*by_name, *aliases, *fork_vars.OWN]
     settings = Settings()
     for toggle in toggles:
         settings.values[toggle.name] = Setting(toggle.name, toggle.default, "default")
     settings.values["MODEL_SIZE"] = Setting("MODEL_SIZE", FAMILIES[family][1], "default")
 
-    passthrough: dict[str, str] = {}
-    lookalikes: list[str] = []
+    given = _Given(settings, {}, [], [], {})
+    said: dict[tuple[str, str], tuple[str, object]] = {}   # (toggle, source) -> (as typed, value)
     for source, values in (("env", environ), ("cli", assignments)):
         for name, raw in values.items():
-            toggle = by_name.get(name)
-            if toggle is not None:
-                if raw == "" and source == "env":
-                    continue  # VAR= in the environment means unset
-                settings.values[name] = Setting(name, parse_value(toggle, raw), source)
+            if raw == "" and source == "env" and name in known:
+                continue  # VAR= in the environment means unset
+            if name in by_name or name in aliases:
+                toggle, alias = (by_name[name], None) if name in by_name else aliases[name]
+                value = parse_value(toggle, alias.translate(toggle, raw) if alias else raw)
+                typed = f"{name}={raw}"
+                previous = said.get((toggle.name, source))
+                if previous is not None and previous[1] != value:
+                    given.clashes.append(f"{typed} and {previous[0]} give {toggle.name} two "
+                                         "values: give one.")
+                said[(toggle.name, source)] = (typed, value)
+                settings.values[toggle.name] = Setting(toggle.name, value, source,
+                                                       _spelled(toggle, alias, raw))
                 continue
-            close = closest_toggle(name, by_name) if _ENV_NAME.match(name) else None
+            if name in fork_vars.OWN:
+                given.fork[name] = (raw, source)
+                if source == "cli" and fork_vars.OWN[name].kind == "derive":
+                    given.passthrough[name] = raw   # a credential the run itself reads
+                continue
+            close = closest_toggle(name, known) if _ENV_NAME.match(name) else None
             if close is not None:
-                lookalikes.append(f"{name} is not a toggle; did you mean {close}? ({source})")
+                given.lookalikes.append(f"{name} is not a toggle; did you mean {close}? "
+                                        f"({source})")
             if source == "cli":
-                passthrough[name] = raw
-    clashes = _apply_flag_values(settings, by_name, flag_values)
-    for text in lookalikes:
+                given.passthrough[name] = raw
+    given.clashes += _apply_flag_values(settings, by_name, flag_values)
+    for text in given.lookalikes:
         settings.warn("unknown_toggle", text)
-    for name in passthrough:
-        if closest_toggle(name, by_name) is None:
+    for name in given.passthrough:
+        if closest_toggle(name, known) is None and name not in fork_vars.OWN:
             settings.info("passthrough_env", f"{name} is not a toggle: exported to the run's "
                                              "environment as given.")
-    return settings, passthrough, lookalikes, clashes
+    return given
+
+
+def _spelled(toggle: Toggle, alias, raw: str) -> str:
+    """The table's reason for a value given in another spelling (empty: the toggle's own)."""
+    spelling = dict(toggle.spellings).get(raw.strip())
+    if alias is not None:
+        return f"{alias.name}={raw}: the ROCm fork's name for {toggle.name}"
+    if spelling is not None:
+        return f"{toggle.name}={raw}: the ROCm fork's spelling of {spelling}"
+    return ""
 
 
 def _apply_flag_values(settings: Settings, by_name: dict[str, Toggle],
@@ -153,6 +192,12 @@ def _derive_backend(settings: Settings, caps: capabilities_mod.Capabilities) -> 
         backend, why = auto_backend(caps.transformer_engine)
         settings.values["TRANSFORMER_IMPL"] = Setting(
             "TRANSFORMER_IMPL", backend, "platform", f"auto: {why} ({caps.source})")
+    if settings.get("ROPE_FUSION") is None:
+        te = settings["TRANSFORMER_IMPL"] == "transformer_engine"
+        settings.put("ROPE_FUSION", te, "derived",
+                     "Transformer Engine's fused RoPE" if te else
+                     "no fused RoPE kernel without Transformer Engine (FUSED_SINGLE_QKV_ROPE is "
+                     "the native one)")
     if settings["NATIVE_KERNELS"] == "auto":
         kernels, why = auto_native_kernels(caps.liger)
         settings.values["NATIVE_KERNELS"] = Setting("NATIVE_KERNELS", kernels, "platform",
@@ -194,6 +239,54 @@ def _derive_schedule(settings: Settings) -> None:
     if s.get("METRICS_WARMUP_ITERS") is None:
         s.put("METRICS_WARMUP_ITERS", default_metrics_warmup_iters(iters), "derived",
               "20% of TOTAL_ITERS, between 2 and 10")
+
+
+def _derive_tokenizer(settings: Settings, datasets) -> list[str] | Exception | None:
+    """Megatron's tokenizer words for TOKENIZER_MODEL (a folder, tokenizer.json or a hub id,
+    resolved to a local folder here), or the error the guard tokenizer_model refuses."""
+    model = settings.get("TOKENIZER_MODEL")
+    if not model:
+        return None
+    if isinstance(datasets, list) and datasets:
+        model = datasets[0].tokenizer_model      # already resolved against the data
+    from training.data.check import DataPathError, megatron_tokenizer_args
+
+    try:
+        return megatron_tokenizer_args(model)
+    except DataPathError as err:
+        return err
+
+
+def _derive_wandb(settings: Settings, fork_given: dict[str, tuple[str, str]]) -> None:
+    """WANDB_API_KEY set: the ROCm fork logs to Weights & Biases project LLama; so does this
+    launcher where wandb is installed (without it the guard wandb_logging says so)."""
+    if "WANDB_API_KEY" not in fork_given or settings.get("WANDB_PROJECT"):
+        return
+    if importlib.util.find_spec("wandb") is not None:
+        settings.put("WANDB_PROJECT", "LLama", "derived",
+                     "WANDB_API_KEY is set: W&B logging, the ROCm fork's project name")
+
+
+def _fork_defaults(family: str, settings: Settings) -> None:
+    """One line where the ROCm fork's script would run another shape with these variables
+    (its defaults for what the user left unset: model, TP, batch, sequence, iterations)."""
+    script = fork_vars.SCRIPTS.get(family)
+    if script is None:
+        return
+    theirs, ours = [], []
+    for var in fork_vars.SHAPE:
+        fork = var.defaults.get(family)
+        if fork is None or settings.is_explicit(var.target):
+            continue
+        value = parse_value(_REGISTRY_BY_NAME[var.target], fork)
+        if value != settings[var.target]:
+            theirs.append(f"{var.target}={fmt_value(value)}")
+            ours.append(f"{var.target}={fmt_value(settings[var.target])}")
+    if theirs:
+        settings.info("fork_defaults",
+                      f"the ROCm fork's {script} would run {' '.join(theirs)} with these "
+                      f"variables; this launcher runs {' '.join(ours)}: set "
+                      f"{' '.join(theirs)} for the fork's run.")
 
 
 def _derive_datasets(settings: Settings) -> list | Exception | None:
@@ -262,10 +355,11 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
         raise BadInput(f"EXTRA_MEGATRON_ARGS cannot be split into words ({err}): close the "
                        "quote, or quote each flag's value on its own.") from None
     owners = flag_owners(toggles)
-    extra, given = (map_flags(extra_words, owners, by_name),
+    extra, after = (map_flags(extra_words, owners, by_name),
                     map_flags(user_args, owners, by_name))
-    settings, passthrough, lookalikes, clashes = _initial_settings(
-        family, toggles, environ, assignments, extra.values + given.values)
+    user = _initial_settings(family, toggles, environ, assignments,
+                             extra.values + after.values)
+    settings = user.settings
     applied = apply_layers(layers, settings, toggles)
 
     preset = preset_for(family, settings["MODEL_SIZE"])
@@ -281,6 +375,10 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
     _derive_backend(settings, caps)
     _derive_schedule(settings)
     datasets = _derive_datasets(settings)
+    tokenizer = _derive_tokenizer(settings, datasets)
+    _derive_wandb(settings, user.fork)
+    if not layers:
+        _fork_defaults(family, settings)
 
     name = settings.get("EXP_NAME") or default_run_name(
         preset.name, settings["NUM_LAYERS"], preset.num_layers, settings["NNODES"],
@@ -290,10 +388,12 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
 
     return LaunchContext(settings, caps, preset, recipe, family, dict(environ),
                          toggles=toggles, guards=(*GUARDS, *(g for layer in layers for g in layer.guards)),
-                         user_args=extra.kept + given.kept, extra_args=extra.kept,
-                         flag_problems=extra.problems + given.problems + clashes, run_name=name,
+                         user_args=extra.kept + after.kept, extra_args=extra.kept,
+                         flag_problems=extra.problems + after.problems, clashes=user.clashes,
+                         fork_given=user.fork, run_name=name,
                          log_dir=log_dir, run_folder_problem=folder, datasets=datasets,
-                         lookalikes=lookalikes, passthrough=passthrough,
+                         tokenizer=tokenizer,
+                         lookalikes=user.lookalikes, passthrough=user.passthrough,
                          recipe_values=applied, megatron=megatron)
 
 
@@ -305,7 +405,9 @@ def assemble(ctx: LaunchContext) -> Launch:
         emitted["EXTRA_MEGATRON_ARGS"] = ctx.extra_args
     env = resolve_environment(caps.info.vendor if caps.info else None, ctx.environ,
                               fsdp=bool(settings["FSDP"]), platform=caps.platform,
-                              backend=settings["TRANSFORMER_IMPL"])
+                              backend=settings["TRANSFORMER_IMPL"],
+                              toggles_on=frozenset(t.name for t in ctx.toggles
+                                                   if t.kind == "bool" and settings.get(t.name)))
     run = RunDescription(ctx.family, Model.of(ctx.preset), settings.as_values(), caps.platform,
                          caps.to_dict())
     launch = Launch(ctx.family, settings, ctx, run, buckets, emitted, env, ctx.passthrough,

@@ -97,6 +97,29 @@ def _num(value: float | None) -> str:
 
 
 @dataclass(frozen=True)
+class Alias:
+    """Another spelling of a toggle: the ROCm fork's (ROCm/Megatron-LM examples/llama;
+    training/launch/fork_vars.py lists them all). Read like the toggle itself, shown in the
+    table under the toggle's name with the alias in its reason; `values` translates the
+    alias's values to the toggle's (empty: the same values)."""
+    name: str
+    values: tuple[tuple[str, str], ...] = ()
+
+    def translate(self, toggle: "Toggle", raw: str) -> str:
+        if not self.values:
+            return raw
+        table = dict(self.values)
+        if raw.strip() not in table:
+            from .settings import BadInput
+
+            raise BadInput(f"{self.name}={raw!r} is not accepted: use one of "
+                           f"{', '.join(table)} (the ROCm fork's spelling of {toggle.name}: "
+                           + ", ".join(f"{k} -> {toggle.name}={v}" for k, v in table.items())
+                           + ").")
+        return table[raw.strip()]
+
+
+@dataclass(frozen=True)
 class Form:
     """A text knob's accepted form: `problem(value)` says what is wrong, or None."""
     text: str
@@ -150,7 +173,8 @@ class Toggle:
     group: str = "training"        # section in the README table
     perf: bool = False             # a default-on performance toggle
     emitted_by: str | None = None  # the entry (or step) that builds this one's flags
-    aliases: tuple[str, ...] = field(default=())
+    aliases: tuple[Alias, ...] = field(default=())   # other names of this knob (the fork's)
+    spellings: tuple[tuple[str, str], ...] = ()      # other values meaning one of ours: 8 -> 8B
     when: Callable[[Any], bool] | None = None   # settings -> whether the value flag applies
     emit: Emit | None = None                    # built flags (see the class docstring)
     levers: bool = False           # docs/levers.md has rows that measure it (a test checks)
@@ -239,6 +263,26 @@ def _native_kernels_flags(toggle: Toggle, ctx) -> list[Flags]:
     return _value_flag(toggle, ctx)
 
 
+def _fp8_param_gather_flags(toggle: Toggle, ctx) -> list[Flags]:
+    """fp8 recipes: `--fp8-param-gather` (mxfp8 without FSDP also reuses the grad buffer for
+    the all-gather, as TE cannot swap an MXFP8 tensor's storage)"""
+    if not ctx.settings[toggle.name] or ctx.recipe.kind != "fp8":
+        return []
+    words = ["--fp8-param-gather"]
+    if ctx.recipe.name == "mxfp8" and not ctx.settings["FSDP"]:
+        words.append("--reuse-grad-buf-for-mxfp8-param-ag")
+    return [Flags(toggle.bucket, words)]
+
+
+def _wandb_flags(toggle: Toggle, ctx) -> list[Flags]:
+    """`--wandb-project P --wandb-exp-name <run name> --wandb-save-dir <run>/wandb`"""
+    project = ctx.settings.get(toggle.name)
+    if not project:
+        return []
+    return [Flags(toggle.bucket, ["--wandb-project", project, "--wandb-exp-name", ctx.run_name,
+                                  "--wandb-save-dir", str(ctx.log_dir / "wandb")])]
+
+
 def _by_value(table: dict[Any, tuple[str, ...]]) -> Emit:
     """The words each value emits (a value not in the table emits nothing)."""
     def emit(toggle: Toggle, ctx) -> list[Flags]:
@@ -284,11 +328,8 @@ def _data_flags(toggle: Toggle, ctx) -> list[Flags]:
 
 def _tokenizer_flags(toggle: Toggle, ctx) -> list[Flags]:
     """the dataset's tokenizer, or none (mock data: the preset's vocabulary)"""
-    from training.data.check import megatron_tokenizer_args
-
-    model = ctx.settings.get("TOKENIZER_MODEL")
-    if model:
-        return [Flags(DATA_ARGS, megatron_tokenizer_args(model))]
+    if ctx.tokenizer:      # resolve.prepare resolved TOKENIZER_MODEL (a hub id to its folder)
+        return [Flags(DATA_ARGS, list(ctx.tokenizer))]
     return [Flags(DATA_ARGS, ["--tokenizer-type", "NullTokenizer",
                               "--vocab-size", str(ctx.preset.vocab_size)])]
 
@@ -375,8 +416,10 @@ REGISTRY: tuple[Toggle, ...] = (
 
     # -- model and precision -----------------------------------------------------------------
     Toggle("MODEL_SIZE", "str", None, GPT_ARGS,
-           "Model preset (llama3: 8B, 70B, 3.1-8B, tiny; llama2: 7B, 13B, 70B, tiny).",
-           group="model", emit=_model_flags, owns=MODEL_FLAGS),
+           "Model preset (llama3: 8B, 70B, 3.1-8B, tiny; llama2: 7B, 13B, 70B, tiny; the "
+           "ROCm fork's 8, 70, 7, 13 mean the same).",
+           group="model", emit=_model_flags, owns=MODEL_FLAGS,
+           spellings=(("8", "8B"), ("70", "70B"), ("7", "7B"), ("13", "13B"))),
     Toggle("NUM_LAYERS", "int", None, GPT_ARGS, "Override the preset's layer count.",
            flag="--num-layers", group="model", emitted_by="MODEL_SIZE", check=Range(1, 1024)),
     Toggle("SEQ_LENGTH", "int", None, DATA_ARGS, "Sequence length (preset default).",
@@ -410,28 +453,51 @@ REGISTRY: tuple[Toggle, ...] = (
     Toggle("FP4_BF16_LAYERS_START", "int", 1, GPT_ARGS,
            "Layers at the start kept in bf16 when FP4_SELECTIVE_BF16=1.",
            flag="--num-layers-at-start-in-bf16", group="precision", emitted_by="PRECISION",
-           check=AT_LEAST_0),
+           check=AT_LEAST_0, aliases=(Alias("FP4_BF16_START"),)),
     Toggle("FP4_BF16_LAYERS_END", "int", 1, GPT_ARGS,
            "Layers at the end kept in bf16 when FP4_SELECTIVE_BF16=1.",
            flag="--num-layers-at-end-in-bf16", group="precision", emitted_by="PRECISION",
-           check=AT_LEAST_0),
+           check=AT_LEAST_0, aliases=(Alias("FP4_BF16_END"),)),
+    _bool("FP8_PARAM_GATHER", False, GPT_ARGS,
+          "fp8 recipes: the optimizer keeps the fp8 weights and all-gathers them in fp8 (needs "
+          "DISTRIBUTED_OPTIMIZER=1; not under FSDP).", on=("--fp8-param-gather",),
+          group="precision", emit=_fp8_param_gather_flags,
+          owns=("--reuse-grad-buf-for-mxfp8-param-ag",)),
+    _bool("FP4_PARAM_GATHER", False, GPT_ARGS,
+          "fp4 recipes: the weights are all-gathered in fp4.", on=("--fp4-param-gather",),
+          group="precision", when=lambda s: s["PRECISION"] in ("mxfp4", "nvfp4")),
     Toggle("TRANSFORMER_IMPL", "choice", "auto", GPT_ARGS,
            "Layer backend: transformer_engine (TE spec), native (SDPA + Liger/torch kernels), "
            "local (Megatron's local spec); auto picks TE where it imports, else native.",
            flag="--transformer-backend",
            choices=("auto", "transformer_engine", "native", "local"), group="backend",
            emit=_backend_flags, levers=True,
-           owns=("--transformer-impl", "--no-rope-fusion", "--no-persist-layer-norm",
-                 "--no-masked-softmax-fusion")),
+           owns=("--transformer-impl", "--no-persist-layer-norm", "--no-masked-softmax-fusion")),
     Toggle("NATIVE_KERNELS", "choice", "auto", GPT_ARGS,
            "Native backend kernels: liger (Triton) or torch; auto = liger where installed.",
            flag="--native-kernels", choices=("auto", "liger", "torch"), group="backend",
            emit=_native_kernels_flags, levers=True),
+    Toggle("ATTENTION_BACKEND", "choice", "auto", GPT_ARGS,
+           "Transformer Engine's attention kernels: auto (TE picks), flash, fused, unfused; the "
+           "native backend's attention is torch SDPA, which picks its own.",
+           flag="--attention-backend", choices=("auto", "flash", "fused", "unfused"),
+           group="backend", when=lambda s: s["ATTENTION_BACKEND"] != "auto",
+           aliases=(Alias("USE_FLASH_ATTN", (("1", "flash"), ("0", "fused"))),)),
+    _bool("ROPE_FUSION", None, TRAIN_ARGS,
+          "Megatron's fused RoPE (Transformer Engine's kernel): on with TE, off elsewhere (the "
+          "native backend fuses RoPE with FUSED_SINGLE_QKV_ROPE).",
+          off=("--no-rope-fusion",), group="backend",
+          when=lambda s: s["TRANSFORMER_IMPL"] == "transformer_engine"),
+    _bool("GEMM_TUNING", False, LAUNCHER,
+          "Transformer Engine's hipBLASLt GEMM tuning on AMD GPUs (sets TE_HIPBLASLT_TUNING_* "
+          "as the ROCm fork does); off by default here, no effect elsewhere.", group="backend"),
     Toggle("RECOMPUTE", "choice", "none", GPT_ARGS,
-           "Activation recompute: none, selective (attention core), full (every layer).",
+           "Activation recompute: none, selective (attention core), full (every layer); the "
+           "ROCm fork's 0 and 1 mean none and full.",
            choices=("none", "selective", "full"), group="model",
            emit=_by_value(_RECOMPUTE_WORDS), levers=True,
-           owns=("--recompute-granularity", "--recompute-method", "--recompute-num-layers")),
+           owns=("--recompute-granularity", "--recompute-method", "--recompute-num-layers"),
+           spellings=(("0", "none"), ("1", "full"))),
     Toggle("MANUAL_GC_INTERVAL", "int", 0, TRAIN_ARGS,
            "0: Python's automatic garbage collector. N > 0: Megatron's manual GC (automatic "
            "collection off, one gc.collect() every N iterations, between steps): no collection "
@@ -456,7 +522,7 @@ REGISTRY: tuple[Toggle, ...] = (
     Toggle("CP", "int", 1, GPT_ARGS, "Context-parallel size.",
            flag="--context-parallel-size", group="parallel", check=PARALLEL_SIZE),
     _bool("SEQUENCE_PARALLEL", None, GPT_ARGS, "Sequence parallel (default: on when TP>1).",
-          on=("--sequence-parallel",), group="parallel"),
+          on=("--sequence-parallel",), group="parallel", aliases=(Alias("SEQ_PARALLEL"),)),
     _bool("FSDP", False, EXTRA_ARGS, "Torch FSDP2 instead of DDP + distributed optimizer.",
           on=("--use-torch-fsdp2",), group="parallel"),
     _bool("DISTRIBUTED_OPTIMIZER", True, EXTRA_ARGS,
@@ -544,7 +610,8 @@ REGISTRY: tuple[Toggle, ...] = (
            "Separate validation dataset/blend (then DATA_PATH is the training set, no SPLIT).",
            flag="--valid-data-path", group="data", emitted_by="DATA_PATH", multi=True),
     Toggle("TOKENIZER_MODEL", "path", None, DATA_ARGS,
-           "Hugging Face tokenizer directory or tokenizer.json (default: the dataset's).",
+           "Hugging Face tokenizer directory, tokenizer.json, or hub id (org/name: from the "
+           "hub's cache, or downloaded where the hub is reachable) (default: the dataset's).",
            flag="--tokenizer-model", group="data", emit=_tokenizer_flags,
            owns=("--tokenizer-type", "--vocab-size")),
     Toggle("SPLIT", "str", "98,2,0", DATA_ARGS, "train,valid,test split of DATA_PATH.",
@@ -555,6 +622,9 @@ REGISTRY: tuple[Toggle, ...] = (
            flag="--eval-iters", group="data", check=AT_LEAST_0),
     Toggle("NUM_WORKERS", "int", 2, DATA_ARGS, "Data-loader worker processes.",
            flag="--num-workers", group="data", check=Range(0, 256)),
+    Toggle("DATA_CACHE_PATH", "path", None, DATA_ARGS,
+           "Where Megatron caches the dataset's sample indices (default: beside the data); on "
+           "many nodes, a folder every node sees.", flag="--data-cache-path", group="data"),
 
     # -- output -------------------------------------------------------------------------------
     Toggle("EXPERIMENT_DIR", "path", "experiment", LAUNCHER, "Root of run folders.",
@@ -574,12 +644,24 @@ REGISTRY: tuple[Toggle, ...] = (
            "Iterations left out of steady-state figures (default: 20% of TOTAL_ITERS, 2-10).",
            flag="--metrics-warmup-iters", group="output", check=AT_LEAST_0),
     Toggle("SAVE", "path", None, OUTPUT_ARGS, "Checkpoint directory to save to.",
-           flag="--save", group="output"),
+           flag="--save", group="output", aliases=(Alias("SAVE_CKPT_PATH"),)),
     Toggle("SAVE_INTERVAL", "int", None, OUTPUT_ARGS, "Iterations between checkpoints.",
            flag="--save-interval", group="output", check=AT_LEAST_1),
     Toggle("LOAD", "path", None, OUTPUT_ARGS,
            "Checkpoint directory to resume from; empty is refused unless RESUME=auto.",
            flag="--load", group="output"),
+    Toggle("CKPT_FORMAT", "choice", None, OUTPUT_ARGS,
+           "Checkpoint format (Megatron's default: torch_dist; FSDP=1 needs torch_dist or "
+           "torch_dcp).", flag="--ckpt-format",
+           choices=("torch", "torch_dist", "torch_dcp", "fsdp_dtensor"), group="output"),
+    _bool("TEE_OUTPUT", True, LAUNCHER,
+          "1: the run's output goes to the console and to the run folder's log; 0: to the log "
+          "only.", group="output"),
+    Toggle("WANDB_PROJECT", "str", None, OUTPUT_ARGS,
+           "Also log to this Weights & Biases project (needs wandb), run named after the run "
+           "folder; set to LLama when WANDB_API_KEY is (as the ROCm fork does).",
+           flag="--wandb-project", group="output", emit=_wandb_flags,
+           owns=("--wandb-exp-name", "--wandb-save-dir")),
     Toggle("RESUME", "choice", "require", LAUNCHER,
            "require: LOAD must hold a checkpoint; auto: start fresh when it holds none.",
            choices=("require", "auto"), group="output"),
@@ -591,7 +673,8 @@ REGISTRY: tuple[Toggle, ...] = (
     Toggle("PROFILE", "choice", "none", OUTPUT_ARGS,
            "torch: torch-profiler traces into <run>/profile; nsys: wrap the launch with nsys.",
            choices=("none", "torch", "nsys"), group="profile", emit=_profile_flags,
-           owns=("--profile", "--use-pytorch-profiler")),
+           owns=("--profile", "--use-pytorch-profiler"),
+           aliases=(Alias("ENABLE_PROFILING", (("1", "torch"), ("0", "none"))),)),
     Toggle("PROFILE_STEP_START", "int", 5, OUTPUT_ARGS, "First profiled iteration.",
            flag="--profile-step-start", group="profile", emitted_by="PROFILE",
            check=AT_LEAST_0),
@@ -632,6 +715,8 @@ REGISTRY: tuple[Toggle, ...] = (
 )
 
 BY_NAME: dict[str, Toggle] = {t.name: t for t in REGISTRY}
+# alias name -> (the toggle, the alias)
+BY_ALIAS: dict[str, tuple[Toggle, Alias]] = {a.name: (t, a) for t in REGISTRY for a in t.aliases}
 PERF_TOGGLES: tuple[Toggle, ...] = tuple(t for t in REGISTRY if t.perf)
 
 
@@ -720,6 +805,7 @@ def _accepted(toggle: Toggle) -> str:
 def _parse(toggle: Toggle, raw: str) -> Any:
     from .settings import BadInput
 
+    raw = dict(toggle.spellings).get(raw.strip(), raw)
     text = raw.strip()
     if toggle.kind == "bool":
         if text in ("0", "1"):
