@@ -100,6 +100,7 @@ class _Given:
     passthrough: dict[str, str]        # unknown KEY=VALUE words, exported to the run
     lookalikes: list[str]              # unknown names close to a knob's
     clashes: list[str]                 # two spellings of one knob that disagree
+    flag_clashes: list[str]            # a flag after the script that contradicts its toggle
     fork: dict[str, tuple[str, str]]   # the fork's own variables given: name -> (raw, source)
 
 
@@ -118,7 +119,7 @@ def _initial_settings(family: str, toggles: tuple[Toggle, ...], environ: dict[st
         settings.values[toggle.name] = Setting(toggle.name, toggle.default, "default")
     settings.values["MODEL_SIZE"] = Setting("MODEL_SIZE", FAMILIES[family][1], "default")
 
-    given = _Given(settings, {}, [], [], {})
+    given = _Given(settings, {}, [], [], [], {})
     said: dict[tuple[str, str], tuple[str, object]] = {}   # (toggle, source) -> (as typed, value)
     for source, values in (("env", environ), ("cli", assignments)):
         for name, raw in values.items():
@@ -126,7 +127,13 @@ def _initial_settings(family: str, toggles: tuple[Toggle, ...], environ: dict[st
                 continue  # VAR= in the environment means unset
             if name in by_name or name in aliases:
                 toggle, alias = (by_name[name], None) if name in by_name else aliases[name]
-                value = parse_value(toggle, alias.translate(toggle, raw) if alias else raw)
+                try:
+                    value = parse_value(toggle, alias.translate(toggle, raw) if alias else raw)
+                except BadInput as err:
+                    if alias is None:
+                        raise
+                    raise BadInput(f"{name}={raw!r} (the ROCm fork's name for {toggle.name}): "
+                                   f"{str(err).split(': ', 1)[-1]}") from None
                 typed = f"{name}={raw}"
                 previous = said.get((toggle.name, source))
                 if previous is not None and previous[1] != value:
@@ -147,7 +154,7 @@ def _initial_settings(family: str, toggles: tuple[Toggle, ...], environ: dict[st
                                         f"({source})")
             if source == "cli":
                 given.passthrough[name] = raw
-    given.clashes += _apply_flag_values(settings, by_name, flag_values)
+    given.flag_clashes = _apply_flag_values(settings, by_name, flag_values)
     for text in given.lookalikes:
         settings.warn("unknown_toggle", text)
     for name in given.passthrough:
@@ -389,7 +396,8 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
     return LaunchContext(settings, caps, preset, recipe, family, dict(environ),
                          toggles=toggles, guards=(*GUARDS, *(g for layer in layers for g in layer.guards)),
                          user_args=extra.kept + after.kept, extra_args=extra.kept,
-                         flag_problems=extra.problems + after.problems, clashes=user.clashes,
+                         flag_problems=extra.problems + after.problems + user.flag_clashes,
+                         clashes=user.clashes,
                          fork_given=user.fork, run_name=name,
                          log_dir=log_dir, run_folder_problem=folder, datasets=datasets,
                          tokenizer=tokenizer,
