@@ -52,6 +52,16 @@ class ForkVar:
     here: str = ""                               # what it is here; accept/refuse: what to use
     shape: bool = False                          # a default the launch line compares (model...)
 
+    def __post_init__(self):
+        if self.kind == "toggle" and self.target is None:      # our toggle of the same name
+            object.__setattr__(self, "target", self.name)
+        if self.kind == "env" and not self.here:
+            object.__setattr__(self, "here", ENV_UNSET)
+
+
+# what an environment variable the launcher does not set is, here
+ENV_UNSET = "not set by the launcher; yours reaches the run"
+
 
 _BOTH = ("train_llama3.sh", "train_llama2.sh")
 _L3 = ("train_llama3.sh",)
@@ -69,57 +79,49 @@ FORK_VARS: tuple[ForkVar, ...] = (
     ForkVar("TORCH_NCCL_HIGH_PRIORITY", "NCCL/RCCL streams at high priority (exported)", "env",
             _same("1"), here="set to 1 by the launcher's presets; yours is kept"),
     ForkVar("NCCL_CHECKS_DISABLE", "turns NCCL's argument checks off (exported)", "env",
-            _same("1"), here="not set by the launcher; yours reaches the run"),
+            _same("1")),
     ForkVar("NCCL_IB_HCA", "RDMA interfaces NCCL uses (exported; default: the first 8 of "
             "`rdma link`)", "env", _same("(from rdma link)"),
             sources=(*_BOTH, "README.md", "megatron-lm.rst"),
             here="not derived by the launcher; yours reaches the run"),
-    ForkVar("NCCL_IB_GID_INDEX", "RoCE GID index (exported)", "env", _same("3"),
-            here="not set by the launcher; yours reaches the run"),
-    ForkVar("NCCL_CROSS_NIC", "NCCL rings across NICs (exported)", "env", _same("0"),
-            here="not set by the launcher; yours reaches the run"),
+    ForkVar("NCCL_IB_GID_INDEX", "RoCE GID index (exported)", "env", _same("3")),
+    ForkVar("NCCL_CROSS_NIC", "NCCL rings across NICs (exported)", "env", _same("0")),
     ForkVar("CUDA_DEVICE_MAX_CONNECTIONS", "one hardware queue (exported; unset under FSDP)",
             "env", _same("1"), sources=(*_BOTH, "README.md"),
             here="set to 1 by the launcher's presets, left unset under FSDP; yours is kept (FSDP "
                  "with 1 is refused)"),
-    ForkVar("NCCL_PROTO", "NCCL protocol (exported)", "env", _same("Simple"),
-            here="not set by the launcher; yours reaches the run"),
-    ForkVar("RCCL_MSCCL_ENABLE", "RCCL's MSCCL algorithms (exported)", "env", _same("0"),
-            here="not set by the launcher; yours reaches the run"),
+    ForkVar("NCCL_PROTO", "NCCL protocol (exported)", "env", _same("Simple")),
+    ForkVar("RCCL_MSCCL_ENABLE", "RCCL's MSCCL algorithms (exported)", "env", _same("0")),
     ForkVar("TOKENIZERS_PARALLELISM", "tokenizer threads (exported)", "env", _same("false"),
             here="set to false by the launcher's presets; yours is kept"),
     ForkVar("HSA_NO_SCRATCH_RECLAIM", "keep kernel scratch memory (exported)", "env",
             _same("1"), here="set to 1 on AMD GPUs by the launcher's presets; yours is kept"),
     ForkVar("NCCL_SOCKET_IFNAME", "NCCL's socket interface (exported when NNODES > 1)", "env",
-            _same("ens51np0 (NNODES > 1)"), sources=(*_BOTH, *_DOCS),
-            here="not set by the launcher; yours reaches the run"),
+            _same("ens51np0 (NNODES > 1)"), sources=(*_BOTH, *_DOCS)),
     ForkVar("GLOO_SOCKET_IFNAME", "Gloo's socket interface (exported when NNODES > 1)", "env",
-            _same("ens51np0 (NNODES > 1)"), sources=(*_BOTH, *_DOCS),
-            here="not set by the launcher; yours reaches the run"),
+            _same("ens51np0 (NNODES > 1)"), sources=(*_BOTH, *_DOCS)),
     ForkVar("HF_TOKEN", "Hugging Face token for a gated tokenizer (read by the hub client)",
             "env", sources=("README.md", "megatron-lm.rst"),
             here="read by huggingface_hub when TOKENIZER_MODEL is a hub id; masked in tables"),
 
     # -- model, parallelism, batch -------------------------------------------------------------
     ForkVar("MODEL_SIZE", "model: 8 or 70 (train_llama3.sh), 7, 13 or 70 (train_llama2.sh)",
-            "toggle", _same("70"), sources=(*_BOTH, *_DOCS), target="MODEL_SIZE",
+            "toggle", _same("70"), sources=(*_BOTH, *_DOCS),
             here="the preset; 8, 70, 7, 13 are read as 8B, 70B, 7B, 13B", shape=True),
     ForkVar("TP", "tensor-parallel size", "toggle", _same("8"), sources=(*_BOTH, *_DOCS),
-            target="TP", shape=True),
-    ForkVar("PP", "pipeline-parallel size", "toggle", _same("1"), target="PP"),
-    ForkVar("CP", "context-parallel size", "toggle", _same("1"), target="CP"),
-    ForkVar("MBS", "micro-batch size", "toggle", _same("1"), sources=(*_BOTH, *_DOCS),
-            target="MBS", shape=True),
-    ForkVar("BS", "global batch size", "toggle", _same("8"), sources=(*_BOTH, *_DOCS),
-            target="BS", shape=True),
+            shape=True),
+    ForkVar("PP", "pipeline-parallel size", "toggle", _same("1")),
+    ForkVar("CP", "context-parallel size", "toggle", _same("1")),
+    ForkVar("MBS", "micro-batch size", "toggle", _same("1"), sources=(*_BOTH, *_DOCS), shape=True),
+    ForkVar("BS", "global batch size", "toggle", _same("8"), sources=(*_BOTH, *_DOCS), shape=True),
     ForkVar("SEQ_LENGTH", "sequence length", "toggle", {"llama3": "2048", "llama2": "4096"},
-            sources=(*_BOTH, *_DOCS), target="SEQ_LENGTH", shape=True),
+            sources=(*_BOTH, *_DOCS), shape=True),
     ForkVar("TOTAL_ITERS", "training iterations", "toggle", _same("12"),
-            sources=(*_BOTH, *_DOCS), target="TOTAL_ITERS", shape=True),
+            sources=(*_BOTH, *_DOCS), shape=True),
     ForkVar("SEQ_PARALLEL", "sequence parallel (1: --sequence-parallel)", "alias", _same("1"),
             target="SEQUENCE_PARALLEL"),
     ForkVar("FSDP", "torch FSDP2 (TP > 1 reset to 1, fusion and distributed optimizer off)",
-            "toggle", _same("0"), sources=(*_BOTH, *_DOCS), target="FSDP",
+            "toggle", _same("0"), sources=(*_BOTH, *_DOCS),
             here="FSDP2; TP > 1 with it is refused (the fork resets TP to 1), the fusion and the "
                  "distributed optimizer are turned off with a reason"),
     ForkVar("MEGATRON_FSDP", "Megatron-FSDP (--use-megatron-fsdp, fsdp_dtensor checkpoints)",
@@ -140,53 +142,46 @@ FORK_VARS: tuple[ForkVar, ...] = (
             here="megatron-core models are the only ones: MCORE=0 (the legacy model) cannot "
                  "run; unset MCORE"),
     ForkVar("RECOMPUTE", "1: full activation recompute of every layer", "toggle", _same("0"),
-            sources=(*_BOTH, *_DOCS), target="RECOMPUTE",
+            sources=(*_BOTH, *_DOCS),
             here="none/selective/full; the fork's 0 and 1 are read as none and full"),
 
     # -- precision -------------------------------------------------------------------------------
     ForkVar("TE_FP8", "1: an fp8 recipe (Transformer Engine)", "toggle", _same("0"),
-            sources=(*_BOTH, *_DOCS), target="TE_FP8"),
+            sources=(*_BOTH, *_DOCS)),
     ForkVar("TE_FP8_RECIPE", "delayed, tensorwise or mxfp8", "toggle", _same("delayed"),
-            sources=(*_BOTH, "README.md"), target="TE_FP8_RECIPE",
+            sources=(*_BOTH, "README.md"),
             here="with TE_FP8=1 (alone it is refused: the fork ignores it then)"),
-    ForkVar("TE_FP4", "1: an fp4 recipe", "toggle", {"llama3": "0"}, sources=_L3,
-            target="TE_FP4"),
+    ForkVar("TE_FP4", "1: an fp4 recipe", "toggle", {"llama3": "0"}, sources=_L3),
     ForkVar("TE_FP4_RECIPE", "nvfp4 or mxfp4", "toggle", {"llama3": "nvfp4"}, sources=_L3,
-            target="TE_FP4_RECIPE", here="with TE_FP4=1"),
+            here="with TE_FP4=1"),
     ForkVar("FP4_SELECTIVE_BF16", "keep the first/last layers in bf16 under fp4 (default: 0 for "
-            "mxfp4, 1 for nvfp4)", "toggle", {"llama3": "1 (mxfp4: 0)"}, sources=_L3,
-            target="FP4_SELECTIVE_BF16"),
+            "mxfp4, 1 for nvfp4)", "toggle", {"llama3": "1 (mxfp4: 0)"}, sources=_L3),
     ForkVar("FP4_BF16_START", "bf16 layers at the start", "alias", {"llama3": "2"},
             sources=_L3, target="FP4_BF16_LAYERS_START"),
     ForkVar("FP4_BF16_END", "bf16 layers at the end", "alias", {"llama3": "8"}, sources=_L3,
             target="FP4_BF16_LAYERS_END"),
     ForkVar("FP4_PARAM_GATHER", "1: --fp4-param-gather", "toggle", {"llama3": "0"},
-            sources=_L3, target="FP4_PARAM_GATHER"),
+            sources=_L3),
     ForkVar("FP8_PARAM_GATHER", "1: --fp8-param-gather (mxfp8 without FSDP: also "
             "--reuse-grad-buf-for-mxfp8-param-ag)", "toggle", _same("0"),
-            sources=(*_BOTH, "README.md"), target="FP8_PARAM_GATHER"),
+            sources=(*_BOTH, "README.md")),
     ForkVar("FP8_TRANSPOSE_CACHE", "1: keep the fp8 weight transpose caches (Megatron-FSDP)",
             "accept", _same("0"), accept=("0",),
             here="the cache flags belong to Megatron-FSDP (MEGATRON_FSDP), which this launcher "
                  "does not run; --keep-fp8-weight-transpose-cache-te is not a megatron-core "
                  "0.19.2 flag: unset FP8_TRANSPOSE_CACHE"),
 
-    # -- fusions and kernels ------------------------------------------------------------------------
-    ForkVar("GRADIENT_ACCUMULATION_FUSION", "fused wgrad accumulation", "toggle", _same("1"),
-            target="GRADIENT_ACCUMULATION_FUSION"),
-    ForkVar("DDP_AVERAGE_IN_COLLECTIVE", "average in the DP collective", "toggle", _same("1"),
-            target="DDP_AVERAGE_IN_COLLECTIVE"),
-    ForkVar("CROSS_ENTROPY_LOSS_FUSION", "fused cross-entropy", "toggle", _same("1"),
-            target="CROSS_ENTROPY_LOSS_FUSION"),
+    # -- fusions and kernels ---------------------------------------------------------------------
+    ForkVar("GRADIENT_ACCUMULATION_FUSION", "fused wgrad accumulation", "toggle", _same("1")),
+    ForkVar("DDP_AVERAGE_IN_COLLECTIVE", "average in the DP collective", "toggle", _same("1")),
+    ForkVar("CROSS_ENTROPY_LOSS_FUSION", "fused cross-entropy", "toggle", _same("1")),
     ForkVar("CROSS_ENTROPY_FUSION_IMPL", "native or te", "toggle", _same("te"),
-            target="CROSS_ENTROPY_FUSION_IMPL",
             here="default native: te is refused on megatron-core 0.19.2 (its validate_args "
                  "asserts)"),
     ForkVar("FUSED_SINGLE_QKV_ROPE", "RoPE on the packed QKV in one kernel", "toggle",
-            _same("1"), target="FUSED_SINGLE_QKV_ROPE"),
-    ForkVar("GRAD_REDUCE_IN_BF16", "bf16 gradient buffer and reduce", "toggle", _same("1"),
-            target="GRAD_REDUCE_IN_BF16"),
-    ForkVar("ROPE_FUSION", "0: --no-rope-fusion", "toggle", _same("1"), target="ROPE_FUSION",
+            _same("1")),
+    ForkVar("GRAD_REDUCE_IN_BF16", "bf16 gradient buffer and reduce", "toggle", _same("1")),
+    ForkVar("ROPE_FUSION", "0: --no-rope-fusion", "toggle", _same("1"),
             here="on with Transformer Engine (its kernel); 1 on another backend is refused"),
     ForkVar("USE_FLASH_ATTN", "1: --use-flash-attn; 0 (train_llama3.sh): --attention-backend "
             "fused", "alias", {"llama3": "0", "llama2": "1"}, sources=(*_BOTH, *_DOCS),
@@ -194,7 +189,7 @@ FORK_VARS: tuple[ForkVar, ...] = (
             here="1 -> ATTENTION_BACKEND=flash, 0 -> fused (Transformer Engine's attention; "
                  "another backend refuses it)"),
     ForkVar("GEMM_TUNING", "1: TE_HIPBLASLT_TUNING_RUN_COUNT=10, TE_HIPBLASLT_TUNING_ALGO_COUNT"
-            "=50", "toggle", _same("1"), sources=(*_BOTH, *_DOCS), target="GEMM_TUNING",
+            "=50", "toggle", _same("1"), sources=(*_BOTH, *_DOCS),
             here="the same variables on AMD GPUs with Transformer Engine; off by default here"),
     ForkVar("NO_TORCH_COMPILE", "1: no torch.compile (older scripts; AMD's documented "
             "commands set it)", "accept", sources=("megatron-lm.rst",), accept=("1",),
@@ -208,7 +203,7 @@ FORK_VARS: tuple[ForkVar, ...] = (
 
     # -- data and tokenizer ------------------------------------------------------------------------
     ForkVar("DATA_PATH", "dataset prefix (unset: mock data)", "toggle",
-            sources=(*_BOTH, *_DOCS), target="DATA_PATH",
+            sources=(*_BOTH, *_DOCS),
             here="a prefix or blend, checked before torchrun; unset: mock data"),
     ForkVar("MOCK_DATA", "1: mock data, 0: DATA_PATH (AMD's docs)", "accept",
             sources=("megatron-lm.rst",), accept=("0", "1"),
@@ -221,39 +216,37 @@ FORK_VARS: tuple[ForkVar, ...] = (
                  "or hub id (e.g. NousResearch/Llama-2-7b-chat-hf) and unset TOKENIZER_TYPE"),
     ForkVar("TOKENIZER_MODEL", "Hugging Face hub id or folder", "toggle",
             {"llama3": "NousResearch/Meta-Llama-3-8B", "llama2": "NousResearch/Llama-2-7b-chat-hf"},
-            sources=(*_BOTH, *_DOCS), target="TOKENIZER_MODEL",
+            sources=(*_BOTH, *_DOCS),
             here="a folder, tokenizer.json or hub id (from the hub's cache, or downloaded where "
                  "the hub is reachable); unset: the dataset's tokenizer, mock data: none"),
     ForkVar("DATA_CACHE_PATH", "--data-cache-path when NNODES > 1", "toggle",
-            _same("/root/cache"), sources=(*_BOTH, *_DOCS), target="DATA_CACHE_PATH",
+            _same("/root/cache"), sources=(*_BOTH, *_DOCS),
             here="--data-cache-path whenever set"),
 
     # -- output, checkpoints, logging --------------------------------------------------------------
     ForkVar("EXP_NAME", "names the log file (LOG_DIR/output_EXP_NAME.log)", "toggle",
-            _same("perf"), target="EXP_NAME",
+            _same("perf"),
             here="names the run folder under EXPERIMENT_DIR (the log is train.log in it)"),
     ForkVar("LOG_DIR", "the run's folder (default: experiment/<shape>/<precision>/<time>)",
-            "toggle", _same("experiment/..."), target="LOG_DIR",
+            "toggle", _same("experiment/..."),
             here="the run folder, named whole; one that holds a run is refused"),
     ForkVar("TEE_OUTPUT", "1: output to the console and the log; 0: the log only", "toggle",
-            _same("1"), sources=(*_BOTH, *_DOCS), target="TEE_OUTPUT"),
+            _same("1"), sources=(*_BOTH, *_DOCS)),
     ForkVar("NO_TRAINING", "1: skip training, only summarise an existing log", "accept",
             _same("0"), accept=("0",),
             here="DRY_RUN=1 resolves a launch without training; a finished run's summary is in "
                  "its manifest.json and at the end of its train.log"),
     ForkVar("ENABLE_PROFILING", "1: --profile --use-pytorch-profiler", "alias", _same("0"),
             sources=(*_BOTH, *_DOCS), target="PROFILE"),
-    ForkVar("LOG_INTERVAL", "iterations between log lines", "toggle", _same("1"),
-            target="LOG_INTERVAL"),
+    ForkVar("LOG_INTERVAL", "iterations between log lines", "toggle", _same("1")),
     ForkVar("EVAL_INTERVAL", "iterations between evaluations (with SAVE_CKPT_PATH; otherwise "
-            "320000)", "toggle", _same("5000"), target="EVAL_INTERVAL"),
+            "320000)", "toggle", _same("5000")),
     ForkVar("EVAL_ITERS", "batches per evaluation", "toggle", _same("-1"),
-            target="EVAL_ITERS", here="0 or more (0: no evaluation); the fork's -1 is refused"),
+            here="0 or more (0: no evaluation); the fork's -1 is refused"),
     ForkVar("SAVE_INTERVAL", "iterations between checkpoints (with SAVE_CKPT_PATH)", "toggle",
-            _same("5000"), target="SAVE_INTERVAL"),
+            _same("5000")),
     ForkVar("CKPT_FORMAT", "--ckpt-format (with SAVE_CKPT_PATH)", "toggle", _same("torch"),
-            target="CKPT_FORMAT", here="--ckpt-format whenever set (Megatron's default: "
-                                       "torch_dist)"),
+            here="--ckpt-format whenever set (Megatron's default: torch_dist)"),
     ForkVar("SAVE_CKPT_PATH", "checkpoint folder to save to", "alias", target="SAVE"),
     ForkVar("LOAD_CKPT_PATH", "load weights only (--no-load-optim --no-load-rng "
             "--use-checkpoint-args --exit-on-missing-checkpoint)", "refuse",
@@ -266,12 +259,10 @@ FORK_VARS: tuple[ForkVar, ...] = (
 
     # -- cluster --------------------------------------------------------------------------------
     ForkVar("MASTER_ADDR", "rendezvous host", "toggle", _same("localhost"),
-            sources=(*_BOTH, *_DOCS), target="MASTER_ADDR"),
-    ForkVar("MASTER_PORT", "rendezvous port", "toggle", {"llama3": "6000", "llama2": "6020"},
-            target="MASTER_PORT"),
-    ForkVar("NNODES", "nodes", "toggle", _same("1"), sources=(*_BOTH, *_DOCS), target="NNODES"),
-    ForkVar("NODE_RANK", "this node's rank", "toggle", _same("0"), sources=(*_BOTH, *_DOCS),
-            target="NODE_RANK"),
+            sources=(*_BOTH, *_DOCS)),
+    ForkVar("MASTER_PORT", "rendezvous port", "toggle", {"llama3": "6000", "llama2": "6020"}),
+    ForkVar("NNODES", "nodes", "toggle", _same("1"), sources=(*_BOTH, *_DOCS)),
+    ForkVar("NODE_RANK", "this node's rank", "toggle", _same("0"), sources=(*_BOTH, *_DOCS)),
 )
 
 # The commands the fork's README and AMD's docs give, verbatim (a line break inside one is the
@@ -303,7 +294,8 @@ DOCUMENTED_COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("readme.md", "MASTER_ADDR=address NNODES=N NODE_RANK=i ./examples/llama/train_llama2.sh",
      "bad input"),
     ("readme.md", "DATA_PATH=bookcorpus/data_text_document "
-                  "TOKENIZER_MODEL=NousResearch/Llama-2-7b-chat-hf ./examples/llama/train_llama2.sh",
+                  "TOKENIZER_MODEL=NousResearch/Llama-2-7b-chat-hf "
+                  "./examples/llama/train_llama2.sh",
      "data_path"),
     ("megatron-lm.rst", "TEE_OUTPUT=1 MBS=2 BS=128 TP=1 TE_FP8=1 SEQ_LENGTH=8192 MODEL_SIZE=8 "
                         "TOTAL_ITERS=50 bash examples/llama/train_llama3.sh", "runs"),
