@@ -150,6 +150,13 @@ def test_tiny_trains_30_iterations_along_the_recorded_curve(tiny_run, backend):
     assert all(0 < m["mem_peak_fwd_bwd_gib"] <= m["mem_peak_allocated_gib"] and
                0 < m["mem_peak_step_gib"] <= m["mem_peak_allocated_gib"] for m in steps)
     print(f"{backend}: peak GiB by phase {json.dumps(phases)}")
+    # the ROCm fork's closing lines, after ours, in the log its users grep (issue 20)
+    log = (run / "train.log").read_text().splitlines()
+    ours = max(i for i, line in enumerate(log) if line.startswith("[summary] tokens/s/GPU"))
+    fork = [line.split(": ")[0] for line in log[ours + 1:ours + 5]]
+    assert fork == ["throughput per GPU", "elapsed time per iteration", "tokens/GPU/s",
+                    "mem usages"], log[ours:ours + 5]
+    assert 0 < float(log[ours + 4].split(": ")[1]) < 1
     if backend == "transformer_engine":
         check_te_path_ran_with_every_default_on_toggle(run)
 
