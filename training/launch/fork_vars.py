@@ -251,8 +251,9 @@ FORK_VARS: tuple[ForkVar, ...] = (
     ForkVar("LOAD_CKPT_PATH", "load weights only (--no-load-optim --no-load-rng "
             "--use-checkpoint-args --exit-on-missing-checkpoint)", "refuse",
             here="LOAD=<folder> resumes a run of this launcher (weights, optimizer and RNG; a "
-                 "missing checkpoint is refused); for weights only add --no-load-optim "
-                 "--no-load-rng after the script name"),
+                 "missing checkpoint is refused), and --no-load-optim --no-load-rng after the "
+                 "script name keep its weights only; PRETRAINED_CHECKPOINT=<folder> starts from "
+                 "a Hugging Face model imported with python -m training.checkpoint import"),
     ForkVar("WANDB_API_KEY", "set: log to Weights & Biases (project LLama)", "derive",
             target="WANDB_PROJECT",
             here="WANDB_PROJECT=LLama unless you set it (needs wandb); masked in tables"),
