@@ -119,6 +119,11 @@ CASES: list[Case] = [
     Case("launch: CKPT_FORMAT=torch with FSDP", LAUNCH,
          _l3("FSDP=1", "CKPT_FORMAT=torch", "PLATFORM=h200", "GPUS_PER_NODE=8"), "CKPT_FORMAT",
          env=DRY),
+    # -- a recipe layer's variables where the layer does not run -------------------------------
+    Case("launch: MLPERF_DIVISION=open", LAUNCH, _l3("MLPERF_DIVISION=open"),
+         "run_llama31_8b.sh", env=DRY),
+    Case("train_llama3.sh: MLPERF_TARGET_LOSS in the environment", TRAIN3, [],
+         "MLPERF_TARGET_LOSS", env={**DRY, "MLPERF_TARGET_LOSS": "3.3"}),
     Case("launch: two spellings of one knob", LAUNCH,
          _l3("SEQ_PARALLEL=1", "SEQUENCE_PARALLEL=0"), "two values", env=DRY),
     # -- the bash entry points, as a user types them --------------------------------------------

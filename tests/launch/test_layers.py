@@ -122,3 +122,63 @@ def test_a_launch_loads_no_feature_family(base_env):
                           env=dict(base_env, DRY_RUN="1", COLUMNS="200"), timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "LOADED []" in proc.stderr
+
+
+# -- a layer's variables given to an entry point that does not run the layer ------------------
+
+def _layer_refusal(base_env, words=(), **env) -> str:
+    with pytest.raises(Refusals) as err:
+        resolve("llama3", dict(base_env, DRY_RUN="1", **env), list(words))
+    text = str(err.value)
+    assert "[layer_variables]" in text, text
+    return text
+
+
+def test_mlperf_variables_on_the_core_launch_are_refused_with_the_entry_to_use(base_env):
+    """MLPERF_DIVISION=open with train_llama3.sh was silently ignored (the recipe layer runs only
+    under run_llama31_8b.sh): refused, naming that script, from the environment or as a word;
+    so is the run's own MLPERF_RUN, which would half-turn the run into an MLPerf one."""
+    from training.launch.layers import ENTRIES
+
+    script = next(e.script for e in ENTRIES if e.prefix == "MLPERF_")
+    text = _layer_refusal(base_env, ["MLPERF_ORG=acme"], MLPERF_DIVISION="open")
+    assert "MLPERF_DIVISION, MLPERF_ORG" in text and f"Run {script}" in text
+    assert "MLPERF_RUN" in _layer_refusal(base_env, MLPERF_RUN="{}")
+
+
+def test_a_layer_variable_of_the_machine_is_a_notice(base_env):
+    """A site may export MLPERF_CACHE_CLEAR_CMD for every job: the core launch says it does
+    not use it, and runs."""
+    result = resolve("llama3", dict(base_env, DRY_RUN="1", MLPERF_CACHE_CLEAR_CMD="true"))
+    (notice,) = [n.message for n in result.settings.notices if n.guard == "layer_variables"]
+    assert notice.startswith("MLPERF_CACHE_CLEAR_CMD is for ") and "does not use it" in notice
+
+
+def test_an_empty_layer_variable_in_the_environment_is_unset(base_env):
+    result = resolve("llama3", dict(base_env, DRY_RUN="1", MLPERF_DIVISION=""))
+    assert result.ctx.layer_given == {}
+
+
+def test_a_layer_that_runs_takes_its_own_variables(base_env):
+    """The toy layer's prefix is no entry's; an entry's variables pass where its layer runs."""
+    from training.launch.layers import LayerEntry, entry_elsewhere
+
+    toggles = (Toggle("MLPERF_X", "str", None, LAUNCHER, "x"),)
+    assert entry_elsewhere("MLPERF_DIVISION", toggles) is None
+    assert isinstance(entry_elsewhere("MLPERF_DIVISION", ()), LayerEntry)
+    assert entry_elsewhere("WIDGET", ()) is None
+
+
+def test_every_layer_entry_names_a_script_and_its_layers_variables_carry_the_prefix():
+    """ENTRIES is data in the core (which imports no family): each layer's toggles, and the
+    variable its launch exports to the run, start with the prefix its entry declares."""
+    from training.launch.layers import ENTRIES
+    from training.mlperf import launch as mlperf_launch
+    from training.mlperf.layer import TOGGLES
+
+    (entry,) = [e for e in ENTRIES if e.prefix == "MLPERF_"]
+    assert (REPO / entry.script).is_file()
+    assert "training.mlperf.launch" in (REPO / entry.script).read_text()
+    assert all(t.name.startswith(entry.prefix) for t in TOGGLES)
+    assert set(entry.machine) <= {t.name for t in TOGGLES}
+    assert mlperf_launch.RUN_ENV.startswith(entry.prefix)

@@ -132,3 +132,27 @@ def test_the_gpu_tests_fp8_launches_validate(base_env, precision):
                                 PRECISION=precision, GPUS_PER_NODE=1, **RECIPE_SHAPE))
     assert args.num_layers == 1 and args.hidden_size % 128 == 0
     assert args.ffn_hidden_size % 128 == 0 and args.seq_length * args.micro_batch_size % 128 == 0
+
+
+@pytest.mark.parametrize("words", [["SAVE={ckpt}"], ["SAVE_CKPT_PATH={ckpt}"], ["--save", "{ckpt}"]])
+def test_save_without_save_interval_gets_the_forks_default_and_validates(base_env, tmp_path, words):
+    """SAVE alone once reached Megatron without --save-interval and it asserted after torchrun.
+    The launch now derives the ROCm fork's SAVE_INTERVAL (shown as derived, with why) and
+    Megatron's validate_args accepts it."""
+    from training.launch.fork_vars import BY_NAME
+
+    result = launch(base_env, words=[w.format(ckpt=tmp_path / "ckpt") for w in words])
+    interval = result.settings.setting("SAVE_INTERVAL")
+    assert interval.value == int(BY_NAME["SAVE_INTERVAL"].defaults["llama3"])
+    assert interval.source == "derived" and "SAVE is set" in interval.reason
+    args = megatron_args(result)
+    assert args.save == str(tmp_path / "ckpt") and args.save_interval == interval.value
+
+
+def test_a_users_save_interval_is_kept_and_none_without_save(base_env, tmp_path):
+    result = launch(base_env, SAVE=tmp_path / "ckpt", SAVE_INTERVAL=7)
+    assert result.settings.setting("SAVE_INTERVAL").source == "env"
+    assert megatron_args(result).save_interval == 7
+    result = launch(base_env)
+    assert result.settings["SAVE_INTERVAL"] is None
+    assert "--save-interval" not in result.command_line

@@ -157,16 +157,18 @@ def test_rule_changing_megatron_flags_are_refused_in_closed_only(mlperf_env):
 
 def test_without_the_recipe_layer_the_core_knows_no_mlperf_knob(mlperf_env):
     """train_llama3.sh has no MLPerf knobs: the recipe (values, knobs, guard) comes with
-    run_llama31_8b.sh's layer only. MLPERF_DIVISION in the environment is nobody's variable;
-    as a word it is exported like any other non-toggle."""
-    by_hand = {"MODEL_SIZE": "3.1-8B", "ADAM_EPS": "1e-5", "LR_DECAY_ITERS": "1200000",
-               "MLPERF_DIVISION": "closed"}
+    run_llama31_8b.sh's layer only. MLPERF_DIVISION given to it, in the environment or as a
+    word, is refused with that script's name (it was silently ignored), never applied."""
+    by_hand = {"MODEL_SIZE": "3.1-8B", "ADAM_EPS": "1e-5", "LR_DECAY_ITERS": "1200000"}
     launch = resolve("llama3", dict(mlperf_env, **by_hand))
     assert "MLPERF_DIVISION" not in launch.settings.values
     assert not [n for n in launch.settings.notices if n.guard == "mlperf_closed_rules"]
     assert launch.settings["LR_DECAY_ITERS"] == 1_200_000          # a core knob
-    launch = resolve("llama3", mlperf_env, ["MLPERF_DIVISION=closed"])
-    assert launch.passthrough_env == {"MLPERF_DIVISION": "closed"}
+    for env, words in (({"MLPERF_DIVISION": "closed"}, []), ({}, ["MLPERF_DIVISION=closed"])):
+        with pytest.raises(Refusals) as err:
+            resolve("llama3", dict(mlperf_env, **by_hand, **env), words)
+        assert [r.guard for r in err.value.refusals] == ["layer_variables"]
+        assert "run_llama31_8b.sh" in str(err.value)
 
 
 def test_megatron_accepts_the_recipe_launch(mlperf_env):

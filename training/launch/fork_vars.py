@@ -244,7 +244,7 @@ FORK_VARS: tuple[ForkVar, ...] = (
     ForkVar("EVAL_ITERS", "batches per evaluation", "toggle", _same("-1"),
             here="0 or more (0: no evaluation); the fork's -1 is refused"),
     ForkVar("SAVE_INTERVAL", "iterations between checkpoints (with SAVE_CKPT_PATH)", "toggle",
-            _same("5000")),
+            _same("5000"), here="unset with SAVE: the fork's default (source derived)"),
     ForkVar("CKPT_FORMAT", "--ckpt-format (with SAVE_CKPT_PATH)", "toggle", _same("torch"),
             here="--ckpt-format whenever set (Megatron's default: torch_dist)"),
     ForkVar("SAVE_CKPT_PATH", "checkpoint folder to save to", "alias", target="SAVE"),

@@ -48,6 +48,8 @@ class LaunchContext:
     flag_problems: list[str] = field(default_factory=list)  # flags the launcher builds itself
     clashes: list[str] = field(default_factory=list)     # two spellings of a knob disagree
     fork_given: dict[str, tuple[str, str]] = field(default_factory=dict)  # fork_vars.OWN given
+    layer_given: dict[str, tuple[str, Any]] = field(default_factory=dict)  # another entry's
+                                                     # layer variables: name -> (source, entry)
     run_name: str = ""                               # the run folder's name (EXP_NAME or derived)
     log_dir: Path | None = None                      # the run folder
     run_folder_problem: str | None = None            # why it cannot take this run, or None
@@ -150,6 +152,23 @@ def fork_variables(ctx: LaunchContext) -> None:
     if problems:
         raise Refusal("fork_variables", "\n  ".join(["variables this launcher cannot honour:",
                                                       *problems]))
+
+
+@guard
+def layer_variables(ctx: LaunchContext) -> None:
+    """A recipe layer's variable (MLPERF_*) given to an entry point that does not run the layer is refused (one of the machine: a notice)."""
+    by_entry: dict[Any, list[str]] = {}
+    for name, (_source, entry) in ctx.layer_given.items():
+        if name in entry.machine:
+            ctx.settings.info("layer_variables", f"{name} is for {entry.script} ({entry.what}); "
+                                                 "this launch does not use it.")
+        else:
+            by_entry.setdefault(entry, []).append(name)
+    problems = [f"{', '.join(names)}: {'a variable' if len(names) == 1 else 'variables'} of "
+                f"{entry.what}, which only {entry.script} applies, not this launch. Run "
+                f"{entry.script}, or unset {' '.join(names)}." for entry, names in by_entry.items()]
+    if problems:
+        raise Refusal("layer_variables", "\n  ".join(problems))
 
 
 @guard

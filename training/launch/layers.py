@@ -21,6 +21,12 @@ and checkpoint import are meant to be others. A layer brings:
 
 The order in resolve.prepare: registry defaults -> user values -> layers' values (in the order
 given) -> model preset -> derivation -> guards (core, then each layer's).
+
+A layer's variables mean nothing to a launch without it: ENTRIES names each layer's variable
+prefix and the entry point that applies them, so that such a variable given to another entry
+point is refused (guard layer_variables) instead of silently ignored; one that describes the
+machine (a site's page-cache hook) gets a notice. A test checks each
+layer's toggles carry its prefix.
 """
 from __future__ import annotations
 
@@ -44,6 +50,32 @@ class RecipeLayer:
     values: Callable[[Settings], list[RecipeValue]]
     toggles: tuple[Toggle, ...] = ()
     guards: tuple[Callable[[Any], None], ...] = ()
+
+
+@dataclass(frozen=True)
+class LayerEntry:
+    prefix: str     # every variable of the layer (its toggles, what it exports) starts so
+    what: str       # the layer, in words
+    script: str     # the entry point that applies it
+    machine: tuple[str, ...] = ()   # its variables that describe the machine, not the run
+                                    # (a site may export them for every job): a notice only
+
+
+ENTRIES: tuple[LayerEntry, ...] = (
+    LayerEntry("MLPERF_", "the MLPerf llama31_8b recipe",
+               "examples/mlperf/llama31_8b/run_llama31_8b.sh",
+               machine=("MLPERF_CACHE_CLEAR_CMD",)),
+)
+
+
+def entry_elsewhere(name: str, toggles: Sequence[Toggle]) -> LayerEntry | None:
+    """The layer entry `name` belongs to when this launch does not run that layer (its
+    variables would be ignored), else None."""
+    for entry in ENTRIES:
+        if name.startswith(entry.prefix) and not any(t.name.startswith(entry.prefix)
+                                                     for t in toggles):
+            return entry
+    return None
 
 
 def registry_with(layers: Sequence[RecipeLayer]) -> tuple[Toggle, ...]:

@@ -26,7 +26,8 @@ from . import capabilities as capabilities_mod
 from . import megatron_info
 from .environment import resolve_environment
 from .guards import GUARDS, LaunchContext, run_guards, visible_gpu_count
-from .layers import RecipeLayer, RecipeValue, apply_layers, registry_with
+from .layers import (LayerEntry, RecipeLayer, RecipeValue, apply_layers, entry_elsewhere,
+                     registry_with)
 from .presets import FAMILIES, preset_for
 from .recipes import Recipe, derive_precision
 from .runfolder import default_run_name, folder_problem, holds_run, new_run_id, run_dir
@@ -102,6 +103,8 @@ class _Given:
     clashes: list[str]                 # two spellings of one knob that disagree
     flag_clashes: list[str]            # a flag after the script that contradicts its toggle
     fork: dict[str, tuple[str, str]]   # the fork's own variables given: name -> (raw, source)
+    elsewhere: dict[str, tuple[str, LayerEntry]]  # a recipe layer's variable this launch
+                                                  # does not run: name -> (source, layer)
 
 
 def _initial_settings(family: str, toggles: tuple[Toggle, ...], environ: dict[str, str],
@@ -119,7 +122,7 @@ def _initial_settings(family: str, toggles: tuple[Toggle, ...], environ: dict[st
         settings.values[toggle.name] = Setting(toggle.name, toggle.default, "default")
     settings.values["MODEL_SIZE"] = Setting("MODEL_SIZE", FAMILIES[family][1], "default")
 
-    given = _Given(settings, {}, [], [], [], {})
+    given = _Given(settings, {}, [], [], [], {}, {})
     said: dict[tuple[str, str], tuple[str, object]] = {}   # (toggle, source) -> (as typed, value)
     for source, values in (("env", environ), ("cli", assignments)):
         for name, raw in values.items():
@@ -147,6 +150,11 @@ def _initial_settings(family: str, toggles: tuple[Toggle, ...], environ: dict[st
                 given.fork[name] = (raw, source)
                 if source == "cli" and fork_vars.OWN[name].kind == "derive":
                     given.passthrough[name] = raw   # a credential the run itself reads
+                continue
+            entry = entry_elsewhere(name, toggles)
+            if entry is not None:
+                if raw != "" or source == "cli":
+                    given.elsewhere[name] = (source, entry)
                 continue
             close = closest_toggle(name, known) if _ENV_NAME.match(name) else None
             if close is not None:
@@ -240,6 +248,11 @@ def _derive_schedule(settings: Settings) -> None:
         s.put("SEQUENCE_PARALLEL", s["TP"] > 1, "derived",
               "on with TP>1 (activations sharded along the sequence)" if s["TP"] > 1
               else "off with TP=1")
+    if s.get("SAVE") and s.get("SAVE_INTERVAL") is None:   # Megatron asserts one with --save
+        s.put("SAVE_INTERVAL", parse_value(_REGISTRY_BY_NAME["SAVE_INTERVAL"],
+                                           fork_vars.BY_NAME["SAVE_INTERVAL"].defaults["llama3"]),
+              "derived", "SAVE is set: the ROCm fork's default; Megatron also saves the last "
+                         "iteration")
     iters = s["TOTAL_ITERS"]
     if s.get("WARMUP_ITERS") is None:
         s.put("WARMUP_ITERS", max(iters // 10, 0), "derived", "10% of TOTAL_ITERS")
@@ -398,7 +411,7 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
                          user_args=extra.kept + after.kept, extra_args=extra.kept,
                          flag_problems=extra.problems + after.problems + user.flag_clashes,
                          clashes=user.clashes,
-                         fork_given=user.fork, run_name=name,
+                         fork_given=user.fork, layer_given=user.elsewhere, run_name=name,
                          log_dir=log_dir, run_folder_problem=folder, datasets=datasets,
                          tokenizer=tokenizer,
                          lookalikes=user.lookalikes, passthrough=user.passthrough,

@@ -645,7 +645,9 @@ REGISTRY: tuple[Toggle, ...] = (
            flag="--metrics-warmup-iters", group="output", check=AT_LEAST_0),
     Toggle("SAVE", "path", None, OUTPUT_ARGS, "Checkpoint directory to save to.",
            flag="--save", group="output", aliases=(Alias("SAVE_CKPT_PATH"),)),
-    Toggle("SAVE_INTERVAL", "int", None, OUTPUT_ARGS, "Iterations between checkpoints.",
+    Toggle("SAVE_INTERVAL", "int", None, OUTPUT_ARGS,
+           "Iterations between checkpoints (the last iteration is saved too). Unset with SAVE: "
+           "the ROCm fork's default, shown as derived.",
            flag="--save-interval", group="output", check=AT_LEAST_1),
     Toggle("LOAD", "path", None, OUTPUT_ARGS,
            "Checkpoint directory to resume from; empty is refused unless RESUME=auto.",
