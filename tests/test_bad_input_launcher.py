@@ -64,7 +64,7 @@ CASES: list[Case] = [
         "EVAL_ITERS=-1", "LR=nan", "LR=0", "LR=-3e-4", "MIN_LR=-1", "MIN_LR=inf",
         "ADAM_BETA1=1.5", "ADAM_BETA2=1", "ADAM_EPS=-1e-8", "WEIGHT_DECAY=-0.1", "CLIP_GRAD=-1",
         "MASTER_PORT=0", "MASTER_PORT=70000", "MASTER_ADDR=", "MASTER_ADDR=node 0",
-        "SPLIT=abc", "SPLIT=0,1,0", "SEED=-1", "TE_FP8=2", "PRECISION=fp6", "PLATFORM=tpu",
+        "SPLIT=abc", "SPLIT=0,1,0", "SEED=-1", "OPTIMIZER_OFFLOAD_FRACTION=2", "TE_FP8=2", "PRECISION=fp6", "PLATFORM=tpu",
         "MODEL_SIZE=8x7B")],
     Case("launch: a stray word", LAUNCH, _l3("oops"), "unexpected word", env=DRY),
     # -- Megatron flags the launcher builds --------------------------------------------------------
@@ -124,6 +124,7 @@ CASES: list[Case] = [
          "run_llama31_8b.sh", env=DRY),
     Case("train_llama3.sh: MLPERF_TARGET_LOSS in the environment", TRAIN3, [],
          "MLPERF_TARGET_LOSS", env={**DRY, "MLPERF_TARGET_LOSS": "3.3"}),
+    Case("train_llama3.sh: EP=8", TRAIN3, ["EP=8"], "train_qwen3_moe.sh", env=DRY),
     Case("launch: two spellings of one knob", LAUNCH,
          _l3("SEQ_PARALLEL=1", "SEQUENCE_PARALLEL=0"), "two values", env=DRY),
     # -- the bash entry points, as a user types them --------------------------------------------

@@ -17,7 +17,7 @@ from training.launch.toggles import LAUNCHER, Toggle
 
 REPO = Path(__file__).resolve().parents[2]
 CORE = ("training/launch", "training/run_description.py", "training/platforms.py")
-FAMILIES = ("training.mlperf",)
+FAMILIES = ("training.mlperf", "training.moe")
 
 
 def _toy_layer(refuse: bool = False) -> RecipeLayer:
@@ -169,16 +169,33 @@ def test_a_layer_that_runs_takes_its_own_variables(base_env):
     assert entry_elsewhere("WIDGET", ()) is None
 
 
-def test_every_layer_entry_names_a_script_and_its_layers_variables_carry_the_prefix():
+def test_every_layer_entry_names_its_scripts_and_covers_its_layers_variables():
     """ENTRIES is data in the core (which imports no family): each layer's toggles, and the
-    variable its launch exports to the run, start with the prefix its entry declares."""
-    from training.launch.layers import ENTRIES
-    from training.mlperf import launch as mlperf_launch
-    from training.mlperf.layer import TOGGLES
+    variable its launch exports to the run, are covered by its entry, whose scripts run the
+    layer's launcher; no core toggle is covered by any entry."""
+    import re
 
-    (entry,) = [e for e in ENTRIES if e.prefix == "MLPERF_"]
-    assert (REPO / entry.script).is_file()
-    assert "training.mlperf.launch" in (REPO / entry.script).read_text()
-    assert all(t.name.startswith(entry.prefix) for t in TOGGLES)
-    assert set(entry.machine) <= {t.name for t in TOGGLES}
-    assert mlperf_launch.RUN_ENV.startswith(entry.prefix)
+    from training.launch.layers import ENTRIES
+    from training.launch.toggles import REGISTRY
+    from training.mlperf import launch as mlperf_launch
+    from training.mlperf.layer import TOGGLES as MLPERF
+    from training.moe.layer import TOGGLES as MOE
+
+    entries = {e.prefix: e for e in ENTRIES}
+    for prefix, toggles, module, extra in (("MLPERF_", MLPERF, "training.mlperf.launch",
+                                            [mlperf_launch.RUN_ENV]),
+                                           ("MOE_", MOE, "training.moe.launch", [])):
+        entry = entries[prefix]
+        scripts = re.findall(r"examples/\S+\.sh", entry.script)
+        assert scripts and all(module in (REPO / s).read_text() for s in scripts), entry.script
+        names = [t.name for t in toggles] + extra
+        assert all(entry.covers(n) for n in names), [n for n in names if not entry.covers(n)]
+        assert set(entry.machine) <= set(names)
+    assert not [t.name for t in REGISTRY for e in ENTRIES if e.covers(t.name)]
+
+
+def test_moe_variables_on_the_llama_launch_are_refused(base_env):
+    """EP=8 with train_llama3.sh was silently ignored (the MoE layer runs only under
+    examples/moe/): refused, naming those scripts."""
+    text = _layer_refusal(base_env, ["MOE_GROUPED_GEMM=0"], EP="8")
+    assert "EP, MOE_GROUPED_GEMM" in text and "train_qwen3_moe.sh" in text

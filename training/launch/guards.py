@@ -156,7 +156,7 @@ def fork_variables(ctx: LaunchContext) -> None:
 
 @guard
 def layer_variables(ctx: LaunchContext) -> None:
-    """A recipe layer's variable (MLPERF_*) given to an entry point that does not run the layer is refused (one of the machine: a notice)."""
+    """A recipe layer's variable (MLPERF_*, EP, MOE_*) given to an entry point without the layer is refused (one of the machine: a notice)."""
     by_entry: dict[Any, list[str]] = {}
     for name, (_source, entry) in ctx.layer_given.items():
         if name in entry.machine:
@@ -621,10 +621,6 @@ def optimizer_state(ctx: LaunchContext) -> None:
                "Keep fp32 moments, or beta2 <= 0.99.")
     if not s["OPTIMIZER_CPU_OFFLOAD"]:
         return
-    fraction = s["OPTIMIZER_OFFLOAD_FRACTION"]
-    if not 0 < fraction <= 1:
-        raise Refusal("optimizer_state",
-                      f"OPTIMIZER_OFFLOAD_FRACTION={fraction:g}: use a share in (0, 1].")
     if s["ADAM_MOMENTS_DTYPE"] != "fp32" or s["MASTER_WEIGHTS"] != "fp32":
         raise Refusal("optimizer_state",
                       "OPTIMIZER_CPU_OFFLOAD=1 with low-precision state: Megatron's "

@@ -54,17 +54,24 @@ class RecipeLayer:
 
 @dataclass(frozen=True)
 class LayerEntry:
-    prefix: str     # every variable of the layer (its toggles, what it exports) starts so
+    prefix: str     # the layer's variables (its toggles, what it exports) start so
     what: str       # the layer, in words
-    script: str     # the entry point that applies it
+    script: str     # the entry point(s) that apply it
+    names: tuple[str, ...] = ()     # its variables without the prefix
     machine: tuple[str, ...] = ()   # its variables that describe the machine, not the run
                                     # (a site may export them for every job): a notice only
+
+    def covers(self, name: str) -> bool:
+        return name.startswith(self.prefix) or name in self.names
 
 
 ENTRIES: tuple[LayerEntry, ...] = (
     LayerEntry("MLPERF_", "the MLPerf llama31_8b recipe",
                "examples/mlperf/llama31_8b/run_llama31_8b.sh",
                machine=("MLPERF_CACHE_CLEAR_CMD",)),
+    LayerEntry("MOE_", "the mixture-of-experts family",
+               "examples/moe/train_qwen3_moe.sh or examples/moe/train_mixtral.sh",
+               names=("EP", "ETP")),
 )
 
 
@@ -72,8 +79,7 @@ def entry_elsewhere(name: str, toggles: Sequence[Toggle]) -> LayerEntry | None:
     """The layer entry `name` belongs to when this launch does not run that layer (its
     variables would be ignored), else None."""
     for entry in ENTRIES:
-        if name.startswith(entry.prefix) and not any(t.name.startswith(entry.prefix)
-                                                     for t in toggles):
+        if entry.covers(name) and not any(entry.covers(t.name) for t in toggles):
             return entry
     return None
 

@@ -562,7 +562,7 @@ REGISTRY: tuple[Toggle, ...] = (
            "Share of the parameters whose optimizer state OPTIMIZER_CPU_OFFLOAD=1 moves to the "
            "CPU (0 < f <= 1).",
            flag="--optimizer-offload-fraction", group="optimizer",
-           emitted_by="ADAM_MOMENTS_DTYPE"),
+           emitted_by="ADAM_MOMENTS_DTYPE", check=Range(0, 1, low_open=True)),
 
     # -- training loop ------------------------------------------------------------------------
     Toggle("MBS", "int", 1, TRAIN_ARGS, "Micro-batch size per GPU.",
