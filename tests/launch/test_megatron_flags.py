@@ -39,6 +39,30 @@ def test_every_flag_a_launch_emits_has_an_owner(base_env, shape):
                 assert word in OWNERS, f"{word} ({bucket}) has no owner in the registry"
 
 
+# The MoE family (its presets and recipe layer, training/moe): each published preset's words
+# and the layer's flags, on the native and TE backends.
+MOE_SHAPES = [("qwen3_moe", {"MODEL_SIZE": "30B-A3B", "GPUS_PER_NODE": "8", "EP": "8"}),
+              ("mixtral", {"MODEL_SIZE": "8x7B", "PLATFORM": "h200", "GPUS_PER_NODE": "8",
+                           "EP": "8", "MOE_CAPACITY_FACTOR": "1.25"}),
+              ("qwen3_moe", {"MODEL_SIZE": "tiny", "MOE_TOKEN_DISPATCHER": "allgather"})]
+
+
+@pytest.mark.parametrize("family,shape", MOE_SHAPES, ids=lambda s: s if isinstance(s, str) else "")
+def test_every_flag_an_moe_launch_emits_has_an_owner(base_env, family, shape):
+    """A word of an MoE preset (--num-experts, --qk-layernorm, ...) or of the MoE layer given
+    after the script name is mapped or refused like the dense ones, never passed twice."""
+    from training.launch.resolve import resolve
+    from training.moe import presets  # noqa: F401 - registers the MoE families
+    from training.moe.layer import MOE
+
+    result = resolve(family, dict(base_env, DRY_RUN="1", **shape), layers=[MOE])
+    owners = flag_owners(result.ctx.toggles)
+    for bucket in (*MEGATRON_BUCKETS, DISTRIBUTED_ARGS):
+        for word in result.buckets[bucket]:
+            if word.startswith("--"):
+                assert word in owners, f"{word} ({bucket}) has no owner"
+
+
 @pytest.mark.parametrize("flag", sorted(OWNERS))
 def test_each_owned_flag_is_mapped_or_refused(flag):
     owner = OWNERS[flag]

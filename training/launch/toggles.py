@@ -367,7 +367,10 @@ MODEL_FLAGS = ("--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
                "--normalization", "--norm-epsilon", "--swiglu",
                "--untie-embeddings-and-output-weights", "--disable-bias-linear",
                "--group-query-attention", "--num-query-groups", "--use-rope-scaling",
-               "--rope-scaling-factor")
+               "--rope-scaling-factor", "--kv-channels", "--qk-layernorm",
+               # an MoE preset's experts (ModelPreset.gpt_args)
+               "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
+               "--moe-shared-expert-intermediate-size")
 # The preset's training defaults among them, not its shape: a flag after the script name
 # replaces the preset's word (Megatron gets it once; the table shows it as an extra flag).
 MODEL_DEFAULT_FLAGS = ("--attention-dropout", "--hidden-dropout", "--init-method-std")

@@ -63,7 +63,8 @@ TOGGLES: tuple[Toggle, ...] = (
            "Fused token permutation around the experts: TE's fused permute/unpermute on the "
            "TE backend, the native backend's atomic-free gather-sum "
            "(training/native/moe_permute.py) on native; the local backend has neither.",
-           group=GROUP, emit=_permute_flags, levers=True),
+           group=GROUP, emit=_permute_flags, levers=True,
+           owns=("--native-moe-permute", "--no-native-moe-permute", "--moe-permute-fusion")),
     Toggle("MOE_ROUTER_DTYPE", "choice", "fp32", GPT_ARGS,
            "Precision of the router's logits and softmax (Megatron warns without it at 32 "
            "experts or more); none: the model's dtype.",
