@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 LAUNCH = "training.launch.__main__"
 TRAIN3 = "examples/llama/train_llama3.sh"
 TRAIN2 = "examples/llama/train_llama2.sh"
+MOE = "examples/moe/train_qwen3_moe.sh"
 
 
 @dataclass
@@ -125,6 +126,11 @@ CASES: list[Case] = [
     Case("train_llama3.sh: MLPERF_TARGET_LOSS in the environment", TRAIN3, [],
          "MLPERF_TARGET_LOSS", env={**DRY, "MLPERF_TARGET_LOSS": "3.3"}),
     Case("train_llama3.sh: EP=8", TRAIN3, ["EP=8"], "train_qwen3_moe.sh", env=DRY),
+    Case("train_qwen3_moe.sh: EP=0", MOE, ["EP=0"], "EP=0 must be at least 1", env=DRY),
+    Case("train_qwen3_moe.sh: --num-experts", MOE, ["--num-experts", "4"], "set MODEL_SIZE=",
+         env=DRY),
+    Case("train_qwen3_moe.sh: MLPERF_DIVISION=open", MOE, ["MLPERF_DIVISION=open"],
+         "run_llama31_8b.sh", env=DRY),
     Case("launch: two spellings of one knob", LAUNCH,
          _l3("SEQ_PARALLEL=1", "SEQUENCE_PARALLEL=0"), "two values", env=DRY),
     # -- the bash entry points, as a user types them --------------------------------------------
