@@ -11,25 +11,18 @@ a new `python -m training.<x>` tool, examples/*.sh or launchers/ script must be 
 from __future__ import annotations
 
 import bz2
-import contextlib
-import gc
 import gzip
-import importlib
-import io
 import json
 import lzma
 import os
 import shutil
-import subprocess
-import sys
-import traceback
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.bad_input import REPO, Case, check, write
+from tests.test_bad_input_launcher import CASES as LAUNCHER_CASES
 RUN = REPO / "tests" / "data" / "runs" / "h200_l8_native"
 LEVERS = REPO / "tests" / "data" / "levers_fixture.json"
 TRACE = REPO / "tests" / "data" / "profiling" / "h200_ddp2" / "rank-0.json.gz"
@@ -39,26 +32,7 @@ DOCS = [f"document {i}: " + " ".join(["words", "and", "more", "words"] * (i % 7 
 pytestmark = pytest.mark.filterwarnings("ignore:Could not determine rank")
 
 
-@dataclass
-class Case:
-    id: str
-    tool: str  # a module with main(argv), or a path to a bash script (run as a subprocess)
-    argv: list[str]
-    needle: str  # words the one line must hold
-    code: int = 2
-    setup: Callable[[Path], None] | None = None
-    env: dict[str, str] = field(default_factory=dict)
-
-
 # ----------------------------------------------------------------------------- setups
-
-def _write(rel: str, data: str | bytes) -> Callable[[Path], None]:
-    def setup(tmp: Path) -> None:
-        path = tmp / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data if isinstance(data, bytes) else data.encode())
-    return setup
-
 
 def _all(*setups) -> Callable[[Path], None]:
     def setup(tmp: Path) -> None:
@@ -176,48 +150,48 @@ GRID = ["{tmp}/grid.yaml", "--dry-run", "--experiment-dir", "{tmp}/exp"]
 
 
 def _grid(text: str) -> Callable[[Path], None]:
-    return _write("grid.yaml", text)
+    return write("grid.yaml", text)
 
 
 CASES: list[Case] = [
     # -- training.data.prepare -------------------------------------------------------------
     Case("prepare: --output-prefix ''", PREP, _prep("{tmp}/a.jsonl", prefix=""), "empty",
-         setup=_write("a.jsonl", JSONL)),
+         setup=write("a.jsonl", JSONL)),
     Case("prepare: prefix with a space", PREP, _prep("{tmp}/a.jsonl", prefix="{tmp}/my data/x"),
-         "contains whitespace", setup=_write("a.jsonl", JSONL)),
+         "contains whitespace", setup=write("a.jsonl", JSONL)),
     Case("prepare: prefix that reads as a number", PREP, _prep("{tmp}/a.jsonl", prefix="0.5"),
-         "would read it as a weight", setup=_write("a.jsonl", JSONL)),
+         "would read it as a weight", setup=write("a.jsonl", JSONL)),
     Case("prepare: prefix names a folder", PREP, _prep("{tmp}/a.jsonl", prefix="{tmp}/"), "is a directory",
-         setup=_write("a.jsonl", JSONL)),
+         setup=write("a.jsonl", JSONL)),
     Case("prepare: prefix with .bin", PREP, _prep("{tmp}/a.jsonl", prefix="{tmp}/x.bin"), "without .bin/.idx",
-         setup=_write("a.jsonl", JSONL)),
+         setup=write("a.jsonl", JSONL)),
     Case("prepare: --chunk-mb nan", PREP, _prep("{tmp}/a.jsonl", extra=["--chunk-mb", "nan"]),
-         "--chunk-mb: must be a positive number", setup=_write("a.jsonl", JSONL)),
+         "--chunk-mb: must be a positive number", setup=write("a.jsonl", JSONL)),
     Case("prepare: --chunk-mb -1", PREP, _prep("{tmp}/a.jsonl", extra=["--chunk-mb", "-1"]),
-         "--chunk-mb: must be a positive number", setup=_write("a.jsonl", JSONL)),
+         "--chunk-mb: must be a positive number", setup=write("a.jsonl", JSONL)),
     Case("prepare: --workers 0", PREP, _prep("{tmp}/a.jsonl", extra=["--workers", "0"]), "--workers",
-         setup=_write("a.jsonl", JSONL)),
+         setup=write("a.jsonl", JSONL)),
     Case("prepare: --workers two", PREP, _prep("{tmp}/a.jsonl", extra=["--workers", "two"]), "--workers",
-         setup=_write("a.jsonl", JSONL)),
+         setup=write("a.jsonl", JSONL)),
     Case("prepare: --show-skips -1", PREP, _prep("{tmp}/a.jsonl", extra=["--show-skips", "-1"]),
-         "--show-skips", setup=_write("a.jsonl", JSONL)),
+         "--show-skips", setup=write("a.jsonl", JSONL)),
     Case("prepare: no input", PREP, ["--tokenizer", "{tok}", "--output-prefix", "{tmp}/ds"], "INPUT"),
     Case("prepare: missing input", PREP, _prep("{tmp}/nope.jsonl"), "no such file"),
     Case("prepare: glob matching nothing", PREP, _prep("{tmp}/*.zst"), "no file matches"),
     Case("prepare: input is a folder", PREP, _prep("{tmp}/sub"), "is a directory",
-         setup=_write("sub/a.jsonl", JSONL)),
-    Case("prepare: unknown file type", PREP, _prep("{tmp}/a.dat"), "--format", setup=_write("a.dat", JSONL)),
+         setup=write("sub/a.jsonl", JSONL)),
+    Case("prepare: unknown file type", PREP, _prep("{tmp}/a.dat"), "--format", setup=write("a.dat", JSONL)),
     Case("prepare: input named twice", PREP, _prep("{tmp}/a.jsonl", "{tmp}/a.jsonl"), "given twice",
-         setup=_write("a.jsonl", JSONL)),
+         setup=write("a.jsonl", JSONL)),
     Case("prepare: missing tokenizer", PREP, ["{tmp}/a.jsonl", "--tokenizer", "{tmp}/none", "--output-prefix",
-                                               "{tmp}/ds"], "no such file", setup=_write("a.jsonl", JSONL)),
+                                               "{tmp}/ds"], "no such file", setup=write("a.jsonl", JSONL)),
     Case("prepare: tokenizer folder without tokenizer.json", PREP,
          ["{tmp}/a.jsonl", "--tokenizer", "{tmp}/emptytok", "--output-prefix", "{tmp}/ds"],
-         "no tokenizer.json", setup=_all(_write("a.jsonl", JSONL), _write("emptytok/x", ""))),
+         "no tokenizer.json", setup=_all(write("a.jsonl", JSONL), write("emptytok/x", ""))),
     Case("prepare: existing output", PREP, _prep("{tmp}/a.jsonl", prefix="{tmp}/ds"), "pass --overwrite",
-         setup=_all(_write("a.jsonl", JSONL), _dataset_copy())),
+         setup=_all(write("a.jsonl", JSONL), _dataset_copy())),
     Case("prepare: every line bad", PREP, _prep("{tmp}/bad.jsonl"), "no documents in the input", code=1,
-         setup=_write("bad.jsonl", "{bad\n[1,\n")),
+         setup=write("bad.jsonl", "{bad\n[1,\n")),
     *[Case(f"prepare: {s} cut {how}", PREP, _prep(f"{{tmp}}/cut.jsonl{s}"), "cannot read the", code=1,
            setup=_cut(s, keep)) for s in (".gz", ".zst", ".bz2", ".xz")
       for how, keep in (("in half", 0.5), ("early", 0.0))],
@@ -253,27 +227,27 @@ CASES: list[Case] = [
          "--overwrite", setup=_dataset_copy()),
     # -- training.data.tokenizer -----------------------------------------------------------
     Case("tokenizer train: empty corpus", TOK, ["train", "{tmp}/e.jsonl", "--out", "{tmp}/t"], "no documents",
-         setup=_write("e.jsonl", "")),
+         setup=write("e.jsonl", "")),
     Case("tokenizer train: garbage corpus", TOK, ["train", "{tmp}/g.txt", "--out", "{tmp}/t"], "no documents",
-         setup=_write("g.txt", b"\xff\xfe\x00garbage\xc3")),
+         setup=write("g.txt", b"\xff\xfe\x00garbage\xc3")),
     Case("tokenizer train: --vocab-size 1e9", TOK,
          ["train", "{tmp}/a.jsonl", "--out", "{tmp}/t", "--vocab-size", "1000000000"], "at most",
-         setup=_write("a.jsonl", JSONL)),
+         setup=write("a.jsonl", JSONL)),
     Case("tokenizer train: --vocab-size 10", TOK, ["train", "{tmp}/a.jsonl", "--out", "{tmp}/t", "--vocab-size",
-                                                   "10"], "at least", setup=_write("a.jsonl", JSONL)),
+                                                   "10"], "at least", setup=write("a.jsonl", JSONL)),
     Case("tokenizer train: --min-frequency -3", TOK,
          ["train", "{tmp}/a.jsonl", "--out", "{tmp}/t", "--min-frequency", "-3"], "--min-frequency",
-         setup=_write("a.jsonl", JSONL)),
+         setup=write("a.jsonl", JSONL)),
     Case("tokenizer train: --out is a file", TOK, ["train", "{tmp}/a.jsonl", "--out", "{tmp}/a.jsonl"], "is a file",
-         setup=_write("a.jsonl", JSONL)),
+         setup=write("a.jsonl", JSONL)),
     Case("tokenizer info: missing", TOK, ["info", "{tmp}/none"], "no such file"),
     Case("tokenizer info: garbage tokenizer.json", TOK, ["info", "{tmp}/bad"], "cannot load",
-         setup=_all(_write("bad/tokenizer.json", "{nope"), _write("bad/tokenizer_config.json", "{}"))),
+         setup=_all(write("bad/tokenizer.json", "{nope"), write("bad/tokenizer_config.json", "{}"))),
     Case("tokenizer wrap: garbage file", TOK, ["wrap", "{tmp}/x.json", "--eod-token", "e", "--out", "{tmp}/w"],
-         "not a tokenizers JSON", setup=_write("x.json", "[]")),
+         "not a tokenizers JSON", setup=write("x.json", "[]")),
     # -- training.data.sample ------------------------------------------------------------
     Case("sample: --out is a file", "training.data.sample", ["--out", "{tmp}/f"], "is a file",
-         setup=_write("f", "")),
+         setup=write("f", "")),
     Case("sample: --vocab-size 5", "training.data.sample", ["--out", "{tmp}/s", "--vocab-size", "5"], "at least"),
     Case("sample: --valid-fraction 2", "training.data.sample", ["--out", "{tmp}/s", "--valid-fraction", "2"],
          "between 0 and 1"),
@@ -294,7 +268,7 @@ CASES: list[Case] = [
     Case("c4 check: C4_DIR missing", C4, ["check"], "not a folder", env=_c4_env()),
     Case("c4 check: a validation shard missing", C4, ["check"], "c4-validation.00000-of-00008.json.gz",
          setup=_c4(valid=False), env=_c4_env()),
-    Case("c4 check: OUT is a file", C4, ["check"], "is a file", setup=_all(_c4(), _write("o", "")),
+    Case("c4 check: OUT is a file", C4, ["check"], "is a file", setup=_all(_c4(), write("o", "")),
          env=_c4_env(OUT="{tmp}/o")),
     Case("c4 check: OUT with a space", C4, ["check"], "whitespace", setup=_c4(), env=_c4_env(OUT="{tmp}/o o")),
     Case("c4 valid-json: a shard cut in half", C4, ["valid-json", "{tmp}/v.jsonl"], "cannot read", code=1,
@@ -305,13 +279,13 @@ CASES: list[Case] = [
     Case("prepare_c4.sh: C4_DIR unset", PREPARE_C4, [], "set C4_DIR", env={"TOKENIZER": "{tok}", "OUT": "{tmp}/out"}),
     # -- training.bench ----------------------------------------------------------------
     Case("bench table: missing JSON", BENCH, ["table", "{tmp}/none.json"], "no such file"),
-    Case("bench table: empty JSON", BENCH, ["table", "{tmp}/e.json"], "e.json", setup=_write("e.json", "")),
+    Case("bench table: empty JSON", BENCH, ["table", "{tmp}/e.json"], "e.json", setup=write("e.json", "")),
     Case("bench table: truncated JSON", BENCH, ["table", "{tmp}/t.json"], "t.json",
-         setup=_write("t.json", '{"name": "x", "points": [')),
+         setup=write("t.json", '{"name": "x", "points": [')),
     Case("bench table: not a benchmark JSON", BENCH, ["table", "{tmp}/o.json"], "not a benchmark",
-         setup=_write("o.json", '{"hello": 1}')),
+         setup=write("o.json", '{"hello": 1}')),
     Case("bench table: a JSON list", BENCH, ["table", "{tmp}/l.json"], "not a benchmark",
-         setup=_write("l.json", "[1, 2]")),
+         setup=write("l.json", "[1, 2]")),
     Case("bench table: a folder", BENCH, ["table", "{tmp}"], "folder"),
     Case("bench: no command", BENCH, [], "required"),
     Case("bench levers: --bench-dir missing", BENCH, ["levers", "--bench-dir", "{tmp}/none", "--docs-dir", "{tmp}/d"],
@@ -335,10 +309,10 @@ CASES: list[Case] = [
          setup=_grid(GRID_OK + "script: nowhere/train.sh\n")),
     Case("convergence: unknown toggle", CONV, GRID, "NOPE", setup=_grid("name: g\naxes: {NOPE: [1]}\n")),
     Case("convergence: --budget-s nan", CONV, ["{tmp}/grid.yaml", "--dry-run", "--budget-s", "nan"], "--budget-s",
-         setup=_write("grid.yaml", GRID_OK)),
+         setup=write("grid.yaml", GRID_OK)),
     # -- training.profiling.trace_report ----------------------------------------------
-    Case("trace_report: empty trace file", TRACE_REPORT, ["{tmp}/t.json"], "empty", setup=_write("t.json", "")),
-    Case("trace_report: garbage trace", TRACE_REPORT, ["{tmp}/t.json"], "t.json", setup=_write("t.json", "{x")),
+    Case("trace_report: empty trace file", TRACE_REPORT, ["{tmp}/t.json"], "empty", setup=write("t.json", "")),
+    Case("trace_report: garbage trace", TRACE_REPORT, ["{tmp}/t.json"], "t.json", setup=write("t.json", "{x")),
     Case("trace_report: truncated .json.gz", TRACE_REPORT, ["{tmp}/t.json.gz"], "t.json.gz",
          setup=lambda t: (t / "t.json.gz").write_bytes(TRACE.read_bytes()[:500])),
     Case("trace_report: missing path", TRACE_REPORT, ["{tmp}/none"], "does not exist"),
@@ -367,14 +341,14 @@ CASES: list[Case] = [
     # -- training.mlperf ----------------------------------------------------------------
     Case("mlperf summary: missing log", "training.mlperf.summary", ["{tmp}/none"], "no mlperf.log"),
     Case("mlperf summary: empty log", "training.mlperf.summary", ["{tmp}/mlperf.log", "--out", "{tmp}/o"],
-         "mlperf.log", setup=_write("mlperf.log", "")),
+         "mlperf.log", setup=write("mlperf.log", "")),
     Case("mlperf summary: garbage log", "training.mlperf.summary", ["{tmp}/mlperf.log", "--out", "{tmp}/o"],
-         "mlperf.log", setup=_write("mlperf.log", ":::MLLOG {broken\n")),
+         "mlperf.log", setup=write("mlperf.log", ":::MLLOG {broken\n")),
     Case("mlperf summary: --target nan", "training.mlperf.summary", [str(MLPERF_LOG), "--target", "nan"],
          "--target"),
     Case("mlperf compliance: missing log", "training.mlperf.compliance", ["{tmp}/none"], "not a file"),
     Case("mlperf compliance: not an mlperf.log", "training.mlperf.compliance", ["{tmp}/x.log"], "no :::MLLOG",
-         setup=_write("x.log", "hello\n")),
+         setup=write("x.log", "hello\n")),
     Case("mlperf compliance: --json into a missing folder", "training.mlperf.compliance",
          [str(MLPERF_LOG), "--json", "{tmp}/no/where.json"], "where.json"),
     Case("mlperf rcp: unknown ruleset", "training.mlperf.rcp", ["--ruleset", "9.9.9"], "9.9.9"),
@@ -382,7 +356,7 @@ CASES: list[Case] = [
          "--tokenizer"),
     Case("mlperf token_routes: missing tokenizer", "training.mlperf.token_routes",
          ["{tmp}/x.jsonl", "--tokenizer", "{tmp}/notok", "--out", "{tmp}/o.json"], "notok",
-         setup=_write("x.jsonl", JSONL)),
+         setup=write("x.jsonl", JSONL)),
     Case("mlperf token_routes: missing input", "training.mlperf.token_routes",
          ["{tmp}/none.jsonl", "--tokenizer", "{tok}", "--out", "{tmp}/o.json"], "none.jsonl"),
     Case("mlperf index: no --world-size", "training.mlperf.index", ["--seed", "3"], "--world-size"),
@@ -395,7 +369,7 @@ CASES: list[Case] = [
           "{tmp}/none.json", "{tmp}/run"], "none.json"),
     Case("mlperf submission: --system-json not an object", "training.mlperf.submission",
          ["assemble", "--org", "a", "--platform", "h200", "--out", "{tmp}/sub", "--system-json",
-          "{tmp}/s.json", "{tmp}/run"], "s.json", setup=_write("s.json", "[1]")),
+          "{tmp}/s.json", "{tmp}/run"], "s.json", setup=write("s.json", "[1]")),
     Case("mlperf submission check: no results folder", "training.mlperf.submission", ["check", "{tmp}"],
          "results/"),
     # -- training.optimize.preflight (the launcher's command line with the memory check) --------
@@ -407,28 +381,16 @@ CASES: list[Case] = [
     # -- training.numerics, training.versions ------------------------------------------
     Case("numerics table: missing JSON", "training.numerics", ["table", "{tmp}/none.json"], "none.json"),
     Case("numerics table: garbage JSON", "training.numerics", ["table", "{tmp}/g.json"], "g.json",
-         setup=_write("g.json", "{")),
+         setup=write("g.json", "{")),
     Case("numerics run: unknown part", "training.numerics", ["run", "shapes", "--out", "{tmp}"], "part"),
     Case("versions unchanged: missing snapshot", "training.versions",
          ["--no-torch", "unchanged", "{tmp}/none.json", "torch"], "none.json"),
     Case("versions unchanged: garbage snapshot", "training.versions",
-         ["--no-torch", "unchanged", "{tmp}/g.json", "torch"], "g.json", setup=_write("g.json", "{")),
+         ["--no-torch", "unchanged", "{tmp}/g.json", "torch"], "g.json", setup=write("g.json", "{")),
     Case("versions snapshot: into a missing folder", "training.versions",
          ["--no-torch", "snapshot", "{tmp}/no/where.json"], "where.json"),
     # -- training.launch and friends ---------------------------------------------------
-    Case("launch: no --family", "training.launch.__main__", [], "--family"),
-    Case("launch: TP=abc", "training.launch.__main__", ["--family", "llama3", "TP=abc"], "TP",
-         env={"DRY_RUN": "1", "EXPERIMENT_DIR": "{tmp}/exp"}),
-    *[Case(f"launch: {word}", "training.launch.__main__", ["--family", "llama3", word], word.split("=")[0],
-           env={"DRY_RUN": "1", "EXPERIMENT_DIR": "{tmp}/exp"})
-      for word in ("SEQ_LENGTH=0", "NUM_LAYERS=0", "MBS=-1", "LR=nan", "CLIP_GRAD=inf")],
-    Case("launch: DATA_PATH with a missing dataset", "training.launch.__main__",
-         ["--family", "llama3", "DATA_PATH={tmp}/none"], "not found",
-         env={"DRY_RUN": "1", "EXPERIMENT_DIR": "{tmp}/exp"}),
-    Case("train_llama3.sh: SEQ_LENGTH=0", "examples/llama/train_llama3.sh", ["SEQ_LENGTH=0"], "SEQ_LENGTH=0",
-         env={"DRY_RUN": "1", "EXPERIMENT_DIR": "{tmp}/exp"}),
-    Case("train_llama2.sh: TP=abc", "examples/llama/train_llama2.sh", ["TP=abc"], "TP",
-         env={"DRY_RUN": "1", "EXPERIMENT_DIR": "{tmp}/exp"}),
+    # training.launch, train_llama3.sh and train_llama2.sh: tests/test_bad_input_launcher.py
     Case("docker_run.sh: DATA_PATH not on this host", "launchers/docker_run.sh", ["DATA_PATH={tmp}/none"],
          "not found on this host", env={"DRY_RUN": "1", "PLATFORM": "h200"}),
     Case("run_llama31_8b.sh: MLPERF_DIVISION=semi", "examples/mlperf/llama31_8b/run_llama31_8b.sh",
@@ -445,9 +407,9 @@ CASES: list[Case] = [
     # -- training.checkpoint (Hugging Face import/export), its benchmark -----------------
     Case("checkpoint: unknown command", "training.checkpoint.__main__", ["convert"], "convert"),
     Case("checkpoint import: config.json not an object", "training.checkpoint.__main__",
-         ["import", "{tmp}/hf", "{tmp}/out"], "not an object", setup=_write("hf/config.json", "[1]")),
+         ["import", "{tmp}/hf", "{tmp}/out"], "not an object", setup=write("hf/config.json", "[1]")),
     Case("checkpoint import: config.json cut short", "training.checkpoint.__main__",
-         ["import", "{tmp}/hf", "{tmp}/out"], "config.json", setup=_write("hf/config.json", '{"model_type": ')),
+         ["import", "{tmp}/hf", "{tmp}/out"], "config.json", setup=write("hf/config.json", '{"model_type": ')),
     Case("checkpoint import: safetensors header not an object", "training.checkpoint.__main__",
          ["import", "{tmp}/hf", "{tmp}/out", "--no-progress"], "not a safetensors file",
          setup=_tiny_hf(b"\x02" + b"\0" * 7 + b"[]")),
@@ -536,56 +498,9 @@ def fixtures(tmp_path_factory):
     return FX
 
 
-def _fill(text: str, tmp: Path) -> str:
-    return text.replace("{tmp}", str(tmp)).replace("{tok}", FX["tok"])
-
-
-def _in_process(case: Case, argv: list[str], env: dict[str, str], monkeypatch) -> tuple[object, str, str, str]:
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    module = importlib.import_module(case.tool)
-    out, err = io.StringIO(), io.StringIO()
-    stray: list[str] = []
-    hook = sys.unraisablehook
-    sys.unraisablehook = lambda u: stray.append(f"{u.exc_type.__name__}: {u.exc_value} in {u.object!r}")
-    escaped = ""
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                code = module.main(argv)
-            except SystemExit as e:
-                code = e.code
-            except BaseException:  # noqa: BLE001 - what the catalogue counts
-                code, escaped = "exception", traceback.format_exc()
-            gc.collect()
-    finally:
-        sys.unraisablehook = hook
-    return code, out.getvalue(), err.getvalue(), escaped + "".join(stray)
-
-
-def _subprocess(case: Case, argv: list[str], env: dict[str, str], tmp: Path) -> tuple[object, str, str, str]:
-    full = {"PATH": os.environ["PATH"], "PYTHON": sys.executable, "HOME": str(tmp), "PYTHONPATH": str(REPO),
-            "HF_HUB_OFFLINE": "1", **env}
-    proc = subprocess.run(["bash", str(REPO / case.tool), *argv], env=full, capture_output=True, text=True,
-                          timeout=120, cwd=tmp)
-    return proc.returncode, proc.stdout, proc.stderr, ""
-
-
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_one_line_without_traceback(case, fixtures, tmp_path, monkeypatch):
-    if case.setup:
-        case.setup(tmp_path)
-    argv = [_fill(a, tmp_path) for a in case.argv]
-    env = {k: _fill(v, tmp_path) for k, v in case.env.items()}
-    if case.tool.endswith(".sh"):
-        code, out, err, escaped = _subprocess(case, argv, env, tmp_path)
-    else:
-        code, out, err, escaped = _in_process(case, argv, env, monkeypatch)
-    assert not escaped and "Traceback" not in out + err, f"TRACEBACK (exit {code}):\n{escaped}{err[-3000:]}"
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert code == case.code, f"exit {code}, expected {case.code}; stderr: {err[-2000:]}"
-    assert len(lines) == 1, f"{len(lines)} lines on stderr:\n{err[-2000:]}"
-    assert _fill(case.needle, tmp_path) in lines[0], lines[0]
+    check(case, tmp_path, monkeypatch, {"tok": FX["tok"]})
 
 
 # ----------------------------------------------------------------------------- coverage of entry points
@@ -618,7 +533,7 @@ NOT_CATALOGUED = {
 
 
 def test_every_entry_point_is_catalogued():
-    covered = {c.tool for c in CASES}
+    covered = {c.tool for c in CASES + LAUNCHER_CASES}
     missing = sorted(_entry_points() - covered - set(NOT_CATALOGUED))
     assert not missing, f"entry points without a bad-input case: {missing}"
     assert not set(NOT_CATALOGUED) - _entry_points(), "NOT_CATALOGUED names something that is gone"

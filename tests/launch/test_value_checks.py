@@ -47,11 +47,19 @@ def test_each_range_refuses_outside_and_takes_its_bounds(toggle):
         parse_value(toggle, _raw(value, toggle.kind))
 
 
-@pytest.mark.parametrize("toggle", [t for t in REGISTRY if t.kind == "float"],
-                         ids=lambda t: t.name)
+def _floats():
+    from training.mlperf.layer import TOGGLES as MLPERF
+    from training.moe.layer import TOGGLES as MOE
+
+    return [t for t in (*REGISTRY, *MOE, *MLPERF) if t.kind == "float"]
+
+
+@pytest.mark.parametrize("toggle", _floats(), ids=lambda t: t.name)
 @pytest.mark.parametrize("raw", ["nan", "inf", "-inf"])
 def test_every_float_is_finite(toggle, raw):
-    with pytest.raises(BadInput, match="not a finite number"):
+    """The core's floats and the recipe layers' (MOE_AUX_LOSS_COEFF, MLPERF_TARGET_LOSS): a
+    float with no range of its own is checked as FINITE, one mechanism with the ranges."""
+    with pytest.raises(BadInput, match=f"{toggle.name}='{raw}' is not a finite number: use a number"):
         parse_value(toggle, raw)
 
 

@@ -5,11 +5,11 @@ test runs it, as it runs the README's toggle table check).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from training import REPO_ROOT
+from training.cli import ArgumentParser
 
 from . import fork_vars
 from .presets import FAMILIES, preset_for
@@ -179,7 +179,7 @@ def render() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.launch.fork_docs")
+    parser = ArgumentParser(prog="python -m training.launch.fork_docs")
     parser.add_argument("--check", action="store_true", help="exit 1 if the page is stale")
     args = parser.parse_args(argv)
     fresh = render()

@@ -150,6 +150,7 @@ AT_LEAST_0 = Range(0)
 AT_LEAST_1 = Range(1)
 PARALLEL_SIZE = Range(1, 1024)
 FRACTION = Range(0, 1, high_open=True)      # [0, 1)
+FINITE = Range()                            # any finite number: a float toggle without a check
 
 
 @dataclass(frozen=True)
@@ -787,24 +788,27 @@ def parse_value(toggle: Toggle, raw: str) -> Any:
     from .settings import BadInput
 
     value = _parse(toggle, raw)
-    if toggle.check is not None:
-        problem = toggle.check.problem(value)
-        if problem and isinstance(toggle.check, Form):
-            raise BadInput(f"{toggle.name}={raw!r}: {problem}.")
-        if problem:
-            raise BadInput(f"{toggle.name}={raw!r} {problem}: use {_accepted(toggle)}.")
-    elif toggle.kind == "float" and not math.isfinite(value):
-        raise BadInput(f"{toggle.name}={raw!r} is not a finite number: use e.g. "
-                       f"{toggle.name}={toggle.default if toggle.default is not None else 1.0}.")
+    check = _check(toggle)
+    problem = check.problem(value) if check is not None else None
+    if problem and isinstance(check, Form):
+        raise BadInput(f"{toggle.name}={raw!r}: {problem}.")
+    if problem:
+        raise BadInput(f"{toggle.name}={raw!r} {problem}: use {_accepted(toggle)}.")
     return value
+
+
+def _check(toggle: Toggle) -> Range | Form | None:
+    """The toggle's check; a float without one is still refused nan and inf (FINITE)."""
+    return FINITE if toggle.check is None and toggle.kind == "float" else toggle.check
 
 
 def _accepted(toggle: Toggle) -> str:
     """What a knob accepts, in words (the README's values column and refusals say it)."""
     kind = {"int": "an integer", "float": "a number"}.get(toggle.kind, "a value")
-    if isinstance(toggle.check, Form):
-        return toggle.check.text
-    return f"{kind} {toggle.check.text}" if toggle.check is not None else kind
+    check = _check(toggle)
+    if isinstance(check, Form):
+        return check.text
+    return f"{kind} {check.text}" if check is not None and check.text else kind
 
 
 def _parse(toggle: Toggle, raw: str) -> Any:
@@ -823,15 +827,12 @@ def _parse(toggle: Toggle, raw: str) -> Any:
             raise BadInput(f"{toggle.name}={raw!r} is not an integer: "
                            f"use a whole number, e.g. {toggle.name}="
                            f"{toggle.default if toggle.default is not None else 1}.") from None
-    if toggle.kind == "float":
+    if toggle.kind == "float":   # nan and inf parse: the check refuses them (parse_value)
         try:
-            value = float(text)
+            return float(text)
         except ValueError:
-            value = math.nan
-        if not math.isfinite(value):  # nan and inf too: a run would train on them
             raise BadInput(f"{toggle.name}={raw!r} is not a number: use e.g. "
-                           f"{toggle.name}={toggle.default if toggle.default is not None else 1.0}.")
-        return value
+                           f"{toggle.name}={toggle.default if toggle.default is not None else 1.0}.") from None
     if toggle.kind == "choice":
         if text in toggle.choices:
             return text
