@@ -5,6 +5,7 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,8 +16,7 @@ REPO = Path(__file__).resolve().parents[2]
 def run(tmp_path, *words, script="train_llama3.sh", **env):
     full = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"),
             "EXPERIMENT_DIR": str(tmp_path / "experiment"), "DRY_RUN": "1",
-            "PYTHON": str(REPO / ".venv" / "bin" / "python")
-            if (REPO / ".venv" / "bin" / "python").exists() else "python3"}
+            "PYTHON": sys.executable}
     full.update({k: str(v) for k, v in env.items()})
     return subprocess.run(["bash", str(REPO / "examples" / "llama" / script), *words],
                           env=full, capture_output=True, text=True, timeout=120, cwd=tmp_path)

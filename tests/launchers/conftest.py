@@ -3,13 +3,13 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-VENV_PY = REPO / ".venv" / "bin" / "python"
-PYTHON = str(VENV_PY) if VENV_PY.exists() else "python3"
+PYTHON = sys.executable   # the interpreter running the tests (the venv's under make test)
 
 FAKE_SCONTROL = """#!/usr/bin/env bash
 # fake `scontrol show hostnames NODELIST`: gpu[001-002] -> two hosts, anything else fails

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -184,7 +185,7 @@ def test_moe_launches_pass_megatrons_validation(base_env, family, toggles):
 def _script(tmp_path, name, *words, **env):
     full = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"),
             "EXPERIMENT_DIR": str(tmp_path / "experiment"), "DRY_RUN": "1",
-            "PYTHON": os.environ.get("PYTHON", "python3")}
+            "PYTHON": sys.executable}
     full.update({k: str(v) for k, v in env.items()})
     return subprocess.run(["bash", str(REPO / "examples" / "moe" / name), *words], env=full,
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
