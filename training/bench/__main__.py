@@ -146,14 +146,19 @@ def parts_for(gpus: int, te: bool = False) -> list[tuple[str, str, tuple[str, ..
     """(kind, part name, keys or sides) in the order `all` runs them (te: the Transformer
     Engine parts, one GPU each)."""
     if te:
-        return list(catalog.TE_PARTS)
+        if gpus == 1:
+            return list(catalog.TE_PARTS)
+        return [(kind, name, keys) for name, kind, keys in catalog.TE_NODE_PARTS.get(gpus, ())]
     if gpus == 1:
         return ([("peers", *catalog.PEER_PARTS[0])]
                 + [("toggles", name, keys) for name, keys in catalog.PARTS_DP1]
                 + [("peers", *part) for part in catalog.PEER_PARTS[1:]]
-                + [(kind, name, keys) for name, kind, keys in catalog.MOE_PARTS])
-    parts = catalog.PARTS_DP2 if gpus == 2 else catalog.PARTS_NODE
-    return [("toggles", name, keys) for name, keys in parts]
+                + [(kind, name, keys) for name, kind, keys in catalog.MOE_PARTS]
+                + [(kind, name, keys) for name, kind, keys in catalog.PARTS_X1])
+    if gpus == 2:
+        return ([("toggles", name, keys) for name, keys in catalog.PARTS_DP2]
+                + [(kind, name, keys) for name, kind, keys in catalog.PARTS_X2])
+    return [(kind, name, keys) for name, kind, keys in catalog.PARTS_NODE]
 
 
 def cmd_all(args) -> int:
@@ -173,10 +178,9 @@ def cmd_all(args) -> int:
                   f"{', '.join(part for _, part, _ in parts)}", file=sys.stderr)
             return 2
         parts = [p for p in parts if p[1] in wanted]
-    moe_parts = {name for name, _kind, _keys in catalog.MOE_PARTS}
     todo, lines = [], []
     for kind, part, keys in parts:
-        part_shape = catalog.MOE_SHAPE if part in moe_parts else shape   # its own shape
+        part_shape = catalog.PART_SHAPES.get(part, shape)   # its own shape, or the command's
         name = f"{part}_{hw}_{part_shape.tag()}"
         out = out_dir / f"{name}.json"
         if not args.force and (suites.is_complete(out)
@@ -189,7 +193,7 @@ def cmd_all(args) -> int:
         if i % slots != slot:
             lines.append(f"  {name}: slot {i % slots}/{slots}")
             continue
-        if part not in moe_parts:   # the MoE parts keep their own shape's backend
+        if part not in catalog.PART_SHAPES:   # those keep their own shape's backend
             part_shape = dataclasses.replace(part_shape, backend=catalog.PART_BACKEND.get(part))
         part_precheck = precheck
         if part_shape.family != shape.family and hasattr(precheck, "keywords"):

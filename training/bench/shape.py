@@ -25,6 +25,7 @@ class BenchShape:
     steps: int = 5                  # steady-state iterations measured per run
     repeats: int = 3
     backend: str | None = None      # TRANSFORMER_IMPL of every run (None: the launcher's)
+    toggles: tuple[tuple[str, str], ...] = ()  # more launcher toggles of every run (EP=8)
 
     @property
     def preset(self) -> str:
@@ -38,6 +39,7 @@ class BenchShape:
                   "EVAL_ITERS": 0, "GPUS_PER_NODE": self.gpus, "TP": self.tp, "PP": self.pp}
         if self.backend:
             values["TRANSFORMER_IMPL"] = self.backend
+        values.update(self.toggles)
         return values
 
     def env(self) -> dict[str, str]:
