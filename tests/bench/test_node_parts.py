@@ -54,7 +54,7 @@ def _configs(part, keys, h200):
 def test_parts_per_gpu_count():
     for (gpus, te), names in NODE_PARTS.items():
         assert [part for _kind, part, _keys in parts_for(gpus, te)] == names
-    assert [part for _k, part, _ks in parts_for(1)][-1] == "scale-x1"
+    assert "scale-x1" in [part for _k, part, _ks in parts_for(1)]
 
 
 @pytest.mark.parametrize("gpus,te,kind,part,keys", OWN_SHAPE, ids=lambda v: str(v))

@@ -8,6 +8,7 @@ from training.bench.catalog import PARTS_DP1, PARTS_DP2, all_levers, select
 from training.bench.ours import clean_environ, precheck
 from training.bench.shape import BenchShape
 from training.bench.suites import SuiteError, peer_configs, toggle_configs
+from training.launch.toggles import PERF_TOGGLES
 
 from .fakes import fake_precheck
 
@@ -121,7 +122,7 @@ def test_select_rejects_unknown_names():
     assert select(SHAPE, [], ["mbs"])[0].env == {"MBS": "2"}
 
 
-def test_default_alone_is_a_headline_run_and_full_node_parts_take_one_toggle_each():
+def test_default_alone_is_a_headline_run_and_full_node_parts_take_the_dp_toggles():
     from training.bench import sweep
     from training.bench.__main__ import parts_for
 
@@ -129,9 +130,8 @@ def test_default_alone_is_a_headline_run_and_full_node_parts_take_one_toggle_eac
     configs, _ = toggle_configs(SHAPE, [], fake_precheck())
     specs = sweep.order(configs, BenchShape(repeats=2))
     assert [s.label for s in specs] == ["default-r0", "default-r1"]
-    node = parts_for(8)
-    assert [keys for _kind, _name, keys in node] == [
-        ("GRADIENT_ACCUMULATION_FUSION",), ("GRAD_REDUCE_IN_BF16",),
-        ("DDP_AVERAGE_IN_COLLECTIVE",), ("CROSS_ENTROPY_LOSS_FUSION",),
-        ("FUSED_SINGLE_QKV_ROPE",)]
+    node = {key for _kind, _name, keys in parts_for(8) for key in keys}
+    assert {"GRAD_REDUCE_IN_BF16", "DDP_AVERAGE_IN_COLLECTIVE", "DISTRIBUTED_OPTIMIZER",
+            "OVERLAP_GRAD_REDUCE", "OVERLAP_PARAM_GATHER"} <= node   # the DP toggles at 8 GPUs
+    assert {t.name for t in PERF_TOGGLES} <= node
     assert parts_for(2)[0][1] == "dp2-comm"

@@ -250,3 +250,24 @@ def test_slurm_env_runs_with_the_standard_library_only(tmp_path, fake_bin):
                           env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "export MASTER_ADDR=gpu001\n" in proc.stdout
+
+
+def test_two_slurm_nodes_on_one_host_resolve_through_sbatch_and_node_sh(tmp_path):
+    """The path of the two-"node" GPU test (tests/launchers/test_multinode_gpu.py) with
+    DRY_RUN on each node: train.sbatch -> srun -> node.sh per node -> the example script; every
+    node prints its own torchrun line, one rendezvous, one run folder."""
+    from .conftest import one_host_slurm
+
+    env, logs = one_host_slurm(tmp_path, "10.0.0.7", node_env="DRY_RUN=1", GPUS_PER_NODE=1)
+    proc = subprocess.run(["bash", str(spool_copy(tmp_path)), "examples/llama/train_llama3.sh",
+                           "MODEL_SIZE=tiny"], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for rank in (0, 1):
+        out = (logs / f"node{rank}.out").read_text()
+        words = shlex.split(next(x for x in out.splitlines() if x.startswith("torchrun ")))
+        pairs = dict(zip(words[1:11:2], words[2:11:2]))
+        assert pairs == {"--nnodes": "2", "--node-rank": str(rank), "--master-addr": "10.0.0.7",
+                         "--master-port": "29742", "--nproc-per-node": "1"}, pairs
+        log_file = next(x for x in out.splitlines() if x.startswith("LOG_FILE="))
+        assert log_file.endswith(f"/slurm-4242/train.node{rank}.log")

@@ -134,3 +134,51 @@ def test_two_single_gpu_nodes_match_one_two_gpu_node(tmp_path):
           f"(two nodes {a[worst]:.6f}, one node {b[worst]:.6f}; data: "
           f"{'shakespeare' if (SAMPLE / 'train.bin').exists() else 'mock'})")
     assert rel[worst] <= 1e-3
+
+
+def test_two_slurm_nodes_through_sbatch_match_one_two_gpu_node(tmp_path):
+    """The same through the Slurm path (issue 27): launchers/slurm/train.sbatch -> srun -> node.sh
+    on each of two 'nodes' of this host (a fake srun and scontrol: tests/launchers/conftest.py),
+    NODE_RANK, NNODES and MASTER_ADDR derived from the allocation by training.deploy.cluster."""
+    import torch
+
+    from .conftest import one_host_slurm
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs two GPUs on this host")
+    addr = host_address()
+    if addr is None:
+        pytest.skip("this host has no non-loopback address for the rendezvous")
+    slurm, logs = one_host_slurm(tmp_path, addr)
+    env = _env(tmp_path, "slurm-nodes", GPUS_PER_NODE=1, MASTER_PORT=_free_port())
+    env.update({k: v for k, v in slurm.items() if k.startswith(("SLURM_", "ONE_HOST_"))},
+               PATH=slurm["PATH"])
+    env.pop("MASTER_ADDR", None)
+    copy = tmp_path / "spool" / "slurm_script"   # sbatch runs a copy from its spool folder
+    copy.parent.mkdir()
+    copy.write_text((REPO / "launchers" / "slurm" / "train.sbatch").read_text())
+    sbatch = subprocess.Popen(["bash", str(copy), str(SCRIPT)], cwd=tmp_path, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        _wait([sbatch], "two Slurm nodes")
+    finally:
+        for rank in (0, 1):
+            out = logs / f"node{rank}.out"
+            if out.exists():
+                print(f"== node {rank}\n" + "\n".join(out.read_text().splitlines()[-15:]))
+    one = subprocess.Popen(
+        ["bash", str(SCRIPT)], cwd=tmp_path, text=True, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_env(tmp_path, "one-node", GPUS_PER_NODE=2, MASTER_ADDR="127.0.0.1",
+                 MASTER_PORT=_free_port(), CUDA_VISIBLE_DEVICES="0,1"))
+    _wait([one], "one node")
+
+    slurm_run, one_run = _run_dir(tmp_path, "slurm-nodes"), _run_dir(tmp_path, "one-node")
+    assert (slurm_run / "train.node0.log").exists() and (slurm_run / "train.node1.log").exists()
+    layout = json.loads((slurm_run / "manifest.json").read_text())["layout"]
+    assert (layout["nnodes"], layout["gpus_per_node"], layout["world_size"]) == (2, 1, 2)
+    a, b = _losses(slurm_run), _losses(one_run)
+    assert sorted(a) == sorted(b) == list(range(1, ITERS + 1)), (sorted(a), sorted(b))
+    worst = max(abs(a[i] - b[i]) / abs(b[i]) for i in b)
+    print(f"\nworst relative loss difference, Slurm two nodes vs one node: {worst:.2e}")
+    assert worst <= 1e-3

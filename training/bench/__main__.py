@@ -153,8 +153,8 @@ def parts_for(gpus: int, te: bool = False) -> list[tuple[str, str, tuple[str, ..
         return ([("peers", *catalog.PEER_PARTS[0])]
                 + [("toggles", name, keys) for name, keys in catalog.PARTS_DP1]
                 + [("peers", *part) for part in catalog.PEER_PARTS[1:]]
-                + [(kind, name, keys) for name, kind, keys in catalog.MOE_PARTS]
-                + [(kind, name, keys) for name, kind, keys in catalog.PARTS_X1])
+                + [(kind, name, keys) for name, kind, keys in catalog.PARTS_X1]
+                + [(kind, name, keys) for name, kind, keys in catalog.MOE_PARTS])
     if gpus == 2:
         return ([("toggles", name, keys) for name, keys in catalog.PARTS_DP2]
                 + [(kind, name, keys) for name, kind, keys in catalog.PARTS_X2])
