@@ -112,7 +112,11 @@ def test_two_single_gpu_nodes_match_one_two_gpu_node(tmp_path):
                  MASTER_ADDR=addr, MASTER_PORT=port, CUDA_VISIBLE_DEVICES=rank))
         for rank in (1, 0)]
     _wait(nodes, "two nodes")
+    _matches_one_two_gpu_node(tmp_path, "two-nodes")
 
+
+def _matches_one_two_gpu_node(tmp_path: Path, two_nodes: str) -> None:
+    """One 2-GPU torchrun of the same config; its losses against the two nodes' run."""
     one = subprocess.Popen(
         ["bash", str(SCRIPT)], cwd=tmp_path, text=True, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -120,7 +124,7 @@ def test_two_single_gpu_nodes_match_one_two_gpu_node(tmp_path):
                  MASTER_PORT=_free_port(), CUDA_VISIBLE_DEVICES="0,1"))
     _wait([one], "one node")
 
-    two_run, one_run = _run_dir(tmp_path, "two-nodes"), _run_dir(tmp_path, "one-node")
+    two_run, one_run = _run_dir(tmp_path, two_nodes), _run_dir(tmp_path, "one-node")
     assert (two_run / "train.node0.log").exists() and (two_run / "train.node1.log").exists()
     assert (one_run / "train.log").exists()
     layout = json.loads((two_run / "manifest.json").read_text())["layout"]
@@ -166,19 +170,4 @@ def test_two_slurm_nodes_through_sbatch_match_one_two_gpu_node(tmp_path):
             out = logs / f"node{rank}.out"
             if out.exists():
                 print(f"== node {rank}\n" + "\n".join(out.read_text().splitlines()[-15:]))
-    one = subprocess.Popen(
-        ["bash", str(SCRIPT)], cwd=tmp_path, text=True, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=_env(tmp_path, "one-node", GPUS_PER_NODE=2, MASTER_ADDR="127.0.0.1",
-                 MASTER_PORT=_free_port(), CUDA_VISIBLE_DEVICES="0,1"))
-    _wait([one], "one node")
-
-    slurm_run, one_run = _run_dir(tmp_path, "slurm-nodes"), _run_dir(tmp_path, "one-node")
-    assert (slurm_run / "train.node0.log").exists() and (slurm_run / "train.node1.log").exists()
-    layout = json.loads((slurm_run / "manifest.json").read_text())["layout"]
-    assert (layout["nnodes"], layout["gpus_per_node"], layout["world_size"]) == (2, 1, 2)
-    a, b = _losses(slurm_run), _losses(one_run)
-    assert sorted(a) == sorted(b) == list(range(1, ITERS + 1)), (sorted(a), sorted(b))
-    worst = max(abs(a[i] - b[i]) / abs(b[i]) for i in b)
-    print(f"\nworst relative loss difference, Slurm two nodes vs one node: {worst:.2e}")
-    assert worst <= 1e-3
+    _matches_one_two_gpu_node(tmp_path, "slurm-nodes")
