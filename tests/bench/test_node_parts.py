@@ -154,3 +154,25 @@ def test_each_part_launches_through_its_example_script(tmp_path, h200, gpus, te,
         for name, value in config.env.items():
             if name == "PRECISION" and value == "fp8":
                 assert "--fp8-format" in words
+
+
+def test_readme_headline_keeps_native_and_te_defaults_of_one_shape_apart(tmp_path):
+    """full-x8 (native) and full-x8-te (TE) share a shape: each default is its own row, named
+    by its backend."""
+    import json
+
+    from training.bench.readme import headline_rows
+
+    shape = catalog.PART_SHAPES["full-x8"].to_dict()
+    for name, backend, tps in (("full-x8", "native", 11000.0), ("full-x8-te", "transformer_engine",
+                                                                 12000.0)):
+        point = {"config": "default", "side": "ours", "repeat": 0, "backend": backend,
+                 "tokens_per_s_per_gpu": tps, "model_tflops_per_gpu": tps / 20,
+                 "peak_memory_gib": 60.0}
+        (tmp_path / f"{name}.json").write_text(json.dumps(
+            {"kind": "toggles", "name": name, "shape": shape, "gpu": {"name": "NVIDIA H200"},
+             "created": "2026-12-02T00:00:00", "points": [point]}))
+    rows = {label: summary["tokens_per_s"]["mean"]
+            for label, _data, _path, summary in headline_rows(tmp_path)}
+    assert rows == {"native (launcher default)": 11000.0,
+                    "transformer_engine (launcher default)": 12000.0}

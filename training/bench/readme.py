@@ -42,15 +42,17 @@ def headline_rows(bench_dir: Path = BENCH_DIR) -> list[tuple[str, dict, Path, di
             summary = analysis.config_summary(points)
             if not summary["tokens_per_s"].get("n"):
                 continue
+            # a toggles JSON's default run on its backend (full-x8 native, full-x8-te TE)
+            backend = next((p.get("backend") for p in points if p.get("backend")), "native")
             into, key = ((newest, (sig, side)) if data["kind"] == "peers"
-                         else (defaults, sig))
+                         else (defaults, (sig, backend)))
             old = into.get(key)
             if old is None or (data.get("created") or "") >= (old[1].get("created") or ""):
                 label = (SIDE_LABELS.get(side, side) if data["kind"] == "peers"
-                         else "native (launcher default)")
+                         else f"{backend} (launcher default)")
                 into[key] = (label, data, path, summary)
     peer_shapes = {sig for sig, _side in newest}
-    return list(newest.values()) + [row for sig, row in defaults.items()
+    return list(newest.values()) + [row for (sig, _backend), row in defaults.items()
                                     if sig not in peer_shapes]
 
 
