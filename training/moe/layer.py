@@ -58,7 +58,7 @@ TOGGLES: tuple[Toggle, ...] = (
            "for expert parallelism), allgather (every rank gathers all tokens), flex "
            "(DeepEP's kernels, when installed).",
            flag="--moe-token-dispatcher-type", choices=("alltoall", "allgather", "flex"),
-           group=GROUP),
+           group=GROUP, levers=True),
     Toggle("MOE_PERMUTE_FUSION", "bool", True, GPT_ARGS,
            "Fused token permutation around the experts: TE's fused permute/unpermute on the "
            "TE backend, the native backend's atomic-free gather-sum "
