@@ -50,13 +50,13 @@ def test_estimate_grows_with_steps_and_slow_variants():
 def test_every_part_of_bench_all_fits_one_command(gpus, base_env):
     """With the real precheck on this node (no Transformer Engine, as the H200 image): the
     levers the launcher refuses are not planned. The MoE parts run on their own shape and
-    family, as `bench all` runs them (resolved as llama3, their MOE_* levers were refused)."""
-    from training.bench.catalog import MOE_PARTS, MOE_SHAPE
+    family, as `bench all` runs them (resolved as llama3, their MOE_* levers were refused); so
+    do the full-node parts (catalog.PART_SHAPES)."""
+    from training.bench.catalog import PART_SHAPES
 
     cal = plan.calibrate(BENCH)
-    moe_parts = {name for name, _kind, _keys in MOE_PARTS}
     for kind, part, keys in parts_for(gpus):
-        shape = MOE_SHAPE if part in moe_parts else BenchShape(gpus=gpus)
+        shape = PART_SHAPES.get(part, BenchShape(gpus=gpus))
 
         def pre(toggles, family=shape.family):
             return precheck(toggles, family=family, environ=base_env)
