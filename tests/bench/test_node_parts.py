@@ -120,12 +120,11 @@ def test_each_runbook_call_plans_inside_one_command(h200, gpus, te, parts):
 
 def _dry_run(tmp_path, family: str, env: dict[str, str]) -> subprocess.CompletedProcess:
     import os
+    import sys
 
-    full = {"PATH": os.environ["PATH"], "HOME": str(tmp_path),
+    full = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHON": sys.executable,
             "EXPERIMENT_DIR": str(tmp_path / "experiment"), "DRY_RUN": "1", "PLATFORM": "h200",
             **env}
-    venv = REPO / ".venv" / "bin" / "python"
-    full["PYTHON"] = str(venv) if venv.exists() else os.environ.get("PYTHON", "python3")
     return subprocess.run(["bash", str(REPO / SCRIPTS[family])], env=full, cwd=tmp_path,
                           capture_output=True, text=True, timeout=120)
 
