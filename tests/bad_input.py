@@ -3,7 +3,7 @@ command-line tool; tests/test_bad_input_launcher.py: the launcher and its bash e
 
 A case runs a tool's main(argv) in this process (stdout/stderr captured, the environment
 patched, "Exception ignored in ... __del__" reports collected), or a bash entry point as a
-subprocess. check() fails it on a traceback, an exception that escapes main(), a stray
+subprocess. check_case() fails it on a traceback, an exception that escapes main(), a stray
 __del__ report, a second line on stderr, another exit status, or a line that lacks the
 expected words.
 """
@@ -95,7 +95,7 @@ def run(case: Case, tmp: Path, monkeypatch, subs: dict[str, str] | None = None) 
     return in_process(case, argv, env, monkeypatch)
 
 
-def check(case: Case, tmp: Path, monkeypatch, subs: dict[str, str] | None = None, *,
+def check_case(case: Case, tmp: Path, monkeypatch, subs: dict[str, str] | None = None, *,
           quiet_stdout: bool = False) -> None:
     """Run the case and hold it to the bar. quiet_stdout: nothing on stdout either (a launch's
     stdout is what its bash script evals)."""

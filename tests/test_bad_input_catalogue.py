@@ -21,7 +21,7 @@ from typing import Callable
 
 import pytest
 
-from tests.bad_input import REPO, Case, check, write
+from tests.bad_input import REPO, Case, check_case, write
 from tests.test_bad_input_launcher import CASES as LAUNCHER_CASES
 RUN = REPO / "tests" / "data" / "runs" / "h200_l8_native"
 LEVERS = REPO / "tests" / "data" / "levers_fixture.json"
@@ -500,7 +500,7 @@ def fixtures(tmp_path_factory):
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_one_line_without_traceback(case, fixtures, tmp_path, monkeypatch):
-    check(case, tmp_path, monkeypatch, {"tok": FX["tok"]})
+    check_case(case, tmp_path, monkeypatch, {"tok": FX["tok"]})
 
 
 # ----------------------------------------------------------------------------- coverage of entry points

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.bad_input import Case, check, run, write
+from tests.bad_input import Case, check_case, run, write
 
 LAUNCH = "training.launch.__main__"
 TRAIN3 = "examples/llama/train_llama3.sh"
@@ -123,7 +123,7 @@ CASES: list[Case] = [
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_bad_input_is_one_line_without_traceback(case, tmp_path, monkeypatch):
-    check(case, tmp_path, monkeypatch, quiet_stdout=True)
+    check_case(case, tmp_path, monkeypatch, quiet_stdout=True)
 
 
 def test_nothing_was_written_by_a_refused_launch(tmp_path, monkeypatch):

@@ -112,10 +112,10 @@ def test_two_single_gpu_nodes_match_one_two_gpu_node(tmp_path):
                  MASTER_ADDR=addr, MASTER_PORT=port, CUDA_VISIBLE_DEVICES=rank))
         for rank in (1, 0)]
     _wait(nodes, "two nodes")
-    _matches_one_two_gpu_node(tmp_path, "two-nodes")
+    check_matches_one_two_gpu_node(tmp_path, "two-nodes")
 
 
-def _matches_one_two_gpu_node(tmp_path: Path, two_nodes: str) -> None:
+def check_matches_one_two_gpu_node(tmp_path: Path, two_nodes: str) -> None:
     """One 2-GPU torchrun of the same config; its losses against the two nodes' run."""
     one = subprocess.Popen(
         ["bash", str(SCRIPT)], cwd=tmp_path, text=True, stdout=subprocess.PIPE,
@@ -170,4 +170,4 @@ def test_two_slurm_nodes_through_sbatch_match_one_two_gpu_node(tmp_path):
             out = logs / f"node{rank}.out"
             if out.exists():
                 print(f"== node {rank}\n" + "\n".join(out.read_text().splitlines()[-15:]))
-    _matches_one_two_gpu_node(tmp_path, "slurm-nodes")
+    check_matches_one_two_gpu_node(tmp_path, "slurm-nodes")
