@@ -25,6 +25,9 @@ Megatron integration (liger_kernel.megatron: LigerMegatronRMSNorm, LigerMegatron
 its fused gate-up kernel). IMPLEMENTATION picks, per op, "ours" (norm.LigerRMSNorm,
 swiglu.bias_swiglu) or "liger_megatron"; switching is one line here, decided from the
 timing of both (dev/gpu/liger_megatron.sh -> docs/benchmarks/kernels-liger-megatron_*.json).
+The H200 timing (kernels-liger-megatron_h200.json) has Liger's ahead by 13-19% per op but
+within the op timer's noise, so the ops stay ours until an end-to-end A/B of the training step
+shows a difference beyond noise.
 """
 
 IMPLEMENTATION = {"rmsnorm": "ours", "swiglu": "ours"}
