@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# 1xH200, ~3 min, timed-ish (run on an idle GPU): why ours is 0.68x HF Qwen3-MoE at the MoE
+# bench shape (issue 25, session 7). Qwen3-30B-A3B cut to 8 layers, seq 4096, global batch 8 on
+# one GPU (training/bench/catalog.py MOE_SHAPE), iterations 5-6 under the torch profiler, then
+# the trace report (where the step goes: GEMMs, the permute, the router, idle/launch gaps).
+# Into $OUT: train.log, trace_report.md/.json, the trace folder archived.
+# Usage: GIT_SHA=<sha> bash dev/gpu/moe_profile.sh    Carry: .whl
+source "$(dirname "$0")/env.sh"
+bash "$(dirname "$0")/burst.sh" idle || exit 1
+export EXPERIMENT_DIR=/tmp/moe_profile
+timeout 300 bash examples/moe/train_qwen3_moe.sh MODEL_SIZE=30B-A3B NUM_LAYERS=8 SEQ_LENGTH=4096 \
+    MBS=1 BS=8 TOTAL_ITERS=8 EVAL_ITERS=0 GPUS_PER_NODE=1 PROFILE=torch PROFILE_STEP_START=5 \
+    PROFILE_STEP_END=7 2>&1 | tail -40 | tee "$OUT/train_tail.log"
+run=$(dirname "$(find /tmp/moe_profile -name manifest.json | head -1)")
+cp "$run/train.log" "$OUT/" 2>/dev/null
+timeout 200 python3 -m training.profiling.trace_report "$run" --out "$OUT" --top 40 2>&1 | tail -60
+tar czf "$OUT/profile.tgz" -C "$run" profile 2>/dev/null
+ls -la "$OUT"
