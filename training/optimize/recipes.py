@@ -34,42 +34,51 @@ def platform_recipes(c: RunDescription) -> list[str]:
             if r.kind != "bf16" and r.supports(platform.sm, platform.gfx)]
 
 
+def _read_ab(path: Path) -> dict | None:
+    """The A/B report, or None where it cannot be read."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _best_losses(data: dict, recipe: str) -> tuple[dict, float | None, float | None]:
+    """The recipe's cell, its best eval loss and bf16's (None where absent)."""
+    cells = {(c.get("values") or {}).get("PRECISION"): c for c in data.get("cells") or []}
+    cell = cells.get(recipe) or {}
+    mine = (cell.get("numbers") or {}).get("eval_best")
+    theirs = ((cells.get("bf16") or {}).get("numbers") or {}).get("eval_best")
+    number = (int, float)
+    return (cell, mine if isinstance(mine, number) else None,
+            theirs if isinstance(theirs, number) else None)
+
+
 def convergence_gap(recipe: str, path: Path = CONVERGENCE) -> float | None:
     """The recipe's best eval loss minus bf16's in the A/B; infinity where the recipe diverged;
     None where the A/B has no usable cell for it (not run, or the run failed)."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+    data = _read_ab(path)
+    if data is None:
         return None
-    cells = {(c.get("values") or {}).get("PRECISION"): c for c in data.get("cells") or []}
-    cell = cells.get(recipe) or {}
+    cell, mine, theirs = _best_losses(data, recipe)
     if cell.get("verdict") in (None, "failed"):
         return None
     if cell["verdict"] == "diverged":
         return float("inf")
-    mine = (cell.get("numbers") or {}).get("eval_best")
-    theirs = ((cells.get("bf16") or {}).get("numbers") or {}).get("eval_best")
-    if isinstance(mine, (int, float)) and isinstance(theirs, (int, float)):
-        return mine - theirs
-    return None
+    return mine - theirs if mine is not None and theirs is not None else None
 
 
 def convergence_text(recipe: str, path: Path = CONVERGENCE) -> str:
     """The A/B's verdict for `recipe` and its best eval loss against bf16's, or why there is
     none."""
     how = f"run `python -m training.convergence {GRID}`"
-    try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+    data = _read_ab(path)
+    if data is None:
         return f"convergence not measured ({path.name} does not exist yet: {how})"
-    cells = {(c.get("values") or {}).get("PRECISION"): c for c in data.get("cells") or []}
-    cell, bf16 = cells.get(recipe), cells.get("bf16")
-    if cell is None or cell.get("verdict") in (None, "failed"):
+    cell, mine, theirs = _best_losses(data, recipe)
+    if cell.get("verdict") in (None, "failed"):
         return f"convergence not measured for PRECISION={recipe} ({path.name}: {how})"
     text = f"convergence A/B ({path.name}, {data.get('device') or 'GPU'}): {cell['verdict']}"
-    mine = (cell.get("numbers") or {}).get("eval_best")
-    theirs = ((bf16 or {}).get("numbers") or {}).get("eval_best")
-    if isinstance(mine, (int, float)) and isinstance(theirs, (int, float)):
+    if mine is not None and theirs is not None:
         text += (f", best eval loss {mine:.3f} vs bf16's {theirs:.3f} ({mine - theirs:+.3f}, "
                  f"same data, seed and steps)")
     if cell.get("reason"):
