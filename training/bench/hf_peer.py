@@ -48,10 +48,37 @@ def hf_model_config(preset, num_layers: int, seq_length: int):
         head_dim=preset.head_dim, **moe, **common)
 
 
+def _profiler(folder: str | None, steps: int):
+    """A started torch profiler recording the last two of `steps` (None without a folder);
+    its trace goes to FOLDER/rank-0.json.gz."""
+    if folder is None:
+        return None
+    from pathlib import Path
+
+    import torch
+
+    if steps < 3:
+        raise SystemExit("--profile-dir needs at least 3 steps (one before the two recorded)")
+    Path(folder).mkdir(parents=True, exist_ok=True)
+
+    def save(prof):
+        prof.export_chrome_trace(str(Path(folder) / "rank-0.json.gz"))
+
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    profiler = torch.profiler.profile(
+        activities=activities, on_trace_ready=save,
+        schedule=torch.profiler.schedule(wait=steps - 3, warmup=1, active=2, repeat=1))
+    profiler.start()
+    return profiler
+
+
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser()
     add_peer_arguments(p, steps=20, warmup=5)
     p.add_argument("--liger", action="store_true")
+    p.add_argument("--profile-dir", default=None,
+                   help="capture the last two steps with the torch profiler into this folder "
+                        "(a trace training.profiling.trace_report reads, as ours with PROFILE=torch)")
     args = p.parse_args(argv)
 
     import torch
@@ -73,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     tokens = torch.randint(0, preset.vocab_size, (accum, args.mbs, args.seq_length),
                            device="cuda")
     times, losses = [], []
+    profiler = _profiler(args.profile_dir, args.warmup + args.steps)
     for step in range(args.warmup + args.steps):
         torch.cuda.synchronize()
         start = time.perf_counter()
@@ -87,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
         losses.append(float(total) / accum)
+        if profiler is not None:
+            profiler.step()
+    if profiler is not None:
+        profiler.stop()
     write_result(args, times, losses,
                  "bf16 params, bf16 AdamW moments (torch fused AdamW), no fp32 master",
                  liger=args.liger)
