@@ -241,6 +241,7 @@ SIG_PERMUTE = ("(tokens, routing_map, probs=None, num_out_tokens=None, fused=Fal
                "drop_and_pad=False, tokens_per_expert=None, align_size=0)")
 SIG_UNPERMUTE = ("(permuted_tokens, sorted_indices, restore_shape, probs=None, "
                  "routing_map=None, fused=False, drop_and_pad=False, pad_offsets=None)")
+SIG_SORT_CHUNKS = "(input, split_sizes, sorted_idxs, probs=None, fused=False)"
 SIG_MULTI_TENSOR_L2 = "(chunk_size, noop_flag, tensor_lists, per_tensor, *args)"
 SIG_MULTI_TENSOR_SCALE = "(chunk_size, noop_flag, tensor_lists, scale)"
 
@@ -369,6 +370,14 @@ PATCHES: tuple[Patch, ...] = (
       for name, attribute, factory, signature in (
           ("native_moe_permute", "permute", "permute_replacement", SIG_PERMUTE),
           ("native_moe_unpermute", "unpermute", "unpermute_replacement", SIG_UNPERMUTE))),
+    Patch("native_moe_sort_chunks", "megatron.core.transformer.moe.token_dispatcher:"
+          "sort_chunks_by_idxs", "training.native.moe_permute:sort_chunks_replacement",
+          "MoE: the all-to-all dispatcher's sort by local expert splits the tokens into one "
+          "view per (rank, local expert) and concatenates them (128 views and a copy each way "
+          "per layer at Qwen3-30B-A3B, more in the backward; its fused one is TE's): one row "
+          "gather instead, none where the order is the identity (EP x TP = 1)",
+          SIG_SORT_CHUNKS, what="sort by local expert as one row gather (identity: none)",
+          group="native", when=_native_moe_permute),
     Patch("native_wgrad", "megatron.core.tensor_parallel.layers:fused_weight_gradient_mlp_cuda",
           "training.native.wgrad:TorchWgradAccum",
           "gradient-accumulation fusion calls apex's extension; without it, a cuBLAS GEMM "

@@ -1,6 +1,7 @@
 """training/native/moe_permute.py: the dispatchers' permute/unpermute as gathers, against
 Megatron's own (torch) permute/unpermute, forward and backward, dropless and with tokens
-dropped; and the whole MoE model with it installed, against Hugging Face."""
+dropped; the all-to-all dispatcher's sort by local expert against Megatron's split-and-cat;
+and the whole MoE model with them installed, against Hugging Face."""
 from __future__ import annotations
 
 import inspect
@@ -14,7 +15,7 @@ from training.native import moe_permute
 TOKENS, EXPERTS, TOPK, HIDDEN = 37, 6, 2, 16
 
 
-PATCHES = ("native_moe_permute", "native_moe_unpermute")
+PATCHES = ("native_moe_permute", "native_moe_unpermute", "native_moe_sort_chunks")
 
 
 def _install(kernels="torch", topk=TOPK):
@@ -37,6 +38,7 @@ def restore_dispatcher():
     yield
     megatron_patches.restore(names=PATCHES)
     assert token_dispatcher.permute is moe_utils.permute
+    assert token_dispatcher.sort_chunks_by_idxs is moe_utils.sort_chunks_by_idxs
 
 
 def _routing(drop: bool, seed: int = 0):
@@ -103,7 +105,8 @@ def test_other_cases_go_to_megatrons_functions():
 
 def test_same_signature_as_megatrons():
     for ours, theirs in ((moe_permute.permute, moe_utils.permute),
-                         (moe_permute.unpermute, moe_utils.unpermute)):
+                         (moe_permute.unpermute, moe_utils.unpermute),
+                         (moe_permute.sort_chunks, moe_utils.sort_chunks_by_idxs)):
         names = [p for p in inspect.signature(ours).parameters
                  if p not in ("original", "kernels", "topk")]
         assert names == list(inspect.signature(theirs).parameters)
@@ -117,7 +120,63 @@ def test_tiny_moe_with_the_native_permute_matches_hf(restore_dispatcher):
     def prepare(gpt):
         assert token_dispatcher.permute.__wrapped__ is moe_permute.permute
         assert token_dispatcher.unpermute.__wrapped__ is moe_permute.unpermute
+        assert token_dispatcher.sort_chunks_by_idxs.__wrapped__ is moe_permute.sort_chunks
 
     result = moe_parity(TINY_MOE, 2, "native", "torch", "cpu", prepare=prepare,
                         extra=("--no-bias-swiglu-fusion", "--native-moe-permute"))
     assert result["max_abs_err"] < 1e-4 * max(result["logit_scale"], 1.0)
+
+
+def _dispatcher_orders(ranks: int, local: int):
+    """The two chunk orders of Megatron's all-to-all dispatcher (token_dispatcher.py:
+    sort_input_by_local_experts, restore_output_by_local_experts) for `ranks` source ranks."""
+    chunks = torch.arange(ranks * local)
+    return chunks.reshape(ranks, local).T.ravel(), chunks.reshape(local, ranks).T.ravel()
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_sort_by_local_expert_matches_megatrons_split_and_cat(ranks):
+    local = 4
+    gen = torch.Generator().manual_seed(ranks)
+    sizes = torch.randint(0, 6, (ranks * local,), generator=gen)   # empty chunks included
+    sizes[0] = 0
+    rows = int(sizes.sum())
+    sort, restore = _dispatcher_orders(ranks, local)
+    tokens = torch.randn(rows, HIDDEN, generator=gen)
+    probs = torch.rand(rows, generator=gen)
+    grad = torch.randn(rows, HIDDEN, generator=gen)
+    results = []
+    for sort_chunks in (moe_utils.sort_chunks_by_idxs,
+                        lambda *a, **kw: moe_permute.sort_chunks(
+                            *a, original=moe_utils.sort_chunks_by_idxs, **kw)):
+        x = tokens.clone().requires_grad_()
+        out, out_probs = sort_chunks(x, sizes, sort, probs=probs)
+        (dx,) = torch.autograd.grad(out, x, grad)
+        # and back: the combine's order, over the sizes as the experts hold them
+        back, _ = sort_chunks(out.detach(), sizes.reshape(ranks, local).T.ravel(), restore)
+        results.append((out, out_probs, dx, back))
+    for name, ref, ours in zip(("sorted", "probs", "dtokens", "restored"), *results):
+        torch.testing.assert_close(ours, ref, rtol=0, atol=0, msg=name)
+    torch.testing.assert_close(results[1][3], tokens, rtol=0, atol=0)
+
+
+def test_sort_by_local_expert_from_one_rank_is_no_copy():
+    sizes = torch.tensor([3, 0, 2, 5])
+    sort, _ = _dispatcher_orders(1, 4)
+    tokens, probs = torch.randn(10, HIDDEN), torch.rand(10)
+    out, out_probs = moe_permute.sort_chunks(tokens, sizes, sort, probs=probs,
+                                             original=moe_utils.sort_chunks_by_idxs)
+    assert out is tokens and out_probs is probs
+
+
+def test_sort_by_local_expert_leaves_the_fused_one_to_megatron():
+    calls = []
+
+    def original(*a, **kw):
+        calls.append(kw)
+        return "megatron"
+
+    assert moe_permute.sort_chunks(torch.zeros(2, 2), torch.tensor([1, 1]),
+                                   torch.tensor([1, 0]), fused=True,
+                                   original=original) == "megatron"
+    assert calls == [{"probs": None, "fused": True}]
