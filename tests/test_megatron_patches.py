@@ -207,10 +207,16 @@ def test_the_liger_megatron_switch_fills_the_same_slots():
         assert "LigerMegatronSwiGLU" in setup.parts["swiglu"]
         assert issubclass(specs.norm_class("liger"), __import__(
             "liger_kernel.megatron", fromlist=["LigerMegatronRMSNorm"]).LigerMegatronRMSNorm)
-        native.IMPLEMENTATION.update(saved)
+        native.IMPLEMENTATION.update(rmsnorm="ours", swiglu="ours")
         setup = specs.install_native(native_run("liger"))
         assert setup.parts["swiglu"].startswith("native SwiGLU")
         assert specs.norm_class("liger") is norm.LigerRMSNorm
+        assert "Liger-Kernel's kernel" in setup.parts["rmsnorm"]
+        native.IMPLEMENTATION.update(rmsnorm="torch_fused")
+        setup = specs.install_native(native_run("liger"))
+        assert specs.norm_class("liger") is norm.FusedTorchRMSNorm
+        assert "torch's fused rms_norm kernel" in setup.parts["rmsnorm"]
+        assert specs.norm_class("torch") is norm.NativeRMSNorm
     finally:
         native.IMPLEMENTATION.update(saved)
 

@@ -31,9 +31,15 @@ class NativeSetup:
     parts: dict[str, str] = field(default_factory=dict)
 
 
+NORM_KERNEL = {"liger": "Triton, Liger-Kernel's kernel",
+               "torch_fused": "torch's fused rms_norm kernel, fp32 statistics",
+               "torch": "torch ops, fp32 statistics"}
+
+
 def norm_class(kernels: str):
     """The native backend's RMSNorm class for NATIVE_KERNELS (torch or liger; for liger, ours
-    or Liger-Kernel's Megatron module, as training.native.IMPLEMENTATION says)."""
+    on Liger's Triton kernel, Liger-Kernel's Megatron module or torch's fused kernel, as
+    training.native.IMPLEMENTATION says)."""
     from training.native import IMPLEMENTATION
     from training.native import norm
 
@@ -41,6 +47,8 @@ def norm_class(kernels: str):
         return norm.NativeRMSNorm
     if kernels != "liger":
         raise ValueError(f"unknown kernels {kernels!r}")
+    if IMPLEMENTATION["rmsnorm"] == "torch_fused":
+        return norm.FusedTorchRMSNorm
     from liger_kernel.transformers.functional import liger_rms_norm  # noqa: F401 - installed?
 
     if IMPLEMENTATION["rmsnorm"] == "liger_megatron":
@@ -98,9 +106,8 @@ def install_native(run) -> NativeSetup:
     megatron_patches.apply(run, groups=("native",))
     setup = NativeSetup(kernels=args.native_kernels)
     norm = norm_class(args.native_kernels)
-    setup.parts["rmsnorm"] = (f"{describe(norm)} (Triton, Liger-Kernel's kernel)"
-                              if args.native_kernels == "liger"
-                              else f"{describe(norm)} (torch, fp32 statistics)")
+    kernel = NORM_KERNEL[getattr(norm, "kernels", "liger")]   # Liger's Megatron module: liger
+    setup.parts["rmsnorm"] = f"{describe(norm)} ({kernel})"
     setup.parts["attention"] = f"{describe(SDPAttention)} (torch SDPA, cuDNN > flash > " \
                                "memory-efficient)"
     setup.parts["qkv_rope"] = (in_place("native_qkv_rope") if args.fused_single_qkv_rope

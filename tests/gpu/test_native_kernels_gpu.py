@@ -56,12 +56,14 @@ def test_liger_fused_linear_ce_matches_chunked_torch(chunk_mem):
     assert abs(out["torch"][0].item() - full.item()) / full.item() < 1e-3
 
 
-def test_liger_rmsnorm_matches_torch():
-    from training.native.norm import rms_norm_liger, rms_norm_torch
+@pytest.mark.parametrize("impl", ["liger", "fused"])
+def test_rmsnorm_kernels_match_torch(impl):
+    from training.native import norm
 
+    fn = {"liger": norm.rms_norm_liger, "fused": norm.rms_norm_fused}[impl]
     x = torch.randn(4096, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
     w = (1 + 0.1 * torch.randn(1024, device="cuda", dtype=torch.bfloat16)).requires_grad_()
-    a, b = rms_norm_liger(x, w, 1e-5), rms_norm_torch(x, w, 1e-5)
+    a, b = fn(x, w, 1e-5), norm.rms_norm_torch(x, w, 1e-5)
     assert rel(a, b) < 1e-2
     g = torch.randn_like(a)
     ga = torch.autograd.grad(a, (x, w), g)

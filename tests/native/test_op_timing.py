@@ -26,7 +26,9 @@ def test_header_and_rule(result):
     assert result["name"] == "kernels-liger-megatron"
     assert result["command"].startswith("python -m training.native.op_timing --device cpu")
     assert {"git_sha", "gpu", "versions", "verdict_rule"} <= set(result)
-    assert result["implementation_in_use"] == {"rmsnorm": "ours", "swiglu": "ours"}
+    from training.native import IMPLEMENTATION
+
+    assert result["implementation_in_use"] == IMPLEMENTATION
 
 
 @pytest.mark.parametrize("op,impls,shape", [

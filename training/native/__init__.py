@@ -23,11 +23,15 @@ startup table. Tests compare the two. What goes into Megatron goes through the p
 Two ops have a second Triton implementation with NATIVE_KERNELS=liger: Liger-Kernel's own
 Megatron integration (liger_kernel.megatron: LigerMegatronRMSNorm, LigerMegatronSwiGLU over
 its fused gate-up kernel). IMPLEMENTATION picks, per op, "ours" (norm.LigerRMSNorm,
-swiglu.bias_swiglu) or "liger_megatron"; switching is one line here, decided from the
-timing of both (dev/gpu/liger_megatron.sh -> docs/benchmarks/kernels-liger-megatron_*.json).
-The H200 timing (kernels-liger-megatron_h200.json) has Liger's ahead by 13-19% per op but
-within the op timer's noise, so the ops stay ours until an end-to-end A/B of the training step
-shows a difference beyond noise.
+swiglu.bias_swiglu) or "liger_megatron"; the RMSNorm also "torch_fused" (norm.FusedTorchRMSNorm:
+torch's own fused rms_norm kernel). Switching is one line here, decided from the timing of
+both (dev/gpu/liger_megatron.sh -> docs/benchmarks/kernels-liger-megatron_*.json). The H200
+timing (kernels-liger-megatron_h200.json) has Liger's ahead by 13-19% per op but within the op
+timer's noise, so SwiGLU stays ours. The RMSNorm is torch's fused kernel: at the MoE bench
+shape (session 8, dev/gpu/norm_host_timing.py, dev/gpu_logs/2026-12-01_s8_*) its forward plus
+backward costs the host 143-188 us against 500-621 us for the Liger Triton launch, on a
+launch-bound MoE step (four norms per layer with the q/k norms), at about the same device time
+(69 against 79 us at width 2048; 236 against 167 us over the 128-wide query heads).
 """
 
-IMPLEMENTATION = {"rmsnorm": "ours", "swiglu": "ours"}
+IMPLEMENTATION = {"rmsnorm": "torch_fused", "swiglu": "ours"}

@@ -17,6 +17,12 @@ def rms_norm_torch(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.T
     return weight * normed.to(x.dtype)
 
 
+def rms_norm_fused(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """torch's rms_norm: one fused kernel each way on CUDA (aten::_fused_rms_norm), fp32
+    statistics; on the CPU torch's composite of the reference's steps."""
+    return torch.nn.functional.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
 def rms_norm_liger(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     from liger_kernel.transformers.functional import liger_rms_norm
 
@@ -46,6 +52,8 @@ class NativeRMSNorm(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.kernels == "liger" and x.is_cuda:  # Triton runs on GPUs only (CPU: tests)
             return rms_norm_liger(x, self.weight, self.eps)
+        if self.kernels == "torch_fused":
+            return rms_norm_fused(x, self.weight, self.eps)
         return rms_norm_torch(x, self.weight, self.eps)
 
 
@@ -53,6 +61,15 @@ class LigerRMSNorm(NativeRMSNorm):
     """NativeRMSNorm through Liger-Kernel's Triton RMSNorm (NATIVE_KERNELS=liger)."""
 
     kernels = "liger"
+
+
+class FusedTorchRMSNorm(NativeRMSNorm):
+    """NativeRMSNorm through torch's fused rms_norm kernel (NATIVE_KERNELS=liger with
+    IMPLEMENTATION["rmsnorm"] = "torch_fused"): on the H200 its forward+backward costs the
+    host a quarter of Liger's Triton launch (dev/gpu/norm_host_timing.py), which matters where
+    the step is launch-bound (the MoE layers' many small operators)."""
+
+    kernels = "torch_fused"
 
 
 @functools.cache
