@@ -65,3 +65,13 @@ def test_summarize_and_rule_text():
     s = summarize([1.0, 2.0, 3.0])
     assert s["mean"] == 2.0 and s["spread"] == pytest.approx(1.0)
     assert "within noise" in VERDICT_RULE and "rotated" in VERDICT_RULE
+
+
+def test_a_timed_out_run_is_named_by_its_timeout_not_by_a_warning_it_printed():
+    from training.bench.analysis import failure_line
+
+    timed_out = {"error": "timed out after 110 s\nBackend impl 'x' could not be imported: "
+                          "ImportError: cannot import name 'tanh'\nstill compiling"}
+    assert failure_line(timed_out) == "timed out after 110 s"
+    crashed = {"error": "step 1\nRuntimeError: CUDA error: out of memory\nexiting"}
+    assert failure_line(crashed) == "RuntimeError: CUDA error: out of memory"

@@ -58,8 +58,12 @@ def all_out_of_memory(points: list[dict]) -> bool:
 
 
 def failure_line(point: dict) -> str:
-    """The most telling line of a failed point's error text."""
+    """The most telling line of a failed point's error text: the runner's timeout when it
+    stopped the run (the log's own lines are then whatever it printed last, warnings
+    included), else the last line naming an error."""
     text = (point.get("error") or point.get("refusal") or "failed").strip().splitlines()
+    if text and text[0].startswith("timed out after"):
+        return text[0][:300]
     for marker in ("error:", "Error", "refused", "not runnable"):
         hit = next((line for line in reversed(text) if marker in line), None)
         if hit:
