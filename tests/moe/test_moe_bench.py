@@ -31,8 +31,8 @@ def _tools(monkeypatch, tmp_path, runner):
 
 def test_moe_parts_come_last_at_one_gpu_with_their_own_shape():
     names = [part for _kind, part, _keys in cli.parts_for(1)]
-    assert names[-4:] == ["moe-peers", "moe-levers", "moe-peers-torchtitan",
-                          "moe-levers-permute"]
+    assert names[-5:] == ["moe-peers", "moe-levers", "moe-peers-torchtitan",
+                          "moe-levers-permute", "moe-levers-host"]
     assert "moe-peers" not in [part for _k, part, _ks in cli.parts_for(2)]
     shape = catalog.MOE_SHAPE
     assert shape.preset == "qwen3-30B-A3B" and shape.tag() == TAG
@@ -43,11 +43,13 @@ def test_moe_parts_come_last_at_one_gpu_with_their_own_shape():
 def test_moe_parts_plan_and_run(monkeypatch, tmp_path, capsys):
     runner = FakeRunner(speed={"default": 9000.0, "native": 9000.0, "hf": 7000.0,
                                "hf_liger": 8000.0, "torchtitan": 8500.0,
-                               "MOE_GROUPED_GEMM": 3000.0, "MOE_PERMUTE_FUSION": 8700.0})
+                               "MOE_GROUPED_GEMM": 3000.0, "MOE_PERMUTE_FUSION": 8700.0,
+                               "MBS": 9900.0, "DP1_PLAIN_DDP": 9100.0})
     _tools(monkeypatch, tmp_path, runner)
     out = tmp_path / "out"
     assert cli.main(["all", "--gpus", "1", "--parts",
-                     "moe-peers,moe-levers,moe-peers-torchtitan,moe-levers-permute",
+                     "moe-peers,moe-levers,moe-peers-torchtitan,moe-levers-permute,"
+                     "moe-levers-host",
                      "--out-dir", str(out), "--budget-s", "100000"]) == 0
     text = capsys.readouterr().out
     assert f"moe-peers_h200_{TAG}: 6 runs" in text and f"moe-levers_h200_{TAG}: 4 runs" in text
@@ -63,6 +65,11 @@ def test_moe_parts_plan_and_run(monkeypatch, tmp_path, capsys):
     assert {c["id"] for c in titan["configs"]} == {"native", "torchtitan"}
     permute = json.loads((out / f"moe-levers-permute_h200_{TAG}.json").read_text())
     assert [r["key"] for r in permute["results"]] == ["MOE_PERMUTE_FUSION"]
+    host = json.loads((out / f"moe-levers-host_h200_{TAG}.json").read_text())
+    assert [r["key"] for r in host["results"]] == ["MBS", "DP1_PLAIN_DDP"]
+    assert host["shape"]["model"] == "qwen3-30B-A3B"
+    mbs = next(c for c in host["configs"] if c["id"] == "MBS")
+    assert mbs["env"]["MBS"] == "2"
     ours = [s for s in runner.calls if s.side == "ours"]
     assert ours and all(s.shape.family == "qwen3_moe" for s in ours)
     assert all(s.env["MODEL_SIZE"] == "30B-A3B" and s.env["NUM_LAYERS"] == "8" for s in ours)

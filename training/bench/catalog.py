@@ -415,6 +415,10 @@ MOE_PARTS = (
     ("moe-levers", "toggles", ("MOE_GROUPED_GEMM",)),
     ("moe-peers-torchtitan", "peers", ("native", "torchtitan")),
     ("moe-levers-permute", "toggles", ("MOE_PERMUTE_FUSION",)),
+    # the host-side levers of a launch-bound step (session 8's profile: the MoE step at this
+    # shape leaves the H200 about half idle): a micro-batch of 2 (half the launches per
+    # token) and the plain optimizer without the distributed one's per-bucket hooks
+    ("moe-levers-host", "toggles", ("MBS", "DP1_PLAIN_DDP")),
 )
 
 
