@@ -32,7 +32,7 @@ def test_header_and_rule(result):
 
 
 @pytest.mark.parametrize("op,impls,shape", [
-    ("rmsnorm", {"ours", "liger_megatron", "torch"}, [6, 10]),
+    ("rmsnorm", {"ours", "liger_megatron", "torch_fused", "torch"}, [6, 10]),
     ("swiglu", {"ours", "liger_megatron", "megatron"}, [6, 14])])
 def test_every_implementation_sampled_and_compared_with_ours(result, op, impls, shape):
     entry = result["ops"][op]

@@ -5,6 +5,7 @@ implementation runs forward + backward on the same input, exactly as the patch t
 spec would put it into Megatron:
   rmsnorm  ours: norm.LigerRMSNorm (Liger's Triton kernel through liger_rms_norm);
            liger_megatron: liger_kernel.megatron.LigerMegatronRMSNorm;
+           torch_fused: norm.FusedTorchRMSNorm (torch's fused rms_norm kernel);
            torch: norm.NativeRMSNorm (NATIVE_KERNELS=torch), for scale
   swiglu   ours: swiglu.bias_swiglu (one Triton pass each way);
            liger_megatron: liger_kernel.megatron.LigerMegatronSwiGLU (fused gate-up kernel);
@@ -62,6 +63,7 @@ def cases(tokens: int, hidden: int, ffn: int, dtype, device) -> list[OpCase]:
     config = _norm_config(dtype)
     norms = {"ours": norm.LigerRMSNorm(config, hidden),
              "liger_megatron": norm.liger_megatron_rms_norm()(config, hidden),
+             "torch_fused": norm.FusedTorchRMSNorm(config, hidden),
              "torch": norm.NativeRMSNorm(config, hidden)}
     norms = {name: module.to(device=device, dtype=dtype) for name, module in norms.items()}
     slots = {"ours": swiglu.bias_swiglu(bias_swiglu_impl),
