@@ -18,6 +18,11 @@ FULL_32L_RECOMPUTE = RUNS / "h200x2_l32_native_full_recompute"
 # recorded with the peak split by phase (training/loop_hooks.PhasePeaks), session 6
 PHASES = RUNS / "h200_l8_native_phases"
 PHASES_RECOMPUTE = RUNS / "h200_l8_native_full_recompute_phases"
+# the optimizer-state toggles on one H200 (session 8; the peak split by phase too)
+OPT_BF16 = RUNS / "h200_l8_native_opt_state_bf16"           # bf16 moments, remainder masters
+OPT_BF16_SR = RUNS / "h200_l8_native_opt_state_bf16_sr"     # bf16 moments, stochastic rounding
+FULL_32L_OPT_BF16 = RUNS / "h200_l32_native_opt_state_bf16"  # full Llama3-8B, one H200
+CPU_OFFLOAD = RUNS / "h200_l8_native_cpu_offload"           # OPTIMIZER_CPU_OFFLOAD=1
 DRY_SEQ32K = DRY / "dry_8b_seq32k_mbs4"
 DRY_70B = DRY / "dry_70b_1gpu"
 DRY_ALL_ON = DRY / "dry_8b_8gpu_mbs2"

@@ -8,8 +8,10 @@ from training.optimize.config import flce, from_manifest
 from training.optimize.inputs import load_run
 from training.optimize.memory import GIB, MEMORY_BOUND_FRACTION, estimate
 
-from .helpers import (FULL_32L, FULL_32L_RECOMPUTE, LOCAL, NATIVE, PHASES, PHASES_RECOMPUTE,
-                      PROFILED)
+from .helpers import (CPU_OFFLOAD, FULL_32L, FULL_32L_OPT_BF16, FULL_32L_RECOMPUTE, LOCAL,
+                      NATIVE, OPT_BF16, OPT_BF16_SR, PHASES, PHASES_RECOMPUTE, PROFILED)
+
+OPTIMIZER_STATE_RUNS = [OPT_BF16, OPT_BF16_SR, FULL_32L_OPT_BF16]
 
 # The error this estimator honestly reaches on the recorded runs (the issue's goal is 15%).
 PEAK_TOLERANCE_PCT = 5.0
@@ -17,7 +19,7 @@ AFTER_STEP_TOLERANCE_PCT = 1.0
 
 
 @pytest.mark.parametrize("run", [NATIVE, LOCAL, PROFILED, FULL_32L, FULL_32L_RECOMPUTE, PHASES,
-                                 PHASES_RECOMPUTE], ids=lambda p: p.name)
+                                 PHASES_RECOMPUTE, *OPTIMIZER_STATE_RUNS], ids=lambda p: p.name)
 def test_estimate_against_recorded_peak(run):
     row = calibration.calibrate(run)
     print(f"\n{run.name}: estimated {row['estimated_peak_gib']:.2f} GiB, measured "
@@ -27,8 +29,8 @@ def test_estimate_against_recorded_peak(run):
     assert row["within_goal"]
 
 
-@pytest.mark.parametrize("run", [NATIVE, LOCAL, FULL_32L, FULL_32L_RECOMPUTE],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("run", [NATIVE, LOCAL, FULL_32L, FULL_32L_RECOMPUTE,
+                                 *OPTIMIZER_STATE_RUNS, CPU_OFFLOAD], ids=lambda p: p.name)
 def test_weights_and_optimizer_terms_against_memory_after_a_step(run):
     """After the optimizer step the activations are gone: what is left is the static terms,
     the fp32 gradient copy and persistent buffers (measured: metrics.jsonl mem_allocated_gib)."""
@@ -39,7 +41,18 @@ def test_weights_and_optimizer_terms_against_memory_after_a_step(run):
     assert abs(after["error_pct"]) <= AFTER_STEP_TOLERANCE_PCT
 
 
-@pytest.mark.parametrize("run", [PHASES, PHASES_RECOMPUTE], ids=lambda p: p.name)
+def test_cpu_offload_peak_within_the_goal_with_its_fixed_residual():
+    """Megatron's CPU offload: the state terms hold after a step (test above); the peak is
+    within the issue's goal, not the 5% of the others: the estimate's fixed forward/backward
+    residual (~1.5 GiB at this shape, docs/optimize.md) is 7% of a 20.6 GiB peak."""
+    row = calibration.calibrate(CPU_OFFLOAD)
+    assert row["within_goal"] and row["error_pct"] > 0
+    fb = row["phases"]["forward/backward"]
+    assert 1.0 < fb["estimated_gib"] - fb["measured_gib"] < 2.0
+
+
+@pytest.mark.parametrize("run", [PHASES, PHASES_RECOMPUTE, *OPTIMIZER_STATE_RUNS],
+                         ids=lambda p: p.name)
 def test_each_phase_estimate_against_its_recorded_peak(run):
     """Runs that split the peak at the optimizer step: the forward/backward and the step
     estimates are each checked against their own measured peak, not only the larger one."""
@@ -132,11 +145,20 @@ def test_local_backend_scores_grow_with_the_square_of_the_sequence():
 
 
 def test_recompute_modes_order_the_activations():
+    def activations(c):
+        return [estimate(c.with_values(RECOMPUTE=m)).term("activations").gib
+                for m in ("none", "selective", "full")]
+
     c = _native()
-    none, selective, full = (estimate(c.with_values(RECOMPUTE=m)).term("activations").gib
-                             for m in ("none", "selective", "full"))
-    assert full < selective < none
+    none, selective, full = activations(c)
+    # at MBS 1 SDPA keeps no probabilities and the output projection's input is a view of
+    # SDPA's output: selective recompute has nothing to drop (measured: levers-recompute's
+    # RECOMPUTE=selective left the peak unchanged)
+    assert full < selective == none
     assert full == pytest.approx(8 * 8192 * 2 * 4096 / GIB)
+    # at MBS 2 the output projection keeps its own [s,b,h] copy, which selective drops
+    none, selective, full = activations(c.with_values(MBS=2))
+    assert full < selective < none
 
 
 def test_tensor_parallel_with_sequence_parallel_halves_the_activations():

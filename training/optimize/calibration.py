@@ -29,7 +29,14 @@ DEFAULT_RUNS = ("tests/data/runs/h200_l8_native", "tests/data/runs/h200_l8_local
                 "tests/data/runs/h200x2_l32_native_full_recompute",
                 # recorded with the peak split by phase (session 6)
                 "tests/data/runs/h200_l8_native_phases",
-                "tests/data/runs/h200_l8_native_full_recompute_phases")
+                "tests/data/runs/h200_l8_native_full_recompute_phases",
+                # the optimizer-state toggles (session 8), one H200: bf16 moments with
+                # remainder or stochastic-rounding masters at 8 layers, the full model with
+                # the pre-flight's recommendation, and Megatron's CPU offload
+                "tests/data/runs/h200_l8_native_opt_state_bf16",
+                "tests/data/runs/h200_l8_native_opt_state_bf16_sr",
+                "tests/data/runs/h200_l32_native_opt_state_bf16",
+                "tests/data/runs/h200_l8_native_cpu_offload")
 # The issue's goal for the estimator's error on measured runs.
 GOAL_PCT = 15.0
 

@@ -29,7 +29,10 @@ GQA, no dropout (p=0), no biases):
   4 x 2h /SP         the two norms' inputs and outputs (the QKV and fc1 GEMM inputs)
   + 2(h + 2kv) /TP   q, k, v after RoPE, kept by the attention kernel
   + 2h /TP           the attention output
-  + 2h /TP           native only: the [s,b,h] copy of it the output projection keeps
+  + 2h /TP           native only, MBS > 1: the [s,b,h] copy of it the output projection keeps
+                     (SDPA's cuDNN and flash kernels write their output [b,s,n,d] in memory;
+                     at b = 1 the [s,b,h] view of it needs no copy: the H200 runs of session 8
+                     measured ~2h x s less per layer than this term predicted at MBS 1)
   + 4f + 2f /TP      fc1's output (kept by SwiGLU) and SwiGLU's output (fc2's input)
   local backend (unfused attention): k and v are repeated to n heads (2*2h instead of 2*2kv)
   and the softmax probabilities are kept: + 2*n*s /TP bytes per token (the s^2 term
@@ -243,12 +246,20 @@ def activation_bytes_per_token(c: RunDescription,
         attention = 2 * q + 2 * 2 * q + 2 * q            # q, k and v repeated to n heads, context
         scores = 2 * n * m.seq_length                     # bf16 softmax probabilities
     elif c.backend == "native":
-        attention = 2 * (q + 2 * kv) + 2 * q + 2 * q      # q, k, v, SDPA output, its [s,b,h] copy
+        attention = 2 * (q + 2 * kv) + 2 * q              # q, k, v, SDPA output
+        if _native_attention_copy(c):
+            attention += 2 * q                            # its [s,b,h] copy (MBS > 1)
         scores = 0.0
     else:                                                 # transformer_engine
         attention = 2 * (q + 2 * kv) + 2 * q
         scores = 0.0
     return {"sp": norms / sp_div, "tp": (attention + mlp) / lay.tp, "scores": scores / lay.tp}
+
+
+def _native_attention_copy(c: RunDescription) -> bool:
+    """The native backend's output projection keeps a copy of the attention output only when
+    the [b,s,n,d] -> [s,b,h] reordering is not a view: micro-batches of more than one."""
+    return c.layout.mbs > 1
 
 
 def _formula_per_token(c: RunDescription, mode: str) -> str:
@@ -271,7 +282,7 @@ def _dense_formula_per_token(c: RunDescription, mode: str) -> str:
         return f"8h{sp} + (2(h+2kv) + 2h + 6f){tp}"
     if c.backend == "local":
         return f"8h{sp} + (8h + 6f){tp} + 2ns{tp} (probabilities)"
-    if c.backend == "native":
+    if c.backend == "native" and _native_attention_copy(c):
         return f"8h{sp} + (2(h+2kv) + 4h + 6f){tp}"
     return f"8h{sp} + (2(h+2kv) + 2h + 6f){tp}"
 
