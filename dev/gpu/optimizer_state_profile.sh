@@ -4,7 +4,9 @@
 # default and ADAM_MOMENTS_DTYPE=bf16 MASTER_WEIGHTS=remainder at the bench shape, iterations
 # 4-5 under the torch profiler; the trace report's training ranges of each (host and kernel
 # time of forward, backward, optimizer step) side by side.
-# Into $OUT: ranges_<name>.md (each report's ranges and top kernels), traces.tgz.
+# First the kernel alone (dev/gpu/adamw_bandwidth.py: bandwidth per state mode, declared
+# 16-byte aligned or not, torch's fused AdamW for scale).
+# Into $OUT: adamw_bandwidth.jsonl, ranges_<name>.md (each report's ranges and top kernels), traces.tgz.
 # Usage: GIT_SHA=<sha> bash dev/gpu/optimizer_state_profile.sh    Carry: .whl
 source "$(dirname "$0")/env.sh"
 bash "$(dirname "$0")/burst.sh" idle || exit 1
@@ -21,6 +23,7 @@ profile() {  # profile NAME TOGGLES...
         "/tmp/optprof/report_$name/trace_report.md" > "$OUT/ranges_$name.md"
     grep -E "train/(forward|backward|optimizer_step)" "$OUT/ranges_$name.md" | grep "rank 0"
 }
+timeout 120 python3 dev/gpu/adamw_bandwidth.py 2>&1 | tee "$OUT/adamw_bandwidth.jsonl"
 profile default
 profile bf16 ADAM_MOMENTS_DTYPE=bf16 MASTER_WEIGHTS=remainder
 tar czf "$OUT/traces.tgz" --exclude=tensorboard -C /tmp optprof 2>/dev/null

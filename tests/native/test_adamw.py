@@ -233,3 +233,14 @@ def test_triton_kernel_rounds_stochastically_without_bias_under_the_interpreter(
     got = _interpreted("stochastic")
     assert abs(got["mean_error_ulp"]) <= got["tolerance_ulp"]
     assert got["distinct_updates"] > 1
+
+
+def test_vector_alignment_is_declared_only_where_every_tensor_allows_it():
+    from training.native.adamw import aligned_for_vectors
+
+    whole = torch.zeros(4096, dtype=torch.bfloat16)
+    shifted = whole[1:]                       # 2 bytes past a 16-byte boundary
+    assert aligned_for_vectors([whole], [whole[8:]], block=4096)
+    assert not aligned_for_vectors([whole], [shifted], block=4096)
+    assert not aligned_for_vectors([whole], block=4104)        # blocks not 16-aligned
+    assert aligned_for_vectors([whole], [torch.empty(0)], block=4096)   # empty: no access

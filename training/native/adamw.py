@@ -408,4 +408,15 @@ def pointer_tables(ps, gs, ms, vs, xs, block: int) -> dict:
             "block_start": start}
     tables = {k: v.to(device) for k, v in host.items()}
     tables["programs"] = int(blocks.sum())
+    tables["aligned"] = aligned_for_vectors(ps, gs, ms, vs, xs, block=block)
     return tables
+
+
+def aligned_for_vectors(*lists, block: int) -> bool:
+    """Every tensor starts on a 16-byte boundary and blocks start at multiples of 16 bytes:
+    the kernel may then declare its addresses aligned (16-byte vector loads and stores).
+    Megatron's buffers align each parameter's start (to 64 elements with the distributed
+    optimizer); a view into one that does not is left to element-wise accesses."""
+    if block % 16:
+        return False
+    return all(t.data_ptr() % 16 == 0 for tensors in lists for t in tensors if t.numel())
