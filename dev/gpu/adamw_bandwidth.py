@@ -38,9 +38,7 @@ def ours(mode_name: str, moments, aligned: bool) -> dict:
     xs = [opt._empty_master(p) for p in ps]
     tables = adamw.pointer_tables(ps, gs, ms, vs, xs, adamw.BLOCK)
     hyper = dict(lr=1e-4, beta1=0.9, beta2=0.95, eps=1e-8, wd=0.1, bc1=0.1, bc2_sqrt=0.2, seed=1)
-    ms_ = timed(lambda: adamw_triton.launch(tables, ps[0].dtype, gs[0].dtype, ms[0].dtype,
-                                            vs[0].dtype, mode, hyper, adamw.BLOCK,
-                                            aligned=aligned))
+    ms_ = timed(lambda: adamw_triton.launch(tables, mode, hyper, adamw.BLOCK, aligned=aligned))
     moved = sum(t.numel() * t.element_size() for ts in (ps, gs, ms, vs, xs) for t in ts)
     moved += sum(t.numel() * t.element_size() for ts in (ps, ms, vs, xs) for t in ts)  # stores
     return {"impl": "native", "mode": mode_name, "moments": str(moments), "aligned": aligned,

@@ -13,17 +13,20 @@ from tests.native.adamw_reference import (HYPER, fp32_bound, masters, max_error,
 pytestmark = pytest.mark.gpu
 
 SHAPES = [(37,), (1000, 333), (4097,), (1 << 20,)]   # odd sizes, blocks cut mid-tensor
+# sizes that are multiples of 8: the kernel's 16-byte vector accesses (ALIGNED)
+ALIGNED_SHAPES = [(40,), (1000, 336), (4104,), (1 << 20,)]
 
 
+@pytest.mark.parametrize("shapes", [SHAPES, ALIGNED_SHAPES], ids=["odd", "aligned"])
 @pytest.mark.parametrize("kernels", ["triton", "torch"])
 @pytest.mark.parametrize("main_params,moments", [("fp32", "fp32"), ("remainder", "fp32"),
                                                  ("fp32", "bf16"), ("remainder", "bf16")])
-def test_step_on_cuda_tracks_float64_adamw(kernels, main_params, moments):
+def test_step_on_cuda_tracks_float64_adamw(kernels, main_params, moments, shapes):
     """Tolerances as in tests/native/test_adamw.py: fp32 arithmetic (the linear bound), plus
     for bf16 moments one bf16 rounding flip per element and step against a float64 AdamW that
     rounds its moments to bf16 too."""
     steps = 60
-    init, grads = problem(SHAPES, steps, device="cuda")
+    init, grads = problem(shapes, steps, device="cuda")
     opt, params = run(init, grads, main_params, moments, kernels=kernels)
     ref = reference(init, grads, torch.bfloat16 if moments == "bf16" else None)
     bound = fp32_bound(steps, ref) + (steps * HYPER["lr"] * 2.0 ** -7 if moments == "bf16"
@@ -31,6 +34,36 @@ def test_step_on_cuda_tracks_float64_adamw(kernels, main_params, moments):
     error = max_error(masters(opt, params), ref)
     print(f"\n{kernels} {main_params}/{moments}: max error {error:.2e} (bound {bound:.2e})")
     assert error <= bound
+
+
+@pytest.mark.parametrize("main_params,moments", [("fp32", "fp32"), ("fp32", "bf16"),
+                                                 ("remainder", "bf16"), ("stochastic", "bf16")])
+def test_vector_accesses_compute_what_element_accesses_do(main_params, moments):
+    """The kernel with its accesses declared 16-byte aligned (vectors) and without: the same
+    state, bit for bit, after a step on the same tensors."""
+    from training.native import adamw, adamw_triton
+
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    dtype = adamw.MOMENT_DTYPES[moments]
+    sizes = [n for shape in ALIGNED_SHAPES for n in [int(torch.Size(shape).numel())]]
+    ps = [torch.randn(n, generator=gen, device="cuda").to(torch.bfloat16) for n in sizes]
+    gs = [torch.randn(n, generator=gen, device="cuda").to(torch.bfloat16) for n in sizes]
+    ms = [torch.randn(n, generator=gen, device="cuda").abs().to(dtype) * 0.1 for n in sizes]
+    vs = [torch.rand(n, generator=gen, device="cuda").to(dtype) * 0.01 for n in sizes]
+    opt = adamw.MixedPrecisionAdamW([torch.nn.Parameter(ps[0])], main_params=main_params)
+    xs = [opt._empty_master(p) for p in ps]
+    mode = opt._mode(ps[0])
+    hyper = dict(lr=1e-3, beta1=0.9, beta2=0.95, eps=1e-8, wd=0.1, bc1=0.1, bc2_sqrt=0.2, seed=5)
+    after = []
+    for aligned in (False, True):
+        state = [[t.clone() for t in ts] for ts in (ps, gs, ms, vs, xs)]
+        tables = adamw.pointer_tables(*state, adamw.BLOCK)
+        assert tables["aligned"]
+        adamw_triton.launch(tables, mode, hyper, adamw.BLOCK, aligned=aligned)
+        after.append(state)
+    for got, want in zip(after[1], after[0]):
+        for a, b in zip(got, want):
+            assert torch.equal(a.view(torch.uint8), b.view(torch.uint8))
 
 
 def test_remainder_and_fp32_masters_agree_bit_for_bit_on_cuda():

@@ -23,21 +23,26 @@ def _interpreted(opt) -> None:
     """The optimizer's CUDA branch, routed to the kernel on CPU tensors."""
     def update(ps, gs, ms, vs, xs, mode, hyper):
         tables = adamw.pointer_tables(ps, gs, ms, vs, xs, BLOCK)
-        adamw_triton.launch(tables, ps[0].dtype, gs[0].dtype, ms[0].dtype, vs[0].dtype, mode,
-                            hyper, BLOCK)
+        adamw_triton.launch(tables, mode, hyper, BLOCK)
     opt._use_triton = lambda device: True
     opt._triton_update = update
 
 
-def tracking(main_params: str, moments: str) -> dict:
+# sizes cut mid-vector (the element-wise accesses), and multiples of 8 (the ALIGNED path)
+SHAPES = {"odd": [(37,), (700,), (300,)], "aligned": [(40,), (704,), (296,)]}
+
+
+def tracking(main_params: str, moments: str, shapes: str = "odd") -> dict:
     steps = 40
-    init, grads = problem([(37,), (700,), (300,)], steps)
+    init, grads = problem(SHAPES[shapes], steps)
     opt, params = run(init, grads, main_params, moments, optimizer_hook=_interpreted)
     ref = reference(init, grads, torch.bfloat16 if moments == "bf16" else None)
     bound = fp32_bound(steps, ref) + (steps * HYPER["lr"] * 2.0 ** -7 if moments == "bf16"
                                       else 0.0)
     torch_opt, torch_params = run(init, grads, main_params, moments)
-    return {"error": max_error(masters(opt, params), ref), "bound": bound,
+    tables = adamw.pointer_tables(params, params, params, params, params, BLOCK)
+    return {"aligned": tables["aligned"], "error": max_error(masters(opt, params), ref),
+            "bound": bound,
             "error_vs_torch": max_error(masters(opt, params), masters(torch_opt, torch_params))}
 
 
@@ -56,8 +61,8 @@ def stochastic() -> dict:
 def main(scenario: str) -> dict:
     if scenario == "stochastic":
         return stochastic()
-    main_params, moments = scenario.split("/")
-    return tracking(main_params, moments)
+    main_params, moments, *shapes = scenario.split("/")
+    return tracking(main_params, moments, *shapes)
 
 
 if __name__ == "__main__":

@@ -218,12 +218,15 @@ def _interpreted(scenario: str) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("scenario", ["fp32/fp32", "remainder/bf16", "fp32/bf16"])
+@pytest.mark.parametrize("scenario", ["fp32/fp32", "remainder/bf16", "fp32/bf16",
+                                      "remainder/bf16/aligned"])
 def test_triton_kernel_tracks_float64_adamw_under_the_interpreter(scenario):
     """The kernel's master against the float64 AdamW (moments rounded to bf16 where stored in
     bf16), within the bounds of the torch path's tests; with bf16 moments it agrees with the
-    torch path to the same bound (both round to nearest, ties to even)."""
+    torch path to the same bound (both round to nearest, ties to even). Sizes cut mid-vector
+    take the element-wise accesses, multiples of 8 the vector ones (ALIGNED)."""
     got = _interpreted(scenario)
+    assert got["aligned"] == scenario.endswith("/aligned")
     assert got["error"] <= got["bound"]
     assert got["error_vs_torch"] <= got["bound"]
 
@@ -244,3 +247,4 @@ def test_vector_alignment_is_declared_only_where_every_tensor_allows_it():
     assert not aligned_for_vectors([whole], [shifted], block=4096)
     assert not aligned_for_vectors([whole], block=4104)        # blocks not 16-aligned
     assert aligned_for_vectors([whole], [torch.empty(0)], block=4096)   # empty: no access
+    assert not aligned_for_vectors([whole[:4092]], block=4096)  # a size the mask cuts mid-vector

@@ -274,7 +274,7 @@ class MixedPrecisionAdamW(torch.optim.Optimizer):
             if len(self._tables) >= 16:
                 self._tables.clear()
             tables = self._tables[key] = pointer_tables(ps, gs, ms, vs, xs, BLOCK)
-        launch(tables, ps[0].dtype, gs[0].dtype, ms[0].dtype, vs[0].dtype, mode, hyper, BLOCK)
+        launch(tables, mode, hyper, BLOCK)
 
 
 # -- bit-level helpers (shared by the torch path, the tests and the checkpoint code) -------------
@@ -409,14 +409,18 @@ def pointer_tables(ps, gs, ms, vs, xs, block: int) -> dict:
     tables = {k: v.to(device) for k, v in host.items()}
     tables["programs"] = int(blocks.sum())
     tables["aligned"] = aligned_for_vectors(ps, gs, ms, vs, xs, block=block)
+    tables["anchors"] = (ps[0], gs[0], ms[0], vs[0], xs[0])   # the kernel's typed arguments
     return tables
 
 
 def aligned_for_vectors(*lists, block: int) -> bool:
-    """Every tensor starts on a 16-byte boundary and blocks start at multiples of 16 bytes:
-    the kernel may then declare its addresses aligned (16-byte vector loads and stores).
-    Megatron's buffers align each parameter's start (to 64 elements with the distributed
-    optimizer); a view into one that does not is left to element-wise accesses."""
+    """The kernel may treat its accesses as 16-byte vectors (training/native/adamw_triton.py,
+    ALIGNED): every tensor starts on a 16-byte boundary, holds a multiple of 8 elements (a
+    block's mask then never changes inside a vector) and blocks start at multiples of 16
+    elements. Megatron's buffers align each parameter's start (to 64 elements with the
+    distributed optimizer) and Llama's tensor sizes are multiples of 8; anything else (a
+    DP shard of odd size) takes the element-wise accesses."""
     if block % 16:
         return False
-    return all(t.data_ptr() % 16 == 0 for tensors in lists for t in tensors if t.numel())
+    return all(t.data_ptr() % 16 == 0 and t.numel() % 8 == 0
+               for tensors in lists for t in tensors if t.numel())
