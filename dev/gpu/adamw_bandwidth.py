@@ -10,21 +10,16 @@ import json
 import torch
 
 from training.native import adamw, adamw_triton
+from training.native.op_timing import Timer
 
 SIZES = [128256 * 4096, 4096 * 14336, 4096 * 4096, 1024 * 4096, 4096]   # Llama3-8B-like
 REPEATS = 10
 
 
 def timed(fn) -> float:
+    """Mean milliseconds of REPEATS calls after one warm-up call (compiles)."""
     fn()
-    torch.cuda.synchronize()
-    begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    begin.record()
-    for _ in range(REPEATS):
-        fn()
-    end.record()
-    torch.cuda.synchronize()
-    return begin.elapsed_time(end) / REPEATS
+    return Timer(torch.device("cuda"))(fn, REPEATS)
 
 
 def ours(mode_name: str, moments, aligned: bool) -> dict:
