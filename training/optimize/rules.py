@@ -359,7 +359,7 @@ def _workers(c: RunDescription) -> tuple[dict[str, str], RunDescription]:
 THROUGHPUT_LEVERS: tuple[Candidate, ...] = (
     Candidate("backend_native_speed", "native backend instead of Megatron's local spec",
               THROUGHPUT_FLOWS,
-              "SDPA (cuDNN) attention, Liger RMSNorm, fused QKV RoPE and SwiGLU, fused wgrad "
+              "SDPA (cuDNN) attention, fused RMSNorm, fused QKV RoPE and SwiGLU, fused wgrad "
               "accumulation, fused AdamW and the fused linear cross-entropy",
               _native_for_speed,
               lambda c: _lever(c, {"GRADIENT_ACCUMULATION_FUSION": True},
