@@ -144,6 +144,11 @@ def other_levers(shape: BenchShape) -> list[Lever]:
               {"OVERLAP_PARAM_GATHER": "0"}, "OVERLAP_PARAM_GATHER=1",
               "OVERLAP_PARAM_GATHER=0", True, needs_dp=True,
               note="param all-gather overlapped with forward (distributed optimizer)"),
+        Lever("BIAS_DROPOUT_FUSION=0", "BIAS_DROPOUT_FUSION", "toggle", "bda",
+              {"BIAS_DROPOUT_FUSION": "1"}, "BIAS_DROPOUT_FUSION=0", "BIAS_DROPOUT_FUSION=1",
+              True, needs_backend="native",
+              note="the residual adds eager (the native default) vs Megatron's "
+                   "torch.compile'd bias-dropout-add around the same add"),
         *optimizer_state_levers(),
     ]
 
@@ -211,9 +216,9 @@ def all_levers(shape: BenchShape) -> list[Lever]:
             + dispatcher_levers())
 
 
-GROUPS = ("toggles", "flce", "flce_chunk", "nan_check", "gc", "precision", "backend", "kernels",
-          "recompute", "mbs", "seq", "dist_opt", "dp1_ddp", "overlap", "optimizer_state",
-          "moe")
+GROUPS = ("toggles", "flce", "flce_chunk", "nan_check", "gc", "bda", "precision", "backend",
+          "kernels", "recompute", "mbs", "seq", "dist_opt", "dp1_ddp", "overlap",
+          "optimizer_state", "moe")
 
 # Peers: sides of `bench peers` (levers.json kind "peer"; native vs local is also the
 # TRANSFORMER_IMPL=local backend lever).
@@ -417,8 +422,9 @@ MOE_PARTS = (
     ("moe-levers-permute", "toggles", ("MOE_PERMUTE_FUSION",)),
     # the host-side levers of a launch-bound step (session 8's profile: the MoE step at this
     # shape leaves the H200 about half idle): a micro-batch of 2 (half the launches per
-    # token) and the plain optimizer without the distributed one's per-bucket hooks
-    ("moe-levers-host", "toggles", ("MBS", "DP1_PLAIN_DDP")),
+    # token), the plain optimizer without the distributed one's per-bucket hooks, the eager
+    # residual add against Megatron's compiled one
+    ("moe-levers-host", "toggles", ("MBS", "DP1_PLAIN_DDP", "BIAS_DROPOUT_FUSION=0")),
 )
 
 

@@ -213,6 +213,12 @@ def _derive_backend(settings: Settings, caps: capabilities_mod.Capabilities) -> 
                      "Transformer Engine's fused RoPE" if te else
                      "no fused RoPE kernel without Transformer Engine (FUSED_SINGLE_QKV_ROPE is "
                      "the native one)")
+    if settings.get("BIAS_DROPOUT_FUSION") is None:
+        native = settings["TRANSFORMER_IMPL"] == "native"
+        settings.put("BIAS_DROPOUT_FUSION", not native, "derived",
+                     "the native backend's residual add runs eagerly: Megatron's fused one is "
+                     "a torch.compile'd wrapper around the same add (host time per call)"
+                     if native else "Megatron's default (fused bias-dropout-add)")
     if settings["NATIVE_KERNELS"] == "auto":
         kernels, why = auto_native_kernels(caps.liger)
         settings.values["NATIVE_KERNELS"] = Setting("NATIVE_KERNELS", kernels, "platform",

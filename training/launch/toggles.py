@@ -492,6 +492,13 @@ REGISTRY: tuple[Toggle, ...] = (
           "native backend fuses RoPE with FUSED_SINGLE_QKV_ROPE).",
           off=("--no-rope-fusion",), group="backend",
           when=lambda s: s["TRANSFORMER_IMPL"] == "transformer_engine"),
+    _bool("BIAS_DROPOUT_FUSION", None, TRAIN_ARGS,
+          "Megatron's fused bias-dropout-add (a torch.compile'd function) at each residual add; "
+          "default on with Transformer Engine and the local spec, off on the native backend: "
+          "with bias-free linears and no hidden dropout it wraps one add, whose compiled "
+          "wrapper and guards cost the host ~200 us per call, twice per layer and micro-batch "
+          "(session 8's MoE profile); unfused it is that add.",
+          off=("--no-bias-dropout-fusion",), group="backend", levers=True),
     _bool("GEMM_TUNING", False, LAUNCHER,
           "Transformer Engine's hipBLASLt GEMM tuning on AMD GPUs (sets TE_HIPBLASLT_TUNING_* "
           "as the ROCm fork does); off by default here, no effect elsewhere.", group="backend"),
