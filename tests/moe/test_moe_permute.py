@@ -180,3 +180,15 @@ def test_sort_by_local_expert_leaves_the_fused_one_to_megatron():
                                    torch.tensor([1, 0]), fused=True,
                                    original=original) == "megatron"
     assert calls == [{"probs": None, "fused": True}]
+
+
+def test_positions_are_computed_once_per_routing_map():
+    routing_map, _ = _routing(drop=False)
+    first = moe_permute.positions_of(routing_map, TOPK)
+    assert moe_permute.positions_of(routing_map, TOPK) is first        # the unpermute's call
+    torch.testing.assert_close(first, moe_permute.token_positions(routing_map, TOPK))
+    other, _ = _routing(drop=False, seed=5)
+    assert not torch.equal(moe_permute.positions_of(other, TOPK), first)   # another map
+    other[0] = ~other[0]                                                  # changed in place
+    torch.testing.assert_close(moe_permute.positions_of(other, TOPK),
+                               moe_permute.token_positions(other, TOPK))

@@ -35,6 +35,8 @@ whose chunks are already in local-expert order.
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 
 from .rope import HAVE_TRITON
@@ -94,6 +96,23 @@ def token_positions(routing_map: torch.Tensor, slots: int) -> torch.Tensor:
     return position.contiguous()
 
 
+_LAST_POSITIONS: tuple | None = None   # (weakref to the routing map, its version, slots, positions)
+
+
+def positions_of(routing_map: torch.Tensor, slots: int) -> torch.Tensor:
+    """token_positions, computed once per routing map: the dispatcher's permute and its
+    unpermute (the same layer's forward, the same map object) share it. The map is held
+    weakly and its in-place version checked, so a new or changed map is computed afresh."""
+    global _LAST_POSITIONS
+    last = _LAST_POSITIONS
+    if (last is not None and last[0]() is routing_map and last[1] == routing_map._version
+            and last[2] == slots):
+        return last[3]
+    positions = token_positions(routing_map, slots)
+    _LAST_POSITIONS = (weakref.ref(routing_map), routing_map._version, slots, positions)
+    return positions
+
+
 class _Permute(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tokens, sorted_indices, positions, kernels):
@@ -138,7 +157,7 @@ def permute(tokens, routing_map, probs=None, num_out_tokens=None, fused=False,
     permuted_probs = None
     if probs is not None:
         permuted_probs = probs.t().contiguous().reshape(-1)[flat_sorted]
-    positions = token_positions(routing_map, _slots(routing_map, topk))
+    positions = positions_of(routing_map, _slots(routing_map, topk))
     permuted = _Permute.apply(tokens, sorted_indices, positions, kernels)
     return permuted, permuted_probs, sorted_indices, None, tokens_per_expert
 
@@ -151,7 +170,7 @@ def unpermute(permuted_tokens, sorted_indices, restore_shape, probs=None, routin
             or routing_map is None:
         return original(permuted_tokens, sorted_indices, restore_shape, probs, routing_map,
                         fused, drop_and_pad, pad_offsets)
-    positions = token_positions(routing_map, _slots(routing_map, topk))
+    positions = positions_of(routing_map, _slots(routing_map, topk))
     return _Unpermute.apply(permuted_tokens, sorted_indices, positions,
                             kernels).view(restore_shape)
 
