@@ -260,7 +260,7 @@ def _sm90_ptx(aligned: bool) -> str:
     from training.native import adamw_triton
 
     pointers = {"p0": "*i16", "g0": "*bf16", "m0": "*bf16", "v0": "*bf16", "x0": "*i16",
-                **{f"{k}_ptrs": "*i64" for k in "pgmvx"}, "numels": "*i64",
+                **{f"{k}_offs": "*i64" for k in "pgmvx"}, "numels": "*i64",
                 "block_tensor": "*i32", "block_start": "*i64"}
     scalars = {k: "fp32" for k in ("lr", "beta1", "beta2", "eps", "wd", "bc1", "bc2_sqrt")}
     constants = {"P_BYTES": 2, "G_BYTES": 2, "M_BYTES": 2, "V_BYTES": 2, "X_BYTES": 2,

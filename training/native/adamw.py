@@ -390,8 +390,10 @@ def torch_update(ps, gs, ms, vs, xs, mode: int, hyper: dict, chunk: int = CHUNK)
 
 
 def pointer_tables(ps, gs, ms, vs, xs, block: int) -> dict:
-    """The Triton kernel's tables: one data pointer per tensor and operand, the element
-    counts, and per program (block of `block` elements) its tensor and start."""
+    """The Triton kernel's tables: per operand a typed anchor tensor (its first non-empty one,
+    the kernel's argument) and each tensor's place as an element offset from it; the element
+    counts; and per program (block of `block` elements) its tensor and start. Empty tensors
+    (the masters of modes that keep none) get offset 0 and are never read."""
     device = ps[0].device
     sizes = torch.tensor([p.numel() for p in ps], dtype=torch.int64)
     blocks = (sizes + block - 1) // block
@@ -400,16 +402,21 @@ def pointer_tables(ps, gs, ms, vs, xs, block: int) -> dict:
     start = (torch.arange(int(blocks.sum()), dtype=torch.int64)
              - torch.repeat_interleave(first, blocks)) * block
 
-    def ptrs(tensors):
-        return torch.tensor([t.data_ptr() for t in tensors], dtype=torch.int64)
+    def anchored(tensors, fallback):
+        anchor = next((t for t in tensors if t.numel()), fallback)
+        offsets = [(t.data_ptr() - anchor.data_ptr()) // t.element_size() if t.numel() else 0
+                   for t in tensors]
+        return anchor, torch.tensor(offsets, dtype=torch.int64)
 
-    host = {"p": ptrs(ps), "g": ptrs(gs), "m": ptrs(ms), "v": ptrs(vs),
-            "x": ptrs(xs), "numel": sizes, "block_tensor": tensor_of_block,
-            "block_start": start}
+    anchors, host = [], {}
+    for name, tensors in (("p", ps), ("g", gs), ("m", ms), ("v", vs), ("x", xs)):
+        anchor, host[name] = anchored(tensors, anchors[0] if anchors else ps[0])
+        anchors.append(anchor)
+    host.update(numel=sizes, block_tensor=tensor_of_block, block_start=start)
     tables = {k: v.to(device) for k, v in host.items()}
     tables["programs"] = int(blocks.sum())
     tables["aligned"] = aligned_for_vectors(ps, gs, ms, vs, xs, block=block)
-    tables["anchors"] = (ps[0], gs[0], ms[0], vs[0], xs[0])   # the kernel's typed arguments
+    tables["anchors"] = tuple(anchors)   # the kernel's typed arguments
     return tables
 
 

@@ -2,12 +2,12 @@
 
 Each program takes BLOCK elements of one tensor: its tensor index and start come from a block
 table, the tensor's place (parameter, gradient, two moments, master storage) from tables of
-int64 addresses (the layout of apex's multi_tensor_apply and of Triton's grouped-GEMM
-tutorial), as an element offset from the first tensor of its list, which is a typed kernel
-argument: Triton knows an argument's alignment, so with every tensor 16-byte aligned the
-accesses are 16-byte vectors (an address cast to a pointer moves one element per access: the
-PTX of session 8's kernel had only 2-byte loads). Everything is loaded once, computed in fp32,
-stored once.
+element offsets (the layout of apex's multi_tensor_apply and of Triton's grouped-GEMM
+tutorial) from an anchor tensor per operand, which is a typed kernel argument: Triton knows an
+argument's alignment, so with every tensor 16-byte aligned the accesses are 16-byte vectors
+(session 8's kernel read absolute addresses from its tables and cast them to pointers: its
+PTX had only 2-byte loads and stores). Everything is loaded once, computed in fp32, stored
+once.
 
 The kernel body is a plain function, compiled by `kernel()` on first use, so the CPU tests can
 build it under TRITON_INTERPRET=1 (Triton's interpreter) as well.
@@ -22,20 +22,20 @@ import triton.language as tl
 
 
 @triton.jit
-def _offset(table, t, BYTES: tl.constexpr, ALIGNED: tl.constexpr):
-    """Tensor t's first element, counted in elements from its list's first tensor (the kernel
-    argument the accesses are based on). Triton knows a kernel argument's alignment (it
-    specializes on 16 bytes) but not that of an address read from memory, and moves one
-    element per access through the latter; based on the argument, with the offset declared a
+def _offset(offsets, t, BYTES: tl.constexpr, ALIGNED: tl.constexpr):
+    """Tensor t's first element, counted in elements from its operand's anchor (the typed
+    kernel argument the accesses are based on). Triton knows a kernel argument's alignment
+    (it specializes on 16 bytes) but not that of an address read from memory, through which
+    it moves one element per access; based on the argument, with the offset declared a
     multiple of 16 bytes (ALIGNED: pointer_tables checked every tensor), loads and stores are
     16-byte vectors."""
-    offset = (tl.load(table + t) - tl.load(table)) // BYTES
+    offset = tl.load(offsets + t)
     if ALIGNED:
         offset = tl.multiple_of(offset, 16 // BYTES)
     return offset
 
 
-def _adamw_body(p0, g0, m0, v0, x0, p_ptrs, g_ptrs, m_ptrs, v_ptrs, x_ptrs, numels,
+def _adamw_body(p0, g0, m0, v0, x0, p_offs, g_offs, m_offs, v_offs, x_offs, numels,
                 block_tensor, block_start, lr, beta1, beta2, eps, wd, bc1, bc2_sqrt, seed,
                 P_BYTES: tl.constexpr, G_BYTES: tl.constexpr, M_BYTES: tl.constexpr,
                 V_BYTES: tl.constexpr, X_BYTES: tl.constexpr, M_BF16: tl.constexpr,
@@ -54,10 +54,10 @@ def _adamw_body(p0, g0, m0, v0, x0, p_ptrs, g_ptrs, m_ptrs, v_ptrs, x_ptrs, nume
     offs = start + tl.arange(0, BLOCK).to(tl.int64)
     mask = offs < n
 
-    g_ptr = g0 + _offset(g_ptrs, t, G_BYTES, ALIGNED) + offs
-    m_ptr = m0 + _offset(m_ptrs, t, M_BYTES, ALIGNED) + offs
-    v_ptr = v0 + _offset(v_ptrs, t, V_BYTES, ALIGNED) + offs
-    p_ptr = p0 + _offset(p_ptrs, t, P_BYTES, ALIGNED) + offs
+    g_ptr = g0 + _offset(g_offs, t, G_BYTES, ALIGNED) + offs
+    m_ptr = m0 + _offset(m_offs, t, M_BYTES, ALIGNED) + offs
+    v_ptr = v0 + _offset(v_offs, t, V_BYTES, ALIGNED) + offs
+    p_ptr = p0 + _offset(p_offs, t, P_BYTES, ALIGNED) + offs
     g = tl.load(g_ptr, mask=mask, other=0.0).to(tl.float32)
     m = tl.load(m_ptr, mask=mask, other=0.0).to(tl.float32)
     v = tl.load(v_ptr, mask=mask, other=0.0).to(tl.float32)
@@ -65,10 +65,10 @@ def _adamw_body(p0, g0, m0, v0, x0, p_ptrs, g_ptrs, m_ptrs, v_ptrs, x_ptrs, nume
     if MODE == 0:    # fp32 parameter, no master
         p = tl.load(p_ptr, mask=mask, other=0.0)
     elif MODE == 1:  # bf16 parameter, fp32 master
-        x_ptr = x0 + _offset(x_ptrs, t, X_BYTES, ALIGNED) + offs
+        x_ptr = x0 + _offset(x_offs, t, X_BYTES, ALIGNED) + offs
         p = tl.load(x_ptr, mask=mask, other=0.0)
     elif MODE == 2:  # bf16 parameter = high half (rounded), int16 remainder = low half
-        x_ptr = x0 + _offset(x_ptrs, t, X_BYTES, ALIGNED) + offs
+        x_ptr = x0 + _offset(x_offs, t, X_BYTES, ALIGNED) + offs
         high = tl.load(p_ptr, mask=mask, other=0).to(tl.int32)
         low = tl.load(x_ptr, mask=mask, other=0).to(tl.int32)
         high = tl.where(low < 0, high - 1, high)
