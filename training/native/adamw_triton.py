@@ -41,8 +41,9 @@ def _adamw_body(p0, g0, m0, v0, x0, p_offs, g_offs, m_offs, v_offs, x_offs, nume
                 V_BYTES: tl.constexpr, X_BYTES: tl.constexpr, M_BF16: tl.constexpr,
                 V_BF16: tl.constexpr, MODE: tl.constexpr, BLOCK: tl.constexpr,
                 ALIGNED: tl.constexpr):
-    # p0..x0: the first tensor of each list, typed as stored: p0 fp32 (MODE 0), int16 (MODE 2:
-    # the bf16 bits), else bf16; x0 fp32 (MODE 1) or int16 (MODE 2), unused otherwise
+    # p0..x0: each operand's anchor (its first non-empty tensor; x0 is p0 where no master is
+    # kept), typed as stored: p0 fp32 (MODE 0), int16 (MODE 2: the bf16 bits), else bf16; x0
+    # fp32 (MODE 1) or int16 (MODE 2), unused otherwise
     pid = tl.program_id(0)
     t = tl.load(block_tensor + pid)
     start = tl.load(block_start + pid)
