@@ -153,7 +153,7 @@ def as_the_launcher(argv: list[str], caps=None) -> tuple[list[str], list[str]]:
         backend, why = auto_backend(capabilities().transformer_engine)
         after += ["--transformer-backend", backend]
         notes.append(f"--transformer-backend {backend} (auto: {why})")
-    if args.native_kernels == "auto" and backend == "native":  # read by that backend only
+    if args.native_kernels == "auto" and backend in ("native", "transformer_engine"):
         kernels, why = auto_native_kernels(capabilities().liger)
         after += ["--native-kernels", kernels]
         notes.append(f"--native-kernels {kernels} (auto: {why})")

@@ -184,6 +184,9 @@ def main() -> None:
             print("native backend:", json.dumps(run.native.parts, indent=1), flush=True)
     elif args.transformer_backend == "transformer_engine":
         run.transformer_engine = specs.install_transformer_engine(run)
+        run.output_processor = _output_processor(args)
+        run.transformer_engine.parts["cross_entropy"] = _cross_entropy_part(
+            args, run.output_processor)
         if rank == 0:
             print("transformer_engine backend:", json.dumps(run.transformer_engine.parts,
                                                             indent=1), flush=True)
@@ -214,21 +217,31 @@ def main() -> None:
         torch.distributed.destroy_process_group()
 
 
+def _fused_linear_ce(args) -> tuple[str | None, str]:
+    from training.launch.toggles import fused_linear_ce
+
+    return fused_linear_ce(args.transformer_backend, args.cross_entropy_loss_fusion,
+                           args.tensor_model_parallel_size, args.context_parallel_size,
+                           args.native_kernels)
+
+
 def _output_processor(args):
-    """The native backend's fused linear cross-entropy at TP=1 (GPTModel's output processor),
-    or None: Megatron's own cross-entropy."""
-    if not (args.cross_entropy_loss_fusion and args.tensor_model_parallel_size == 1):
+    """The fused linear cross-entropy (GPTModel's output processor) where
+    toggles.fused_linear_ce runs one, or None: Megatron's own cross-entropy."""
+    kernels, _ = _fused_linear_ce(args)
+    if kernels is None:
         return None
     from training.native.cross_entropy import make_output_processor
 
-    return make_output_processor(args.native_kernels, args.ce_chunk_mem)
+    return make_output_processor(kernels, args.ce_chunk_mem)
 
 
 def _cross_entropy_part(args, processor) -> str:
     if processor is not None:
         return processor.description
+    _, why = _fused_linear_ce(args)
     if args.cross_entropy_loss_fusion:
-        return "Megatron's vocab-parallel fused cross-entropy (TP>1)"
+        return f"Megatron's fused cross-entropy, logits materialised ({why})"
     return "Megatron's unfused cross-entropy (logits materialised)"
 
 

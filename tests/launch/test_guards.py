@@ -283,7 +283,7 @@ def test_ce_chunk_mem_reaches_megatron_args_only_where_it_acts(base_env):
                    NATIVE_KERNELS="liger").buckets["GPT_ARGS"]
     assert words[words.index("--ce-chunk-mem") + 1] == "8"
     assert "integer >= 1" in refused(base_env, "ce_chunk_mem", CE_CHUNK_MEM=0)
-    for toggles, why in (({"TRANSFORMER_IMPL": "local"}, "the backend is not native"),
+    for toggles, why in (({"TRANSFORMER_IMPL": "local"}, "the local backend"),
                          ({"CROSS_ENTROPY_LOSS_FUSION": 0}, "CROSS_ENTROPY_LOSS_FUSION=0"),
                          ({"TP": 2, "GPUS_PER_NODE": 2}, "vocab-parallel"),
                          ({"NATIVE_KERNELS": "torch"}, "its own chunking")):
@@ -296,6 +296,35 @@ def test_ce_chunk_mem_reaches_megatron_args_only_where_it_acts(base_env):
     words = launch(base_env, TRANSFORMER_IMPL="native").buckets["GPT_ARGS"]
     assert words[words.index("--ce-chunk-mem") + 1] == "8"
     launch(base_env, CE_CHUNK_MEM=1, TRANSFORMER_IMPL="local")  # Liger's own chunking
+
+
+def test_transformer_engine_runs_the_liger_fused_linear_ce_at_tp1(base_env):
+    """Under the TE spec the output layer is Megatron's own linear: with Liger (NATIVE_KERNELS
+    resolved on TE too) the fused linear cross-entropy takes it, and CE_CHUNK_MEM sizes it;
+    with NATIVE_KERNELS=torch it is Megatron's fused cross-entropy, and CE_CHUNK_MEM refused."""
+    te = {"PLATFORM": "h200", "TRANSFORMER_IMPL": "transformer_engine"}
+    words = launch(base_env, CE_CHUNK_MEM=4, NATIVE_KERNELS="liger", **te).buckets["GPT_ARGS"]
+    assert words[words.index("--native-kernels") + 1] == "liger"
+    assert words[words.index("--ce-chunk-mem") + 1] == "4"
+    msg = refused(base_env, "ce_chunk_mem", CE_CHUNK_MEM=4, NATIVE_KERNELS="torch", **te)
+    assert "Megatron's fused cross-entropy" in msg and "Unset CE_CHUNK_MEM" in msg
+    words = launch(base_env, TRANSFORMER_IMPL="local").buckets["GPT_ARGS"]
+    assert "--native-kernels" not in words          # the local spec has no kernels of ours
+
+
+def test_one_rule_says_which_cross_entropy_runs():
+    from training.launch.toggles import fused_linear_ce
+
+    assert fused_linear_ce("native", True, 1, 1, "torch")[0] == "torch"
+    assert fused_linear_ce("native", True, 1, 1, "liger")[0] == "liger"
+    assert fused_linear_ce("transformer_engine", True, 1, 1, "liger")[0] == "liger"
+    for args, why in ((("transformer_engine", True, 1, 1, "torch"), "NATIVE_KERNELS=torch"),
+                      (("native", False, 1, 1, "liger"), "CROSS_ENTROPY_LOSS_FUSION=0"),
+                      (("transformer_engine", True, 2, 1, "liger"), "TP>1"),
+                      (("transformer_engine", True, 1, 2, "liger"), "CP>1"),
+                      (("local", True, 1, 1, "liger"), "the local backend")):
+        kernels, reason = fused_linear_ce(*args)
+        assert kernels is None and why in reason
 
 
 def test_context_parallel_needs_te(base_env):

@@ -250,9 +250,10 @@ def test_vector_alignment_is_declared_only_where_every_tensor_allows_it():
     assert not aligned_for_vectors([whole[:4092]], block=4096)  # a size the mask cuts mid-vector
 
 
-def _sm90_ptx(aligned: bool) -> str:
-    """The kernel compiled for an H100/H200 (sm_90) without a GPU, in the remainder mode with
-    bf16 moments, its pointer arguments 16-byte aligned as Triton's launcher specializes them."""
+def _sm90_ptx(aligned: bool, fp32_states: bool = False) -> str:
+    """The kernel compiled for an H100/H200 (sm_90) without a GPU, with the launch's options,
+    its pointer arguments 16-byte aligned as Triton's launcher specializes them: the remainder
+    mode with bf16 moments, or (fp32_states) fp32 masters and moments."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -265,12 +266,15 @@ def _sm90_ptx(aligned: bool) -> str:
     scalars = {k: "fp32" for k in ("lr", "beta1", "beta2", "eps", "wd", "bc1", "bc2_sqrt")}
     constants = {"P_BYTES": 2, "G_BYTES": 2, "M_BYTES": 2, "V_BYTES": 2, "X_BYTES": 2,
                  "M_BF16": True, "V_BF16": True, "MODE": 2, "BLOCK": 4096, "ALIGNED": aligned}
+    if fp32_states:
+        pointers.update(p0="*bf16", m0="*fp32", v0="*fp32", x0="*fp32")
+        constants.update(M_BYTES=4, V_BYTES=4, X_BYTES=4, M_BF16=False, V_BF16=False, MODE=1)
     signature = {**pointers, **scalars, "seed": "i32", **{k: "constexpr" for k in constants}}
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(len(pointers))}
     source = ASTSource(fn=adamw_triton.kernel(), signature=signature, constexprs=constants,
                        attrs=attrs)
     return triton.compile(source, target=GPUTarget("cuda", 90, 32),
-                          options={"num_warps": 8}).asm["ptx"]
+                          options=adamw_triton.LAUNCH_OPTIONS).asm["ptx"]
 
 
 @pytest.mark.slow
@@ -283,3 +287,21 @@ def test_aligned_kernel_moves_16_byte_vectors_on_sm90():
                for a in (False, True)}
     # remainder mode: 5 loads and 4 stores of 16 bf16/int16 elements per thread = 2 vectors each
     assert vectors == {False: 0, True: 18}
+
+
+@pytest.mark.slow
+def test_kernel_arithmetic_is_the_same_with_vectors_and_without():
+    """fp32 states expose every rounding: with multiply-adds left to the compiler the vector and
+    element paths differed in the last bit on the H200 (session 9). The launch's options keep
+    each operation rounded on its own (.rn: no contraction), so both paths compute the same
+    expression tree, only scheduled differently."""
+    from collections import Counter
+    import re
+
+    def arithmetic(ptx: str) -> list[str]:
+        return re.findall(r"^\s*((?:fma|add|sub|mul|div|sqrt|rcp)\.[\w.]*f32)", ptx, re.M)
+
+    plain, vector = (arithmetic(_sm90_ptx(a, fp32_states=True)) for a in (False, True))
+    assert plain and not any(op.startswith("fma") for op in plain)
+    assert all(".rn." in op for op in plain if op.split(".")[0] in ("add", "sub", "mul"))
+    assert Counter(plain) == Counter(vector)

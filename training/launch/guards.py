@@ -30,7 +30,7 @@ from .presets import FAMILIES, ModelPreset
 from .recipes import (RECIPES, Recipe, hardware_rule, platforms_supporting, recipe_args,
                       spelling_conflict)
 from .settings import LaunchError, Refusal, Settings, fmt_value
-from .toggles import REGISTRY, Toggle
+from .toggles import REGISTRY, Toggle, fused_linear_ce
 
 
 @dataclass
@@ -463,7 +463,7 @@ def te_only_kernels(ctx: LaunchContext) -> None:
 
 @guard
 def ce_chunk_mem(ctx: LaunchContext) -> None:
-    """CE_CHUNK_MEM sizes the Liger fused linear cross-entropy; anywhere else it does nothing."""
+    """CE_CHUNK_MEM sizes Liger's fused linear cross-entropy; anywhere else it does nothing."""
     s = ctx.settings
     value = s["CE_CHUNK_MEM"]
     if value < 1:
@@ -471,15 +471,15 @@ def ce_chunk_mem(ctx: LaunchContext) -> None:
                                       "Liger's default chunking).")
     if value == 1 or not s.is_explicit("CE_CHUNK_MEM"):
         return  # Liger's own chunking, or the launcher default (unused where it cannot act)
-    inert = [(ctx.backend != "native", "the backend is not native"),
-             (not s["CROSS_ENTROPY_LOSS_FUSION"], "CROSS_ENTROPY_LOSS_FUSION=0"),
-             (s["TP"] > 1, f"TP={s['TP']} uses Megatron's vocab-parallel cross-entropy"),
-             (s["NATIVE_KERNELS"] == "torch", "NATIVE_KERNELS=torch has its own chunking")]
-    why = next((reason for applies, reason in inert if applies), None)
-    if why:
-        raise Refusal("ce_chunk_mem", f"CE_CHUNK_MEM={value} sizes the Liger fused linear "
-                                      f"cross-entropy of the native backend at TP=1; here {why}, "
-                                      "so it would change nothing. Unset CE_CHUNK_MEM.")
+    kernels, why = fused_linear_ce(ctx.backend, bool(s["CROSS_ENTROPY_LOSS_FUSION"]), s["TP"],
+                                   s["CP"], s["NATIVE_KERNELS"])
+    if kernels == "torch":
+        why = "NATIVE_KERNELS=torch has its own chunking"
+    if kernels != "liger":
+        raise Refusal("ce_chunk_mem", f"CE_CHUNK_MEM={value} sizes Liger's fused linear "
+                                      f"cross-entropy (native or Transformer Engine backend, "
+                                      f"TP=1); here {why}, so it would change nothing. Unset "
+                                      "CE_CHUNK_MEM.")
 
 
 @guard

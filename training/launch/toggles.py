@@ -258,8 +258,9 @@ def _backend_flags(toggle: Toggle, ctx) -> list[Flags]:
 
 
 def _native_kernels_flags(toggle: Toggle, ctx) -> list[Flags]:
-    """`--native-kernels VALUE` with the native backend"""
-    if ctx.settings["TRANSFORMER_IMPL"] != "native":
+    """`--native-kernels VALUE` with the native backend, and with Transformer Engine's (there
+    it picks the fused linear cross-entropy: fused_linear_ce)"""
+    if ctx.settings["TRANSFORMER_IMPL"] not in ("native", "transformer_engine"):
         return []
     return _value_flag(toggle, ctx)
 
@@ -399,8 +400,9 @@ REGISTRY: tuple[Toggle, ...] = (
           "Average gradients inside the reduce collective instead of pre-scaling.",
           on=("--ddp-average-in-collective",)),
     _perf("CROSS_ENTROPY_LOSS_FUSION", GPT_ARGS,
-          "Fused cross-entropy (native backend: fused linear cross-entropy that never "
-          "materialises the logits).",
+          "Fused cross-entropy: at TP=1 the fused linear cross-entropy that never materialises "
+          "the logits (native backend; Transformer Engine's with Liger's kernel), elsewhere "
+          "Megatron's fused vocab-parallel cross-entropy.",
           on=("--cross-entropy-loss-fusion",)),
     _perf("FUSED_SINGLE_QKV_ROPE", GPT_ARGS,
           "RoPE applied to the packed QKV projection in one kernel, no split/concat.",
@@ -478,7 +480,9 @@ REGISTRY: tuple[Toggle, ...] = (
            emit=_backend_flags, levers=True,
            owns=("--transformer-impl", "--no-persist-layer-norm", "--no-masked-softmax-fusion")),
     Toggle("NATIVE_KERNELS", "choice", "auto", GPT_ARGS,
-           "Native backend kernels: liger (Triton) or torch; auto = liger where installed.",
+           "Native backend kernels: liger (Triton) or torch; auto = liger where installed. "
+           "With Transformer Engine, liger puts Liger's fused linear cross-entropy on the "
+           "output layer at TP=1 (torch: Megatron's fused cross-entropy).",
            flag="--native-kernels", choices=("auto", "liger", "torch"), group="backend",
            emit=_native_kernels_flags, levers=True),
     Toggle("ATTENTION_BACKEND", "choice", "auto", GPT_ARGS,
@@ -754,6 +758,28 @@ def auto_native_kernels(liger: bool) -> tuple[str, str]:
     if liger:
         return "liger", "Liger-Kernel is installed"
     return "torch", "Liger-Kernel is not installed: plain torch kernels"
+
+
+def fused_linear_ce(backend: str, ce_fusion: bool, tp: int, cp: int, kernels: str | None
+                    ) -> tuple[str | None, str]:
+    """Which fused linear cross-entropy the run's output layer and loss use: (liger | torch |
+    None, why). None: Megatron's cross-entropy over materialised logits. One rule for the
+    training script (pretrain_gpt), the guards and the memory estimate."""
+    if not ce_fusion:
+        return None, "CROSS_ENTROPY_LOSS_FUSION=0: plain cross-entropy over the logits"
+    if tp > 1 or cp > 1:
+        return None, (f"{'TP' if tp > 1 else 'CP'}>1: Megatron's vocab-parallel fused "
+                      "cross-entropy (the fused linear one needs the whole vocabulary and "
+                      "sequence on a rank)")
+    if backend == "native":
+        return kernels, f"the native backend's fused linear cross-entropy ({kernels} kernels)"
+    if backend == "transformer_engine":
+        if kernels == "liger":
+            return "liger", ("Liger's fused linear cross-entropy on the output layer (Megatron's "
+                             "own ColumnParallelLinear under the TE spec)")
+        return None, ("NATIVE_KERNELS=torch: Megatron's fused cross-entropy (the torch fused "
+                      "linear one is the native backend's CPU path, slower on a GPU)")
+    return None, f"the {backend} backend: Megatron's fused cross-entropy"
 
 
 def backend_flags(backend: str, masked_softmax_kernel: bool) -> tuple[list[str], list[str]]:

@@ -79,9 +79,21 @@ def device_gib(run: RunDescription) -> float | None:
 
 
 def flce(run: RunDescription) -> bool:
-    """The native backend's fused linear cross-entropy runs (never materialises logits)."""
-    return (run.backend == "native" and bool(run["CROSS_ENTROPY_LOSS_FUSION"])
-            and run.layout.tp == 1 and run.layout.cp == 1)
+    """A fused linear cross-entropy runs (never materialises logits): toggles.fused_linear_ce,
+    the training script's rule."""
+    return _fused_linear_ce(run)[0] is not None
+
+
+def flce_reason(run: RunDescription) -> str:
+    """Why the run's cross-entropy is the one it is (toggles.fused_linear_ce)."""
+    return _fused_linear_ce(run)[1]
+
+
+def _fused_linear_ce(run: RunDescription) -> tuple[str | None, str]:
+    from training.launch.toggles import fused_linear_ce
+
+    return fused_linear_ce(run.backend, bool(run["CROSS_ENTROPY_LOSS_FUSION"]), run.layout.tp,
+                           run.layout.cp, run.kernels)
 
 
 def fused_adam(run: RunDescription) -> bool:

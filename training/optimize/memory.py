@@ -87,7 +87,7 @@ from typing import Any
 
 from training.run_description import RunDescription
 
-from .config import (available, device_gib, flce, fused_adam, optimizer_state,
+from .config import (available, device_gib, flce, flce_reason, fused_adam, optimizer_state,
                      precision_aware)
 
 GIB = 2 ** 30
@@ -439,8 +439,7 @@ def _stage_estimate(c: RunDescription, stage: str) -> Estimate:
         else:
             loss_stored = tokens * 4 * V / lay.tp
             loss_transient = tokens * 2 * V / lay.tp
-            why = ("CROSS_ENTROPY_LOSS_FUSION=0" if not c["CROSS_ENTROPY_LOSS_FUSION"] else
-                   "TP>1" if c.backend == "native" else f"{c.backend} backend")
+            why = flce_reason(c).split(":")[0]
             loss_formula = (f"logits ({why}): (2 B bf16 + 4 B fp32) x V/TP per token; "
                             "final norm 4h")
         loss = norm + loss_stored + loss_transient

@@ -69,8 +69,7 @@ def _lever(c: RunDescription, follows: dict[str, Any] | None = None,
 # -- memory levers, in the order an engineer pulls them: free ones first ------------------------
 
 def _flce_applies(c: RunDescription, ctx) -> str | None:
-    if (c.backend == "native" and not c["CROSS_ENTROPY_LOSS_FUSION"] and c.layout.tp == 1
-            and c.layout.cp == 1):
+    if not c["CROSS_ENTROPY_LOSS_FUSION"] and flce(c.with_values(CROSS_ENTROPY_LOSS_FUSION=True)):
         return "the logits are materialised (CROSS_ENTROPY_LOSS_FUSION=0)"
     return None
 
@@ -80,9 +79,9 @@ def _native_for_memory(c: RunDescription, ctx) -> str | None:
         return ("the local backend's unfused attention keeps the s^2 softmax probabilities of "
                 "every layer; SDPA keeps none")
     if (c.backend == "transformer_engine" and c.layout.tp == 1 and c.layout.cp == 1
-            and c.precision == "bf16" and c["CROSS_ENTROPY_LOSS_FUSION"]):
+            and c.precision == "bf16" and c["CROSS_ENTROPY_LOSS_FUSION"] and not flce(c)):
         return ("at TP=1 the native backend's fused linear cross-entropy never materialises "
-                "the logits (Transformer Engine's path does)")
+                "the logits (Transformer Engine's path does without Liger)")
     return None
 
 
