@@ -4,13 +4,14 @@
 # parity, save/resume), each step on its own so one failure keeps the others' results, and
 # beside them on the same GPU the recipe convergence grid (docs/convergence/grid_te_recipes.yaml:
 # loss curves, nothing timed; tens of GiB beside the tests' few, of 139). Both stop starting
-# work LIMIT seconds after the call began. GRID_GPU=1 on a two-GPU machine puts the grid on GPU 1.
+# work LIMIT seconds after the call began. GRID_GPU=1 on a two-GPU machine puts the grid on GPU 1;
+# GRID=0 leaves the grid out (its curves recorded already: docs/convergence/te_recipes.*).
 # Carry: .whl data
 export TE=1
 source "$(dirname "$0")/env.sh"
 LIMIT=${LIMIT:-480}
 PYTEST=(python3 -m pytest -p no:cacheprovider -q -s -m gpu --durations=0 -rA)
-(export CUDA_VISIBLE_DEVICES=${GRID_GPU:-0} MASTER_PORT=29700
+[ "${GRID:-1}" = 1 ] && (export CUDA_VISIBLE_DEVICES=${GRID_GPU:-0} MASTER_PORT=29700
  timeout $((LIMIT + 30 - SECONDS)) python3 -m training.convergence \
      docs/convergence/grid_te_recipes.yaml --budget-s $((LIMIT - SECONDS)) \
      --out "$OUT" --experiment-dir /tmp/conv_te > "$OUT/convergence.log" 2>&1
@@ -21,10 +22,10 @@ step() {  # step NAME SECONDS PYTEST-ARGS...: within SECONDS and what is left of
     timeout $((limit < left ? limit : left)) "${PYTEST[@]}" "$@"; echo "$name rc=$?"
 }
 export CUDA_VISIBLE_DEVICES=0
-{ step "tiny TE run" 150 tests/gpu/test_train_gpu.py -k transformer_engine
-  step "fp8 recipes" 210 tests/gpu/test_te_gpu.py -k recipe
+{ step "resume" 150 tests/gpu/test_te_gpu.py -k resume
   step "parity" 100 tests/gpu/test_te_gpu.py -k parity
-  step "resume" 150 tests/gpu/test_te_gpu.py -k resume
+  step "tiny TE run" 150 tests/gpu/test_train_gpu.py -k transformer_engine
+  step "fp8 recipes" 210 tests/gpu/test_te_gpu.py -k recipe
 } > "$OUT/te_tests.log" 2>&1
 wait
 echo "== TE tests"; grep -E "PASSED|FAILED|SKIPPED|ERROR|rc=|not run|passed|failed|loss|resume|transformer_engine:" "$OUT/te_tests.log" | tail -40
