@@ -413,11 +413,12 @@ REGISTRY: tuple[Toggle, ...] = (
            flag="--cross-entropy-fusion-impl", choices=("native", "te"), group="performance",
            when=lambda s: bool(s["CROSS_ENTROPY_LOSS_FUSION"])),
     Toggle("CE_CHUNK_MEM", "int", 8, GPT_ARGS,
-           "Chunking of the native backend's fused linear cross-entropy (Liger kernels, TP=1): "
+           "Chunking of Liger's fused linear cross-entropy (native or Transformer Engine "
+           "backend, TP=1): "
            "each chunk's transient logits stay under N x tokens x hidden (Liger's "
            "chunk_mem_const). A larger N makes fewer, larger chunks: fewer passes over the "
            "bf16 output-weight gradient, each chunk adding its product into it, for more "
-           "transient memory; 1 is Liger's default. Inert outside the native Liger path at TP=1.",
+           "transient memory; 1 is Liger's default. Inert outside Liger's path at TP=1.",
            flag="--ce-chunk-mem", group="performance", levers=True),
 
     # -- model and precision -----------------------------------------------------------------
