@@ -72,9 +72,14 @@ def add_training_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
                        help="Native backend, MoE models: the token dispatchers' permute and "
                             "unpermute as gathers (no atomic scatter-add; Megatron's "
                             "--moe-permute-fusion is Transformer Engine's).")
+    model.add_argument("--moe-device-counts", action="store_true",
+                       help="Native backend, MoE models at EP = TP = 1: the tokens per expert "
+                            "stay on the GPU (the grouped experts' offsets computed there), so "
+                            "no MoE layer's dispatch waits for the GPU (MOE_DEVICE_COUNTS).")
     model.add_argument("--ce-chunk-mem", type=int, default=_default("ce_chunk_mem"),
                        help="Liger fused linear cross-entropy's chunk_mem_const: each chunk's "
-                            "logits stay under N x tokens x hidden (native backend, TP=1).")
+                            "logits stay under N x tokens x hidden (native or TE backend, "
+                            "TP=1).")
 
     train = parser.add_argument_group(title="launcher: training")
     train.add_argument("--nan-check", choices=_choices("nan_check"),

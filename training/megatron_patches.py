@@ -193,6 +193,10 @@ def _native_moe_permute(run) -> bool:
     return _native(run) and _moe(run) and bool(run.args.native_moe_permute)
 
 
+def _moe_device_counts(run) -> bool:
+    return _native(run) and _moe(run) and bool(getattr(run.args, "moe_device_counts", False))
+
+
 def _kernels_and_topk(run) -> Hashable:
     return run.args.native_kernels, run.args.moe_router_topk
 
@@ -242,6 +246,7 @@ SIG_PERMUTE = ("(tokens, routing_map, probs=None, num_out_tokens=None, fused=Fal
 SIG_UNPERMUTE = ("(permuted_tokens, sorted_indices, restore_shape, probs=None, "
                  "routing_map=None, fused=False, drop_and_pad=False, pad_offsets=None)")
 SIG_SORT_CHUNKS = "(input, split_sizes, sorted_idxs, probs=None, fused=False)"
+SIG_DEVICE_COUNTS = "(self, point, tokens_per_expert=None)"
 SIG_MULTI_TENSOR_L2 = "(chunk_size, noop_flag, tensor_lists, per_tensor, *args)"
 SIG_MULTI_TENSOR_SCALE = "(chunk_size, noop_flag, tensor_lists, scale)"
 
@@ -378,6 +383,15 @@ PATCHES: tuple[Patch, ...] = (
           "gather instead, none where the order is the identity (EP x TP = 1)",
           SIG_SORT_CHUNKS, what="sort by local expert as one row gather (identity: none)",
           group="native", when=_native_moe_permute),
+    Patch("native_moe_device_counts", "megatron.core.transformer.moe.token_dispatcher:"
+          "MoEAlltoAllTokenDispatcher._maybe_dtoh_and_synchronize",
+          "training.native.moe_permute:device_counts_replacement",
+          "MoE at EP = TP = 1 (MOE_DEVICE_COUNTS=1): the all-to-all dispatcher copies the tokens "
+          "per expert to the host and waits for the GPU once per layer and micro-batch, only "
+          "for the grouped experts' split sizes; the native grouped experts take them on the "
+          "GPU instead", SIG_DEVICE_COUNTS,
+          what="tokens per expert kept on the GPU (no host synchronisation per MoE layer)",
+          group="native", when=_moe_device_counts),
     Patch("native_wgrad", "megatron.core.tensor_parallel.layers:fused_weight_gradient_mlp_cuda",
           "training.native.wgrad:TorchWgradAccum",
           "gradient-accumulation fusion calls apex's extension; without it, a cuBLAS GEMM "

@@ -126,6 +126,9 @@ def install_native(run) -> NativeSetup:
         setup.parts["moe_permute"] = (
             f"permute: {in_place('native_moe_permute')}; unpermute: "
             f"{in_place('native_moe_unpermute')}")
+        setup.parts["moe_token_counts"] = (
+            in_place("native_moe_device_counts") if getattr(args, "moe_device_counts", False)
+            else "copied to the host, synchronised once per MoE layer (Megatron's dispatcher)")
     return setup
 
 

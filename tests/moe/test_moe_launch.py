@@ -135,6 +135,23 @@ def test_drop_policy_without_a_capacity_factor_warns(base_env):
     assert "--moe-token-drop-policy" not in result.buckets["GPT_ARGS"]
 
 
+def test_device_counts_only_where_the_counts_are_the_dispatchers_only_host_value(base_env):
+    native = {"TRANSFORMER_IMPL": "native", "NUM_LAYERS": 4}
+    args = megatron_args(moe(base_env, MOE_DEVICE_COUNTS=1, **native))
+    assert args.moe_device_counts is True
+    assert megatron_args(moe(base_env, **native)).moe_device_counts is False   # off by default
+    for toggles, why in (({"MOE_GROUPED_GEMM": 0}, "MOE_GROUPED_GEMM=0"),
+                         ({"EP": 2, "GPUS_PER_NODE": 2}, "EP=2"),
+                         ({"MOE_TOKEN_DISPATCHER": "allgather"},
+                          "MOE_TOKEN_DISPATCHER=allgather"),
+                         ({"MOE_CAPACITY_FACTOR": 1.25}, "MOE_CAPACITY_FACTOR"),
+                         ({"TRANSFORMER_IMPL": "local", "MOE_GROUPED_GEMM": 0,
+                           "MOE_PERMUTE_FUSION": 0}, "the local backend")):
+        msg = refused(base_env, "moe_device_counts", MOE_DEVICE_COUNTS=1,
+                      **{**native, **toggles})
+        assert why in msg and "MOE_DEVICE_COUNTS=0" in msg
+
+
 def test_negative_aux_loss_coefficient_is_refused(base_env):
     assert ">= 0" in refused(base_env, "moe_aux_loss", family="qwen3_moe",
                              MOE_AUX_LOSS_COEFF=-0.1, NUM_LAYERS=4)

@@ -195,6 +195,11 @@ def moe_levers() -> list[Lever]:
         _switched_off("MOE_PERMUTE_FUSION", "toggle", "moe",
                       "the dispatcher's permute/unpermute as gathers (native: the atomic-free "
                       "gather-sum; TE: its fused permute) vs Megatron's torch scatter-add"),
+        Lever("MOE_DEVICE_COUNTS=1", "MOE_DEVICE_COUNTS", "toggle", "moe",
+              {"MOE_DEVICE_COUNTS": "1"}, "MOE_DEVICE_COUNTS=1", "MOE_DEVICE_COUNTS=0", False,
+              needs_backend="native",
+              note="the tokens per expert left on the GPU vs Megatron's copy to the host and "
+                   "wait for the GPU in each MoE layer's dispatch (EP = TP = 1)"),
     ]
 
 
@@ -425,6 +430,9 @@ MOE_PARTS = (
     # token), the plain optimizer without the distributed one's per-bucket hooks, the eager
     # residual add against Megatron's compiled one
     ("moe-levers-host", "toggles", ("MBS", "DP1_PLAIN_DDP", "BIAS_DROPOUT_FUSION=0")),
+    # the tokens per expert kept on the GPU: no host synchronisation in each MoE layer's
+    # dispatch (its own part: two configurations at two repeats, ~5 minutes)
+    ("moe-levers-sync", "toggles", ("MOE_DEVICE_COUNTS=1",)),
 )
 
 

@@ -53,6 +53,13 @@ TOGGLES: tuple[Toggle, ...] = (
            "(training/native/grouped_experts.py); 0: Megatron's SequentialMLP, one GEMM pair "
            "per expert in turn.",
            on=("--moe-grouped-gemm",), group=GROUP, levers=True),
+    Toggle("MOE_DEVICE_COUNTS", "bool", False, GPT_ARGS,
+           "Native backend at EP = TP = ETP = 1, grouped experts, dropless: the tokens per "
+           "expert stay on the GPU, where grouped_mm reads its offsets, instead of Megatron's "
+           "copy to the host and wait for the GPU once per MoE layer and micro-batch (a "
+           "launch-bound step pays that wait as GPU idle time). Off until measured "
+           "(bench part moe-levers-host).",
+           on=("--moe-device-counts",), group=GROUP, levers=True),
     Toggle("MOE_TOKEN_DISPATCHER", "choice", "alltoall", GPT_ARGS,
            "How tokens reach their experts: alltoall (all-to-all over EP; Megatron's choice "
            "for expert parallelism), allgather (every rank gathers all tokens), flex "
@@ -182,6 +189,33 @@ def moe_expert_kernels(ctx: LaunchContext) -> None:
                    "Use TRANSFORMER_IMPL=native or transformer_engine, or set it to 0.")
 
 
+def moe_device_counts(ctx: LaunchContext) -> None:
+    """MOE_DEVICE_COUNTS=1 needs the layout where the counts are the only host value the
+    dispatcher computes, and the experts that take them on the GPU."""
+    s = ctx.settings
+    if not s["MOE_DEVICE_COUNTS"]:
+        return
+    needs = [(ctx.backend != "native", f"the {ctx.backend} backend (the native grouped experts "
+                                       "take the counts on the GPU; TE's grouped linear wants "
+                                       "a host list)"),
+             (not s["MOE_GROUPED_GEMM"], "MOE_GROUPED_GEMM=0 (the sequential experts split "
+                                         "by host counts)"),
+             (s["EP"] > 1, f"EP={s['EP']} (the all-to-all needs its split sizes on the host)"),
+             (s["TP"] > 1, f"TP={s['TP']} (the tensor-parallel gather needs host sizes)"),
+             (s["ETP"] > 1, f"ETP={s['ETP']}"),
+             (s["MOE_TOKEN_DISPATCHER"] != "alltoall",
+              f"MOE_TOKEN_DISPATCHER={s['MOE_TOKEN_DISPATCHER']} (it is the all-to-all "
+              "dispatcher's synchronisation)"),
+             (s.get("MOE_CAPACITY_FACTOR") is not None,
+              "MOE_CAPACITY_FACTOR (token dropping sizes its output on the host)")]
+    why = [reason for applies, reason in needs if applies]
+    if why:
+        raise Refusal("moe_device_counts",
+                      f"MOE_DEVICE_COUNTS=1 keeps the tokens per expert on the GPU only for the "
+                      f"native grouped experts at EP = TP = ETP = 1, dropless, with the "
+                      f"all-to-all dispatcher; here: {'; '.join(why)}. Set MOE_DEVICE_COUNTS=0.")
+
+
 def moe_capacity(ctx: LaunchContext) -> None:
     """Token dropping: a positive capacity factor, with a load balancing that allows it.
 
@@ -217,6 +251,7 @@ def moe_aux_loss(ctx: LaunchContext) -> None:
 
 
 GUARDS = (expert_parallel_sizes, moe_sequence_parallel, fsdp_expert_parallel,
-          moe_dispatcher_kernels, moe_expert_kernels, moe_capacity, moe_aux_loss)
+          moe_dispatcher_kernels, moe_expert_kernels, moe_device_counts, moe_capacity,
+          moe_aux_loss)
 
 MOE = RecipeLayer("moe", values=lambda settings: [], toggles=TOGGLES, guards=GUARDS)

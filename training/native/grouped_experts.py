@@ -68,10 +68,49 @@ def group_offsets(counts: list[int], device: torch.device) -> torch.Tensor:
     return ends.to(device, non_blocking=True)
 
 
-def grouped_matmul(x: torch.Tensor, weight: torch.Tensor, counts: list[int],
+class DeviceCounts:
+    """Tokens per local expert left on the GPU (MOE_DEVICE_COUNTS), where Megatron's grouped
+    experts expect a host list: TEGroupedMLP.forward calls `.tolist()` and hands the result to
+    the fc1 and fc2 linears, so `.tolist()` returns the object itself, and the linears take
+    grouped_mm's offsets from it (one cumulative sum on the GPU, shared by both). Anything
+    that would read the counts on the host (iterating) raises: that read is the per-layer
+    synchronisation this exists to avoid."""
+
+    def __init__(self, counts: torch.Tensor):
+        self.counts = counts
+        self._ends: torch.Tensor | None = None
+
+    def tolist(self) -> "DeviceCounts":
+        return self
+
+    def __len__(self) -> int:
+        return self.counts.numel()
+
+    def __iter__(self):
+        raise TypeError("the tokens per expert are on the GPU (MOE_DEVICE_COUNTS=1): reading "
+                        "them on the host would synchronise with the GPU")
+
+    def ends(self) -> torch.Tensor:
+        """grouped_mm's offsets: each expert's end row (int32, on the counts' device)."""
+        if self._ends is None:
+            self._ends = torch.cumsum(self.counts, 0, dtype=torch.int32)
+        return self._ends
+
+
+def grouped_matmul(x: torch.Tensor, weight: torch.Tensor, counts: "list[int] | DeviceCounts",
                    impl: str = "auto") -> torch.Tensor:
     """Rows of x grouped by expert (counts[e] rows for expert e, in order) times each expert's
-    weight transposed: out[rows of e] = x[rows of e] @ weight[e].T. weight: [experts, out, in]."""
+    weight transposed: out[rows of e] = x[rows of e] @ weight[e].T. weight: [experts, out, in].
+    Counts on the device (DeviceCounts) go to grouped_mm as they are; its loop (the CPU, GPUs
+    without the fast kernel) reads them on the host."""
+    if isinstance(counts, DeviceCounts):
+        if len(counts) != weight.shape[0]:
+            raise ValueError(f"{len(counts)} token counts for {weight.shape[0]} experts")
+        if impl == "grouped_mm" or (impl == "auto" and has_fast_grouped_mm(x.device, x.dtype)):
+            if x.shape[0] == 0:
+                return x.new_empty(0, weight.shape[1])
+            return _grouped_mm(x, weight.transpose(1, 2), counts.ends())
+        counts = counts.counts.tolist()
     if len(counts) != weight.shape[0]:
         raise ValueError(f"{len(counts)} token counts for {weight.shape[0]} experts")
     if sum(counts) != x.shape[0]:
@@ -154,8 +193,10 @@ class GroupedLinear(torch.nn.Module):
             for expert in self.weight:
                 init_method(expert)
 
-    def forward(self, x: torch.Tensor, tokens_per_expert: list[int]):
-        return grouped_matmul(x, self.weight, list(tokens_per_expert), self.impl), None
+    def forward(self, x: torch.Tensor, tokens_per_expert: "list[int] | DeviceCounts"):
+        counts = tokens_per_expert if isinstance(tokens_per_expert, DeviceCounts) \
+            else list(tokens_per_expert)
+        return grouped_matmul(x, self.weight, counts, self.impl), None
 
     def backward_dw(self) -> None:
         """Delayed weight gradients (TE's delay_wgrad_compute) are not implemented: the

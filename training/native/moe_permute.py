@@ -237,12 +237,15 @@ def _to_device(index: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 def sort_chunks(input, split_sizes, sorted_idxs, probs=None, fused=False, *, original):
     """Megatron's moe_utils.sort_chunks_by_idxs (same arguments and results): the identity
-    order returns the tensors as they are, any other order is one row gather. Sizes and order
-    on the GPU, or TE's fused version, go to Megatron's own."""
-    if fused or split_sizes.is_cuda or sorted_idxs.is_cuda:
+    order returns the tensors as they are, any other order is one row gather. An order on the
+    GPU, sizes on the GPU with another order, or TE's fused version go to Megatron's own."""
+    if fused or sorted_idxs.is_cuda:
         return original(input, split_sizes, sorted_idxs, probs=probs, fused=fused)
+    # the identity needs no sizes: they may stay on the GPU (MOE_DEVICE_COUNTS)
     if torch.equal(sorted_idxs, torch.arange(sorted_idxs.numel(), dtype=sorted_idxs.dtype)):
         return input, probs
+    if split_sizes.is_cuda:
+        return original(input, split_sizes, sorted_idxs, probs=probs, fused=fused)
     index = chunk_permutation(split_sizes, sorted_idxs)
     inverse = torch.empty_like(index)
     inverse[index] = torch.arange(index.numel())
@@ -262,4 +265,28 @@ def sort_chunks_replacement(original, run):
 
     replacement.description = ("sort by local expert as one row gather (none where the order "
                                "is the identity: EP x TP = 1)")
+    return replacement
+
+
+def device_counts_replacement(original, run):
+    """The patch table's factory for MoEAlltoAllTokenDispatcher._maybe_dtoh_and_synchronize
+    (MOE_DEVICE_COUNTS=1): where one rank holds every expert and the whole sequence (EP = TP =
+    1, dropless), nothing the dispatcher computes is needed on the host but the tokens per
+    expert, which the native grouped experts take on the GPU (grouped_experts.DeviceCounts).
+    No copy to the host then, and no wait for the GPU in the middle of each MoE layer's
+    forward; any other layout runs Megatron's own."""
+    from functools import wraps
+
+    from training.native.grouped_experts import DeviceCounts
+
+    @wraps(original)
+    def replacement(self, point, tokens_per_expert=None):
+        if self.ep_size > 1 or self.tp_size > 1 or self.drop_and_pad:
+            return original(self, point, tokens_per_expert)
+        if tokens_per_expert is None or isinstance(tokens_per_expert, DeviceCounts):
+            return tokens_per_expert
+        return DeviceCounts(tokens_per_expert)
+
+    replacement.description = ("tokens per expert kept on the GPU at EP = TP = 1: no host copy "
+                               "or synchronisation in each MoE layer's dispatch")
     return replacement
