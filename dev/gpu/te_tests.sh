@@ -5,7 +5,8 @@
 # beside them on the same GPU the recipe convergence grid (docs/convergence/grid_te_recipes.yaml:
 # loss curves, nothing timed; tens of GiB beside the tests' few, of 139). Both stop starting
 # work LIMIT seconds after the call began. GRID_GPU=1 on a two-GPU machine puts the grid on GPU 1;
-# GRID=0 leaves the grid out (its curves recorded already: docs/convergence/te_recipes.*).
+# GRID=0 leaves the grid out (its curves recorded already: docs/convergence/te_recipes.*);
+# GRID_YAML names another grid (grid_te_recipes_seed2.yaml: fp8 and bf16 at a second seed).
 # Carry: .whl data
 export TE=1
 source "$(dirname "$0")/env.sh"
@@ -13,7 +14,7 @@ LIMIT=${LIMIT:-480}
 PYTEST=(python3 -m pytest -p no:cacheprovider -q -s -m gpu --durations=0 -rA)
 [ "${GRID:-1}" = 1 ] && (export CUDA_VISIBLE_DEVICES=${GRID_GPU:-0} MASTER_PORT=29700
  timeout $((LIMIT + 30 - SECONDS)) python3 -m training.convergence \
-     docs/convergence/grid_te_recipes.yaml --budget-s $((LIMIT - SECONDS)) \
+     "${GRID_YAML:-docs/convergence/grid_te_recipes.yaml}" --budget-s $((LIMIT - SECONDS)) \
      --out "$OUT" --experiment-dir /tmp/conv_te > "$OUT/convergence.log" 2>&1
  echo "convergence rc=$?" >> "$OUT/convergence.log") &
 step() {  # step NAME SECONDS PYTEST-ARGS...: within SECONDS and what is left of LIMIT
