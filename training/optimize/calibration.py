@@ -36,7 +36,10 @@ DEFAULT_RUNS = ("tests/data/runs/h200_l8_native", "tests/data/runs/h200_l8_local
                 "tests/data/runs/h200_l8_native_opt_state_bf16",
                 "tests/data/runs/h200_l8_native_opt_state_bf16_sr",
                 "tests/data/runs/h200_l32_native_opt_state_bf16",
-                "tests/data/runs/h200_l8_native_cpu_offload")
+                "tests/data/runs/h200_l8_native_cpu_offload",
+                # Transformer Engine (session 9, te-recipes' runs): bf16 with Liger's fused
+                # linear cross-entropy, and fp8 delayed scaling (its weight copies)
+                "tests/data/runs/h200_l8_te", "tests/data/runs/h200_l8_te_fp8")
 # The issue's goal for the estimator's error on measured runs.
 GOAL_PCT = 15.0
 
@@ -52,7 +55,8 @@ def calibrate(run: str | Path) -> dict:
     row = {"run": str(run), "model": config.model.name, "layers": config.model.num_layers,
            "seq": config.model.seq_length, "mbs": config.layout.mbs, "backend": config.backend,
            "gpus": config.layout.world_size, "dist_opt": config["DISTRIBUTED_OPTIMIZER"],
-           "recompute": config["RECOMPUTE"], "estimated_peak_gib": est.peak_gib,
+           "recompute": config["RECOMPUTE"], "precision": config.precision,
+           "estimated_peak_gib": est.peak_gib,
            "peak_phase": est.peak_phase, "measured_peak_gib": measured, "measured_from": where,
            "error_pct": error_pct(est.peak_gib, measured),
            "within_goal": abs(error_pct(est.peak_gib, measured)) <= GOAL_PCT}
@@ -86,7 +90,8 @@ def markdown(rows: list[dict]) -> str:
         lines.append(f"| {Path(row['run']).name} | {row['model']}, {row['layers']} layers, seq "
                      f"{row['seq']}, mbs {row['mbs']}, {row['gpus']} GPU"
                      f"{'s' if row['gpus'] > 1 else ''}"
-                     f"{', distributed optimizer' if row['dist_opt'] else ''}, {row['backend']}, RECOMPUTE="
+                     f"{', distributed optimizer' if row['dist_opt'] else ''}, {row['backend']}"
+                     f"{'' if row['precision'] == 'bf16' else ' ' + row['precision']}, RECOMPUTE="
                      f"{row['recompute']} | {row['estimated_peak_gib']:.2f} GiB "
                      f"({row['peak_phase']}) | {row['measured_peak_gib']:.2f} GiB | "
                      f"{row['error_pct']:+.1f}% | {phases} | {after} |")

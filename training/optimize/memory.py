@@ -60,7 +60,8 @@ Tokens dropped by a capacity factor are counted as routed (an upper bound).
 
 Loss (last stage), at the end of the forward pass:
   final norm input and output 2 x 2h /SP per token, and
-  - fused linear cross-entropy (native backend, CROSS_ENTROPY_LOSS_FUSION=1, TP=1): no
+  - fused linear cross-entropy (CROSS_ENTROPY_LOSS_FUSION=1, TP=1, CP=1; the native backend,
+    or Transformer Engine's with Liger: toggles.fused_linear_ce): no
     logits; it computes the gradients in the forward pass and keeps them: the input
     gradient 2h per token and the output-weight gradient 2*V*h (bf16), plus a second
     2*V*h when the backward pass scales it;
@@ -74,6 +75,10 @@ fwd/bwd peak = weights+optimizer + persistent buffers + stored activations
                + max(loss-time extras, one layer's backward working set) + overhead
 step peak    = weights+optimizer + step-only fp32 gradients/temporaries + persistent + overhead
 peak         = the larger of the two, on the pipeline stage where it is largest.
+
+Persistent buffers: the local backend's s^2 scores buffer; under an fp8/fp4 recipe on
+Transformer Engine the layers' linear weights cast to the recipe's format with their
+transposes (LOW_PRECISION_WEIGHT_BYTES per linear parameter).
 
 Overhead: OVERHEAD_GIB, a stated constant for what the terms above do not name (cuBLAS and
 cuDNN workspaces, RoPE tables, the causal mask, allocator rounding). It is not fitted per
@@ -92,6 +97,12 @@ from .config import (available, device_gib, flce, flce_reason, fused_adam, optim
 
 GIB = 2 ** 30
 OVERHEAD_GIB = 1.0
+# Transformer Engine keeps each fp8/fp4 linear weight cast once per step, in both layouts a
+# GEMM needs (the weight and its transpose): 1 B each in fp8, about half that in fp4. fp8 measured
+# on the H200 (tests/data/runs/h200_l8_te_fp8: 3.7 GiB more after a step than bf16, for 3.3 GiB
+# of this term); the fp4 figure is the formats' size, not yet measured.
+LOW_PRECISION_WEIGHT_BYTES = {"fp8": 2.0, "fp8_tensorwise": 2.0, "fp8_blockwise": 2.0,
+                              "mxfp8": 2.0, "mxfp4": 1.0, "nvfp4": 1.0}
 # Optimizer state per parameter on the rank holding its shard (training/native/adamw.py keeps
 # exactly these; tests/native/test_adamw.py counts its tensors against them).
 MOMENT_BYTES = {"fp32": 8, "bf16": 4}
@@ -386,6 +397,16 @@ def _stage_estimate(c: RunDescription, stage: str) -> Estimate:
         persistent += buffer
         terms.append(Term("scores_buffer", "QK^T input buffer (local backend)", _g(buffer),
                           "persistent", "2 B x b x n/TP x s^2 (Megatron's global memory buffer)"))
+    if c.backend == "transformer_engine" and c.precision in LOW_PRECISION_WEIGHT_BYTES:
+        sharded_per_layer, _ = layer_params(c)
+        linear = math.ceil(m.num_layers / lay.pp) * sharded_per_layer + stage_expert_params(c)
+        per = LOW_PRECISION_WEIGHT_BYTES[c.precision]
+        persistent += linear * per
+        terms.append(Term("low_precision_weights", f"{c.precision} copies of the layers' "
+                          "linear weights (Transformer Engine's cache)", _g(linear * per),
+                          "persistent", f"{linear / 1e9:.3f}B linear params x {per:g} B: each "
+                          "weight cast once per step and kept with its transpose for the "
+                          "micro-batches (embedding and output layer stay bf16)"))
     terms.append(Term("overhead", "workspaces, tables, allocator (constant)", OVERHEAD_GIB,
                       "persistent", "stated constant (cuBLAS/cuDNN workspaces, RoPE, masks)"))
     persistent += OVERHEAD_GIB * GIB
