@@ -107,6 +107,14 @@ def test_an_explicit_megatron_flag_keeps_its_value_and_a_contradiction_is_refuse
                          "--transformer-impl", "transformer_engine"])
 
 
+def test_device_counts_outside_their_layout_are_a_contradiction():
+    as_the_launcher(["--transformer-backend", "native", "--moe-device-counts"])
+    for words in (["--transformer-backend", "local"], ["--tensor-model-parallel-size", "2"],
+                  ["--transformer-backend", "native", "--expert-model-parallel-size", "2"]):
+        with pytest.raises(ArgumentConflict, match="drop --moe-device-counts"):
+            as_the_launcher([*words, "--moe-device-counts"])
+
+
 def test_pretrain_exits_2_with_one_line_on_a_contradiction(capsys):
     from training.pretrain_gpt import argv_as_the_launcher
 
