@@ -178,18 +178,15 @@ def main() -> None:
     megatron_patches.apply(run, groups=("run", "profile"))
     if args.transformer_backend == "native":
         run.native = specs.install_native(run)
-        run.output_processor = _output_processor(args)
-        run.native.parts["cross_entropy"] = _cross_entropy_part(args, run.output_processor)
-        if rank == 0:
-            print("native backend:", json.dumps(run.native.parts, indent=1), flush=True)
     elif args.transformer_backend == "transformer_engine":
         run.transformer_engine = specs.install_transformer_engine(run)
+    setup = run.native or run.transformer_engine
+    if setup is not None:   # both take the fused linear cross-entropy where it runs
         run.output_processor = _output_processor(args)
-        run.transformer_engine.parts["cross_entropy"] = _cross_entropy_part(
-            args, run.output_processor)
+        setup.parts["cross_entropy"] = _cross_entropy_part(args, run.output_processor)
         if rank == 0:
-            print("transformer_engine backend:", json.dumps(run.transformer_engine.parts,
-                                                            indent=1), flush=True)
+            print(f"{args.transformer_backend} backend:", json.dumps(setup.parts, indent=1),
+                  flush=True)
     ranges.enable_ranges(bool(args.profile and args.use_pytorch_profiler))
 
     cfg = pretrain_cfg_container_from_args(args)

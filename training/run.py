@@ -16,7 +16,7 @@ class Run:
     precision: str = "bf16"
     rank: int = 0
     mlperf: Any = None                          # training.mlperf.events.MLPerfRun, or None
-    output_processor: Callable | None = None    # native fused linear cross-entropy, or None
+    output_processor: Callable | None = None    # the fused linear cross-entropy, or None
     native: Any = None                          # training.specs.NativeSetup: what is in place
     transformer_engine: Any = None              # the same for the TE backend
     loop: Any = None                            # training.loop_hooks.RunState, from the set-up
