@@ -108,11 +108,17 @@ def test_an_explicit_megatron_flag_keeps_its_value_and_a_contradiction_is_refuse
 
 
 def test_device_counts_outside_their_layout_are_a_contradiction():
-    as_the_launcher(["--transformer-backend", "native", "--moe-device-counts"])
+    moe = ["--num-experts", "8", "--moe-grouped-gemm", "--moe-token-dispatcher-type",
+           "alltoall", "--moe-device-counts"]
+    as_the_launcher(["--transformer-backend", "native", *moe])
     for words in (["--transformer-backend", "local"], ["--tensor-model-parallel-size", "2"],
                   ["--transformer-backend", "native", "--expert-model-parallel-size", "2"]):
         with pytest.raises(ArgumentConflict, match="drop --moe-device-counts"):
-            as_the_launcher([*words, "--moe-device-counts"])
+            as_the_launcher([*words, *moe])
+    # Megatron's own defaults (allgather dispatcher, sequential experts), or no experts at all
+    for words, why in ((["--num-experts", "8"], "MOE_GROUPED_GEMM=0"), ([], "no experts")):
+        with pytest.raises(ArgumentConflict, match=why):
+            as_the_launcher(["--transformer-backend", "native", *words, "--moe-device-counts"])
 
 
 def test_pretrain_exits_2_with_one_line_on_a_contradiction(capsys):

@@ -169,15 +169,20 @@ def as_the_launcher(argv: list[str], caps=None) -> tuple[list[str], list[str]]:
                      "and 10)")
 
     if args.moe_device_counts:   # the guard moe_device_counts, for a plain torchrun
-        layout = {"--transformer-backend": (backend, "native"),
-                  "--expert-model-parallel-size": (args.expert_model_parallel_size, 1),
-                  "--tensor-model-parallel-size": (args.tensor_model_parallel_size, 1)}
-        for flag, (value, needed) in layout.items():
-            if value != needed:
-                raise ArgumentConflict(f"--moe-device-counts keeps the tokens per expert on the "
-                                       f"GPU for the native grouped experts at EP = TP = 1; "
-                                       f"{flag} {value} runs otherwise: drop "
-                                       "--moe-device-counts.")
+        from training.moe.layer import device_counts_conflicts
+
+        why = device_counts_conflicts(backend, args.moe_grouped_gemm,
+                                      args.expert_model_parallel_size,
+                                      args.tensor_model_parallel_size,
+                                      args.expert_tensor_parallel_size,
+                                      args.moe_token_dispatcher_type,
+                                      args.moe_expert_capacity_factor)
+        if not args.num_experts:
+            why.insert(0, "the model has no experts (--num-experts)")
+        if why:
+            raise ArgumentConflict(f"--moe-device-counts keeps the tokens per expert on the GPU "
+                                   f"for the native grouped experts at EP = TP = 1; here: "
+                                   f"{'; '.join(why)}: drop --moe-device-counts.")
     softmax_kernel = backend != "local" or capabilities().masked_softmax_kernel
     gpt_words, train_words = backend_flags(backend, softmax_kernel)
     by_backend = f"--transformer-backend {backend}"

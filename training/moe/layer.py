@@ -189,26 +189,33 @@ def moe_expert_kernels(ctx: LaunchContext) -> None:
                    "Use TRANSFORMER_IMPL=native or transformer_engine, or set it to 0.")
 
 
+def device_counts_conflicts(backend: str, grouped: bool, ep: int, tp: int, etp: int | None,
+                            dispatcher: str, capacity: float | None) -> list[str]:
+    """Why MOE_DEVICE_COUNTS=1 cannot act in this layout (none: it can). One rule for the
+    launcher's guard and a plain torchrun (training.arguments)."""
+    needs = [(backend != "native", f"the {backend} backend (the native grouped experts take "
+                                   "the counts on the GPU; TE's grouped linear wants a host "
+                                   "list)"),
+             (not grouped, "MOE_GROUPED_GEMM=0 (the sequential experts split by host counts)"),
+             (ep > 1, f"EP={ep} (the all-to-all needs its split sizes on the host)"),
+             (tp > 1, f"TP={tp} (the tensor-parallel gather needs host sizes)"),
+             (etp is not None and etp > 1, f"ETP={etp}"),
+             (dispatcher != "alltoall", f"MOE_TOKEN_DISPATCHER={dispatcher} (it is the "
+                                        "all-to-all dispatcher's synchronisation)"),
+             (capacity is not None, "MOE_CAPACITY_FACTOR (token dropping sizes its output on "
+                                    "the host)")]
+    return [reason for applies, reason in needs if applies]
+
+
 def moe_device_counts(ctx: LaunchContext) -> None:
     """MOE_DEVICE_COUNTS=1 needs the layout where the counts are the only host value the
     dispatcher computes, and the experts that take them on the GPU."""
     s = ctx.settings
     if not s["MOE_DEVICE_COUNTS"]:
         return
-    needs = [(ctx.backend != "native", f"the {ctx.backend} backend (the native grouped experts "
-                                       "take the counts on the GPU; TE's grouped linear wants "
-                                       "a host list)"),
-             (not s["MOE_GROUPED_GEMM"], "MOE_GROUPED_GEMM=0 (the sequential experts split "
-                                         "by host counts)"),
-             (s["EP"] > 1, f"EP={s['EP']} (the all-to-all needs its split sizes on the host)"),
-             (s["TP"] > 1, f"TP={s['TP']} (the tensor-parallel gather needs host sizes)"),
-             (s["ETP"] > 1, f"ETP={s['ETP']}"),
-             (s["MOE_TOKEN_DISPATCHER"] != "alltoall",
-              f"MOE_TOKEN_DISPATCHER={s['MOE_TOKEN_DISPATCHER']} (it is the all-to-all "
-              "dispatcher's synchronisation)"),
-             (s.get("MOE_CAPACITY_FACTOR") is not None,
-              "MOE_CAPACITY_FACTOR (token dropping sizes its output on the host)")]
-    why = [reason for applies, reason in needs if applies]
+    why = device_counts_conflicts(ctx.backend, s["MOE_GROUPED_GEMM"], s["EP"], s["TP"],
+                                  s["ETP"], s["MOE_TOKEN_DISPATCHER"],
+                                  s.get("MOE_CAPACITY_FACTOR"))
     if why:
         raise Refusal("moe_device_counts",
                       f"MOE_DEVICE_COUNTS=1 keeps the tokens per expert on the GPU only for the "

@@ -103,20 +103,17 @@ def grouped_matmul(x: torch.Tensor, weight: torch.Tensor, counts: "list[int] | D
     weight transposed: out[rows of e] = x[rows of e] @ weight[e].T. weight: [experts, out, in].
     Counts on the device (DeviceCounts) go to grouped_mm as they are; its loop (the CPU, GPUs
     without the fast kernel) reads them on the host."""
-    if isinstance(counts, DeviceCounts):
-        if len(counts) != weight.shape[0]:
-            raise ValueError(f"{len(counts)} token counts for {weight.shape[0]} experts")
-        if impl == "grouped_mm" or (impl == "auto" and has_fast_grouped_mm(x.device, x.dtype)):
-            if x.shape[0] == 0:
-                return x.new_empty(0, weight.shape[1])
-            return _grouped_mm(x, weight.transpose(1, 2), counts.ends())
-        counts = counts.counts.tolist()
     if len(counts) != weight.shape[0]:
         raise ValueError(f"{len(counts)} token counts for {weight.shape[0]} experts")
-    if sum(counts) != x.shape[0]:
-        raise ValueError(f"token counts add up to {sum(counts)}, the input has {x.shape[0]} rows")
     use_grouped = impl == "grouped_mm" or (impl == "auto"
                                            and has_fast_grouped_mm(x.device, x.dtype))
+    if isinstance(counts, DeviceCounts):
+        if use_grouped:
+            return (_grouped_mm(x, weight.transpose(1, 2), counts.ends()) if x.shape[0] > 0
+                    else x.new_empty(0, weight.shape[1]))
+        counts = counts.counts.tolist()
+    if sum(counts) != x.shape[0]:
+        raise ValueError(f"token counts add up to {sum(counts)}, the input has {x.shape[0]} rows")
     if use_grouped and x.shape[0] > 0:
         return _grouped_mm(x, weight.transpose(1, 2), group_offsets(counts, x.device))
     # The loop: unbind once (its backward stacks the experts' gradients in one tensor; indexing

@@ -460,8 +460,7 @@ def _stage_estimate(c: RunDescription, stage: str) -> Estimate:
         else:
             loss_stored = tokens * 4 * V / lay.tp
             loss_transient = tokens * 2 * V / lay.tp
-            why = flce_reason(c).split(":")[0]
-            loss_formula = (f"logits ({why}): (2 B bf16 + 4 B fp32) x V/TP per token; "
+            loss_formula = (f"logits ({flce_reason(c)}): (2 B bf16 + 4 B fp32) x V/TP per token; "
                             "final norm 4h")
         loss = norm + loss_stored + loss_transient
     at_loss = stored + loss
