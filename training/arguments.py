@@ -16,7 +16,8 @@ import argparse
 import functools
 
 from training.launch.toggles import (BY_NAME, auto_backend, auto_native_kernels, backend_flags,
-                                     default_metrics_warmup_iters, nan_check_flags)
+                                     default_metrics_warmup_iters, device_counts_conflicts,
+                                     nan_check_flags)
 
 # Our arguments a toggle sets: argparse dest -> registry entry.
 TOGGLE_OF = {
@@ -169,8 +170,6 @@ def as_the_launcher(argv: list[str], caps=None) -> tuple[list[str], list[str]]:
                      "and 10)")
 
     if args.moe_device_counts:   # the guard moe_device_counts, for a plain torchrun
-        from training.moe.layer import device_counts_conflicts
-
         why = device_counts_conflicts(backend, args.moe_grouped_gemm,
                                       args.expert_model_parallel_size,
                                       args.tensor_model_parallel_size,

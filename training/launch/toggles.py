@@ -783,6 +783,24 @@ def fused_linear_ce(backend: str, ce_fusion: bool, tp: int, cp: int, kernels: st
     return None, f"the {backend} backend: Megatron's fused cross-entropy"
 
 
+def device_counts_conflicts(backend: str, grouped: bool, ep: int, tp: int, etp: int | None,
+                            dispatcher: str, capacity: float | None) -> list[str]:
+    """Why MOE_DEVICE_COUNTS=1 (training/moe/layer.py) cannot act in this layout (none: it
+    can). One rule for the MoE layer's guard and a plain torchrun (training.arguments)."""
+    needs = [(backend != "native", f"the {backend} backend (the native grouped experts take "
+                                   "the counts on the GPU; TE's grouped linear wants a host "
+                                   "list)"),
+             (not grouped, "MOE_GROUPED_GEMM=0 (the sequential experts split by host counts)"),
+             (ep > 1, f"EP={ep} (the all-to-all needs its split sizes on the host)"),
+             (tp > 1, f"TP={tp} (the tensor-parallel gather needs host sizes)"),
+             (etp is not None and etp > 1, f"ETP={etp}"),
+             (dispatcher != "alltoall", f"MOE_TOKEN_DISPATCHER={dispatcher} (it is the "
+                                        "all-to-all dispatcher's synchronisation)"),
+             (capacity is not None, "MOE_CAPACITY_FACTOR (token dropping sizes its output on "
+                                    "the host)")]
+    return [reason for applies, reason in needs if applies]
+
+
 def backend_flags(backend: str, masked_softmax_kernel: bool) -> tuple[list[str], list[str]]:
     """The Megatron flags a resolved backend implies: (GPT_ARGS words, TRAIN_ARGS words).
 

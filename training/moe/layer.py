@@ -15,7 +15,7 @@ from __future__ import annotations
 from training.launch.guards import LaunchContext, _nearest, _off_or_refuse
 from training.launch.layers import RecipeLayer
 from training.launch.settings import Refusal
-from training.launch.toggles import GPT_ARGS, Flags, Toggle
+from training.launch.toggles import GPT_ARGS, Flags, Toggle, device_counts_conflicts
 from training.run_description import divisors
 
 GROUP = "moe"
@@ -187,24 +187,6 @@ def moe_expert_kernels(ctx: LaunchContext) -> None:
                    "the local backend has no fused permute (Megatron's is TE's, the native "
                    "backend has its own)",
                    "Use TRANSFORMER_IMPL=native or transformer_engine, or set it to 0.")
-
-
-def device_counts_conflicts(backend: str, grouped: bool, ep: int, tp: int, etp: int | None,
-                            dispatcher: str, capacity: float | None) -> list[str]:
-    """Why MOE_DEVICE_COUNTS=1 cannot act in this layout (none: it can). One rule for the
-    launcher's guard and a plain torchrun (training.arguments)."""
-    needs = [(backend != "native", f"the {backend} backend (the native grouped experts take "
-                                   "the counts on the GPU; TE's grouped linear wants a host "
-                                   "list)"),
-             (not grouped, "MOE_GROUPED_GEMM=0 (the sequential experts split by host counts)"),
-             (ep > 1, f"EP={ep} (the all-to-all needs its split sizes on the host)"),
-             (tp > 1, f"TP={tp} (the tensor-parallel gather needs host sizes)"),
-             (etp is not None and etp > 1, f"ETP={etp}"),
-             (dispatcher != "alltoall", f"MOE_TOKEN_DISPATCHER={dispatcher} (it is the "
-                                        "all-to-all dispatcher's synchronisation)"),
-             (capacity is not None, "MOE_CAPACITY_FACTOR (token dropping sizes its output on "
-                                    "the host)")]
-    return [reason for applies, reason in needs if applies]
 
 
 def moe_device_counts(ctx: LaunchContext) -> None:
