@@ -140,3 +140,26 @@ def test_all_parts_selects_named_parts_and_refuses_unknown_ones(fake_tools, tmp_
     assert "toggles-a" not in listed and "peers_h200" not in listed
     assert cli.main(["all", "--plan", "--parts", "levers-nope", "--out-dir", str(out_dir)]) == 2
     assert "unknown part(s) levers-nope" in capsys.readouterr().err
+
+
+def test_a_part_with_its_own_shape_takes_the_given_run_counts_and_says_what_it_keeps(
+        fake_tools, tmp_path, capsys):
+    """Session 10 ran `bench all --parts moe-levers-sync --repeats 1` and got 2 repeats without a
+    word: the MoE parts' own shape fixed them. The counts given now reach the part; an option of
+    the model or layout does not, and the plan says so."""
+    out_dir = tmp_path / "out"
+    moe = "moe-levers-sync_h200_qwen3-30B-A3B-8L_seq4096"
+    assert cli.main(["all", "--plan", "--parts", "moe-levers-sync", "--repeats", "1",
+                     "--steps", "4", "--num-layers", "4", "--out-dir", str(out_dir)]) == 0
+    text = capsys.readouterr().out
+    assert f"{moe}: 2 runs" in text         # one repeat of the default and the lever
+    assert (f"{moe}: keeps its own qwen3-30B-A3B-8L_seq4096 shape; the given --num-layers "
+            "shape the other parts only") in text
+    part, note = cli._part_shape("moe-levers-sync", cli.BenchShape(),
+                                 {"repeats": 1, "steps": 4, "model_size": "30B-A3B"})
+    assert (part.repeats, part.steps, part.num_layers, part.family) == (1, 4, 8, "qwen3_moe")
+    assert note is None                     # the given value is the part's own: nothing lost
+    # without counts on the command line the part keeps its own (2 repeats)
+    assert cli.main(["all", "--plan", "--parts", "moe-levers-sync", "--out-dir",
+                     str(out_dir)]) == 0
+    assert f"{moe}: 4 runs" in capsys.readouterr().out

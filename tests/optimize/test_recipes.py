@@ -9,7 +9,7 @@ import json
 import pytest
 
 from training.optimize.config import from_manifest
-from training.optimize.recipes import convergence_text, platform_recipes
+from training.optimize.recipes import RERUN_NOISE, convergence_text, platform_recipes, recipe_ab
 
 from .helpers import NATIVE, advise, copy_run, edit_manifest, fixture_levers, write_levers
 
@@ -146,3 +146,80 @@ def test_no_recipe_when_every_measured_one_learns_worse(tmp_path):
     assert "precision_recipe" not in {r["id"] for r in report["recommendations"]}
     assert any(c.startswith("PRECISION=fp8:") and "no recipe is recommended" in c
                for c in report["considered"])
+
+
+def _seed_reports(tmp_path, seeds) -> list:
+    """One report per seed: seeds = {SEED: [(recipe, verdict, best eval loss), ...]}."""
+    paths = []
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    for seed, cells in seeds.items():
+        path = tmp_path / f"te_recipes_{seed}.json"
+        path.write_text(json.dumps({"device": "NVIDIA H200", "fixed": {"SEED": seed}, "cells": [
+            {"values": {"PRECISION": name}, "verdict": verdict, "reason": "still falling",
+             "numbers": {"eval_best": best}} for name, verdict, best in cells]}))
+        paths.append(path)
+    return paths
+
+
+def _recommend_seeds(tmp_path, seeds, rows=ROWS):
+    from training.optimize import levers as levers_mod
+    from training.optimize.advisor import advise as _advise
+    from training.optimize.inputs import load_run
+
+    book = levers_mod.load(_levers(tmp_path, rows))
+    return _advise(load_run(_te_run(tmp_path)), book, convergence=_seed_reports(tmp_path, seeds))
+
+
+def test_two_seeds_measure_the_noise_a_recipe_gap_is_judged_against(tmp_path):
+    """The H200 A/B after session 10: fp8 (delayed) above bf16 at both seeds (+0.098, +0.033),
+    its mean gap inside the seed-to-seed spread of its own best eval loss (0.111): within noise,
+    so the fastest recipe is recommended, with every seed's numbers quoted."""
+    seeds = {"1234": [("bf16", "converged", 5.350), ("fp8", "converged", 5.448)],
+             "4321": [("bf16", "converged", 5.304), ("fp8", "converged", 5.337)]}
+    ab = recipe_ab("fp8", _seed_reports(tmp_path / "r", seeds))
+    assert [s.seed for s in ab.seeds] == ["1234", "4321"]
+    assert ab.gap == pytest.approx((0.098 + 0.033) / 2)
+    assert ab.noise == pytest.approx(5.448 - 5.337) and not ab.worse
+    report = _recommend_seeds(tmp_path, seeds, rows=[_recipe_row("fp8", 1.31, "faster")])
+    [rec] = [r for r in report["recommendations"] if r["id"] == "precision_recipe"]
+    assert rec["set"] == "PRECISION=fp8"
+    assert "converged at 2 seeds" in rec["convergence"]
+    assert "5.448 vs bf16's 5.350 (+0.098, seed 1234); 5.337 vs bf16's 5.304 (+0.033, seed 4321)" \
+        in rec["convergence"]
+    assert "mean gap +0.066, within the noise 0.111 (measured over 2 seeds" in rec["convergence"]
+
+
+def test_a_gap_every_seed_repeats_beyond_their_spread_is_worse(tmp_path):
+    seeds = {"1": [("bf16", "converged", 5.30), ("fp8", "converged", 5.45),
+                   ("fp8_tensorwise", "converged", 5.29)],
+             "2": [("bf16", "converged", 5.31), ("fp8", "converged", 5.47),
+                   ("fp8_tensorwise", "converged", 5.32)]}
+    ab = recipe_ab("fp8", _seed_reports(tmp_path / "r", seeds))
+    assert ab.noise == pytest.approx(0.02) and ab.worse
+    report = _recommend_seeds(tmp_path, seeds)
+    [rec] = [r for r in report["recommendations"] if r["id"] == "precision_recipe"]
+    assert rec["set"] == "PRECISION=fp8_tensorwise"
+    [passed_over] = [c for c in report["considered"] if c.startswith("PRECISION=fp8:")]
+    assert "+0.155 in best eval loss above bf16's, beyond the noise of 0.020" in passed_over
+
+
+def test_a_seed_that_diverged_makes_the_recipe_worse_whatever_the_others_say(tmp_path):
+    seeds = {"1": [("bf16", "converged", 5.30), ("fp8", "converged", 5.29)],
+             "2": [("bf16", "converged", 5.31), ("fp8", "diverged", 9.0)]}
+    ab = recipe_ab("fp8", _seed_reports(tmp_path / "r", seeds))
+    assert ab.worse and ab.gap == float("inf")
+    report = _recommend_seeds(tmp_path, seeds, rows=[_recipe_row("fp8", 1.31, "faster")])
+    assert "precision_recipe" not in {r["id"] for r in report["recommendations"]}
+    [passed_over] = [c for c in report["considered"] if c.startswith("PRECISION=fp8:")]
+    assert "A/B diverged" in passed_over and "no recipe is recommended" in passed_over
+
+
+def test_a_missing_or_unreadable_seed_report_is_left_out(tmp_path):
+    [one] = _seed_reports(tmp_path, {"1": [("bf16", "converged", 5.30),
+                                           ("fp8", "converged", 5.32)]})
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    ab = recipe_ab("fp8", [one, bad, tmp_path / "absent.json"])
+    assert len(ab.seeds) == 1 and ab.noise == RERUN_NOISE and not ab.worse
+    assert "one seed" in convergence_text("fp8", [one, bad])
+    assert "none exists yet" in convergence_text("fp8", [tmp_path / "absent.json"])

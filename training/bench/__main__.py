@@ -35,10 +35,35 @@ from .table import TABLE_KINDS, table
 clock = time.monotonic  # `all` measures its budget with this (tests pass a fake clock)
 
 
+def _given(args) -> dict:
+    """The shape options given on the command line (the others are None: _shape_args)."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(BenchShape)
+            if getattr(args, f.name, None) is not None}
+
+
 def _shape(args, gpus: int | None = None) -> BenchShape:
-    fields = {f.name: getattr(args, f.name) for f in dataclasses.fields(BenchShape)
-              if hasattr(args, f.name)}
-    return BenchShape(**{**fields, "gpus": gpus or args.gpus})
+    given = _given(args)
+    return BenchShape(**{**given, "gpus": gpus or given.get("gpus", BenchShape().gpus)})
+
+
+# What a part with its own shape (catalog.PART_SHAPES) takes from the command line: how long and
+# how often to measure. Its model and layout stay its own, and the command says so.
+RUN_COUNTS = ("steps", "warmup", "repeats")
+
+
+def _part_shape(part: str, shape: BenchShape, given: dict) -> tuple[BenchShape, str | None]:
+    """The shape a part of `bench all` runs at, and a note where an option given on the command
+    line does not reach it."""
+    own = catalog.PART_SHAPES.get(part)
+    if own is None:
+        return shape, None
+    counts = {k: v for k, v in given.items() if k in RUN_COUNTS}
+    ignored = sorted(k for k in given if k not in RUN_COUNTS and k != "gpus"
+                     and given[k] != getattr(own, k))
+    options = ", ".join("--" + k.replace("_", "-") for k in ignored)
+    note = (f"keeps its own {own.tag()} shape; the given {options} shape the other parts only"
+            if ignored else None)
+    return dataclasses.replace(own, **counts), note
 
 
 def _slot(text: str) -> tuple[int, int]:
@@ -179,9 +204,12 @@ def cmd_all(args) -> int:
             return 2
         parts = [p for p in parts if p[1] in wanted]
     todo, lines = [], []
+    given = _given(args)
     for kind, part, keys in parts:
-        part_shape = catalog.PART_SHAPES.get(part, shape)   # its own shape, or the command's
+        part_shape, note = _part_shape(part, shape, given)   # its own shape, or the command's
         name = f"{part}_{hw}_{part_shape.tag()}"
+        if note:
+            lines.append(f"  {name}: {note}")
         out = out_dir / f"{name}.json"
         if not args.force and (suites.is_complete(out)
                                or suites.is_complete(record.BENCH_DIR / f"{name}.json")):
@@ -297,21 +325,24 @@ def cmd_table(args) -> int:
 
 
 def _shape_args(p: argparse.ArgumentParser) -> None:
-    """The shape options; their defaults are BenchShape's."""
+    """The shape options; their defaults are BenchShape's, filled in by _shape (None here tells
+    an option given on the command line from a default: `bench all` passes the given run counts
+    to the parts with their own shape)."""
     d = BenchShape()
     g = p.add_argument_group("shape")
-    g.add_argument("--model-size", default=d.model_size, help="MODEL_SIZE of the llama3 family")
-    g.add_argument("--num-layers", type=positive_int, default=d.num_layers)
-    g.add_argument("--seq-length", type=positive_int, default=d.seq_length)
-    g.add_argument("--mbs", type=positive_int, default=d.mbs)
-    g.add_argument("--global-batch", type=positive_int, default=d.global_batch)
-    g.add_argument("--gpus", type=positive_int, default=d.gpus, help="GPUS_PER_NODE")
-    g.add_argument("--tp", type=positive_int, default=d.tp)
-    g.add_argument("--pp", type=positive_int, default=d.pp)
-    g.add_argument("--steps", type=positive_int, default=d.steps, help="steady-state steps per run")
-    g.add_argument("--warmup", type=nonnegative_int, default=d.warmup,
-                   help="warm-up steps per run (not measured)")
-    g.add_argument("--repeats", type=positive_int, default=d.repeats)
+    g.add_argument("--model-size", help=f"MODEL_SIZE of the llama3 family (default {d.model_size})")
+    g.add_argument("--num-layers", type=positive_int, help=f"default {d.num_layers}")
+    g.add_argument("--seq-length", type=positive_int, help=f"default {d.seq_length}")
+    g.add_argument("--mbs", type=positive_int, help=f"default {d.mbs}")
+    g.add_argument("--global-batch", type=positive_int, help=f"default {d.global_batch}")
+    g.add_argument("--gpus", type=positive_int, help=f"GPUS_PER_NODE (default {d.gpus})")
+    g.add_argument("--tp", type=positive_int, help=f"default {d.tp}")
+    g.add_argument("--pp", type=positive_int, help=f"default {d.pp}")
+    g.add_argument("--steps", type=positive_int,
+                   help=f"steady-state steps per run (default {d.steps})")
+    g.add_argument("--warmup", type=nonnegative_int,
+                   help=f"warm-up steps per run, not measured (default {d.warmup})")
+    g.add_argument("--repeats", type=positive_int, help=f"default {d.repeats}")
     r = p.add_argument_group("run")
     r.add_argument("--plan", action="store_true", help="print the runs and estimates; run nothing")
     r.add_argument("--budget-s", type=positive_float, default=None,

@@ -535,16 +535,17 @@ def _precision_recipe(config: RunDescription, book: LeverBook, consider, conside
     measured.sort(reverse=True)
     # The fastest recipe whose convergence A/B is not worse than bf16's beyond noise (one
     # without an A/B stays eligible: its quote says the A/B is not measured).
-    worse = [(ratio, name, gap) for ratio, name in measured
-             if (gap := recipes_mod.convergence_gap(name, convergence)) is not None
-             and gap > recipes_mod.CONVERGENCE_NOISE]
+    worse = [(ratio, name, ab) for ratio, name in measured
+             if (ab := recipes_mod.recipe_ab(name, convergence)) is not None and ab.worse]
     eligible = [(ratio, name) for ratio, name in measured
-                if name not in {n for _r, n, _g in worse}]
-    for ratio, bad, gap in worse:
+                if name not in {n for _r, n, _a in worse}]
+    for ratio, bad, ab in worse:
         considered.append(
             f"PRECISION={bad}: measured x{ratio:.3f} tokens/s against bf16, but its convergence "
-            f"A/B ends {gap:+.3f} in best eval loss above bf16's, beyond the noise of "
-            f"{recipes_mod.CONVERGENCE_NOISE} ({recipes_mod.convergence_text(bad, convergence)})"
+            + ("A/B diverged" if ab.gap == float("inf") else
+               f"A/B ends {ab.gap:+.3f} in best eval loss above bf16's, beyond the noise of "
+               f"{ab.noise:.3f}")
+            + f" ({recipes_mod.convergence_text(bad, convergence)})"
             + ("" if eligible else ": no recipe is recommended"))
     if not eligible:
         return
@@ -553,7 +554,7 @@ def _precision_recipe(config: RunDescription, book: LeverBook, consider, conside
     if worse and worse[0][0] > _ratio:
         why = (f"{config.platform} runs {', '.join(names)}; {name} is measured fastest of those "
                f"whose convergence A/B is not worse than bf16 beyond noise "
-               f"({', '.join(n for _r, n, _g in worse)} learned slower)")
+               f"({', '.join(n for _r, n, _a in worse)} learned slower)")
     rec = consider("precision_recipe", f"{name} precision recipe", why,
              "Transformer Engine computes the GEMMs in 8-bit floats with per-tensor or "
              "per-block scales (twice the tensor-core rate of bf16) and keeps bf16 master "
