@@ -45,7 +45,8 @@ def test_moe_parts_plan_and_run(monkeypatch, tmp_path, capsys):
                                "hf_liger": 8000.0, "torchtitan": 8500.0,
                                "MOE_GROUPED_GEMM": 3000.0, "MOE_PERMUTE_FUSION": 8700.0,
                                "MBS": 9900.0, "DP1_PLAIN_DDP": 9100.0,
-                               "BIAS_DROPOUT_FUSION=0": 8900.0})
+                               "BIAS_DROPOUT_FUSION=0": 8900.0,
+                               "MANUAL_GC_INTERVAL=100": 9000.0})
     _tools(monkeypatch, tmp_path, runner)
     out = tmp_path / "out"
     assert cli.main(["all", "--gpus", "1", "--parts",
@@ -68,7 +69,10 @@ def test_moe_parts_plan_and_run(monkeypatch, tmp_path, capsys):
     assert [r["key"] for r in permute["results"]] == ["MOE_PERMUTE_FUSION"]
     host = json.loads((out / f"moe-levers-host_h200_{TAG}.json").read_text())
     assert [r["key"] for r in host["results"]] == ["MBS", "DP1_PLAIN_DDP",
-                                                   "BIAS_DROPOUT_FUSION=0"]
+                                                   "BIAS_DROPOUT_FUSION=0",
+                                                   "MANUAL_GC_INTERVAL=100"]
+    gc = next(c for c in host["configs"] if c["id"] == "MANUAL_GC_INTERVAL=100")
+    assert gc["env"]["MANUAL_GC_INTERVAL"] == "100"
     assert host["shape"]["model"] == "qwen3-30B-A3B"
     mbs = next(c for c in host["configs"] if c["id"] == "MBS")
     assert mbs["env"]["MBS"] == "2"

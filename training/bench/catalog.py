@@ -428,8 +428,10 @@ MOE_PARTS = (
     # the host-side levers of a launch-bound step (session 8's profile: the MoE step at this
     # shape leaves the H200 about half idle): a micro-batch of 2 (half the launches per
     # token), the plain optimizer without the distributed one's per-bucket hooks, the eager
-    # residual add against Megatron's compiled one
-    ("moe-levers-host", "toggles", ("MBS", "DP1_PLAIN_DDP", "BIAS_DROPOUT_FUSION=0")),
+    # residual add against Megatron's compiled one, Python's garbage collector at fixed
+    # iterations instead of inside a step (a step's stall in session 10's spread?)
+    ("moe-levers-host", "toggles", ("MBS", "DP1_PLAIN_DDP", "BIAS_DROPOUT_FUSION=0",
+                                    "MANUAL_GC_INTERVAL=100")),
     # the tokens per expert kept on the GPU: no host synchronisation in each MoE layer's
     # dispatch (its own part: two configurations at two repeats, ~5 minutes)
     ("moe-levers-sync", "toggles", ("MOE_DEVICE_COUNTS=1",)),
