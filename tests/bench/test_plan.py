@@ -46,6 +46,41 @@ def test_estimate_grows_with_steps_and_slow_variants():
     assert 40 < plan.estimate(spec, cal) < 70
 
 
+def test_our_runs_are_calibrated_per_backend_and_family_where_recorded(tmp_path):
+    """Session 10's plans said 47 s for a TE run that took ~70 s and 37 s for an MoE run that took
+    ~45 s: one 'ours' figure pooled the native dense runs. Each recorded backend and family now
+    has its own, and the side's pooled figure remains for the others."""
+    for name in ("te-recipes_h200_llama3-8B-8L_seq8192.json",
+                 "moe-levers-sync_h200_qwen3-30B-A3B-8L_seq4096.json",
+                 "peers-te_h200_llama3-8B-8L_seq8192.json"):
+        (tmp_path / name).write_text((BENCH / name).read_text())
+    cal = plan.calibrate(tmp_path)
+    te_points = [p for p in json.loads((BENCH / "te-recipes_h200_llama3-8B-8L_seq8192.json")
+                                       .read_text())["points"] if p["config"] == "default"]
+    te_key = "ours:transformer_engine:llama3"
+    assert cal.tflops[te_key] == pytest.approx(
+        sorted(p["model_tflops_per_gpu"] for p in te_points)[len(te_points) // 2])
+    assert cal.sources[f"overhead_s.{te_key}"] == "te-recipes_h200_llama3-8B-8L_seq8192.json"
+    assert {te_key, "ours:native:qwen3_moe", "ours:native:llama3"} <= set(cal.tflops)
+    assert cal.tflops["ours:native:qwen3_moe"] < cal.tflops["ours:native:llama3"] / 2
+
+    dense = BenchShape()
+    te = BenchShape(backend="transformer_engine")
+    moe = BenchShape(family="qwen3_moe", model_size="30B-A3B", num_layers=8, seq_length=4096,
+                     steps=3)
+
+    def spec(shape):
+        return sweep.PointSpec(0, "d", "default", 0, "ours", shape.env(), shape)
+    # the TE run's overhead is its own (a longer build than native's), the MoE step its own speed
+    assert plan.estimate(spec(te), cal) > plan.estimate(spec(dense), cal) + 10
+    moe_walls = [p["wall_s"] for p in json.loads(
+        (BENCH / "moe-levers-sync_h200_qwen3-30B-A3B-8L_seq4096.json").read_text())["points"]]
+    assert min(moe_walls) - 5 < plan.estimate(spec(moe), cal) < max(moe_walls) + 5
+    # a family never recorded falls back to the side's pooled figure
+    mixtral = BenchShape(family="mixtral", model_size="8x7B", num_layers=4)
+    assert plan._figure(cal, "overhead_s", spec(mixtral)) == cal.overhead_s["ours"]
+
+
 @pytest.mark.parametrize("gpus", [1, 2])
 def test_every_part_of_bench_all_fits_one_command(gpus, base_env):
     """With the real precheck on this node (no Transformer Engine, as the H200 image): the

@@ -3,7 +3,9 @@
 A launcher run costs a fixed overhead (bash + resolve + torchrun + Megatron init + teardown,
 measured as the run's wall time minus its step times), a slower first step (kernel
 compilation, allocator warm-up) and the steps. The overhead and first-step figures and each
-side's model TFLOP/s come from the newest recorded points that carry them; where none does,
+side's model TFLOP/s come from the newest recorded points that carry them, for our launcher
+per backend and model family where those were recorded (a Transformer Engine run builds for
+longer, an MoE step reaches a third of a dense one's TFLOP/s), else per side; where none does,
 the fallbacks below are used and the plan says so. Variant factors are planning guesses
 (how much slower a variant's step is), never reported as results.
 """
@@ -44,7 +46,7 @@ class Calibration:
         for what in ("overhead_s", "first_extra_s", "tflops"):
             for side, value in getattr(self, what).items():
                 src = self.sources.get(f"{what}.{side}", "fallback guess")
-                lines.append(f"  {what:14s} {side:11s} {value:7.1f}  ({src})")
+                lines.append(f"  {what:14s} {side:31s} {value:7.1f}  ({src})")
         return "\n".join(lines)
 
 
@@ -76,12 +78,16 @@ def calibrate(bench_dir: Path) -> Calibration:
             steady = [t for t, w in zip(times, warm) if not w]
             if side is None or not steady or not point.get("model_tflops_per_gpu"):
                 continue
-            bucket = seen.setdefault(side, {"overhead_s": [], "first_extra_s": [], "tflops": [],
-                                            "src": path.name})
-            if point.get("wall_s"):
-                bucket["overhead_s"].append(point["wall_s"] - sum(times))
-            bucket["first_extra_s"].append(times[0] - statistics.fmean(steady))
-            bucket["tflops"].append(point["model_tflops_per_gpu"])
+            family = (data.get("shape") or {}).get("family") or "llama3"
+            keys = [side] + ([_key(side, point.get("backend") or "native", family)]
+                             if side == "ours" else [])
+            for key in keys:
+                bucket = seen.setdefault(key, {"overhead_s": [], "first_extra_s": [],
+                                               "tflops": [], "src": path.name})
+                if point.get("wall_s"):
+                    bucket["overhead_s"].append(point["wall_s"] - sum(times))
+                bucket["first_extra_s"].append(times[0] - statistics.fmean(steady))
+                bucket["tflops"].append(point["model_tflops_per_gpu"])
     for side, bucket in seen.items():
         for what in ("overhead_s", "first_extra_s", "tflops"):
             if bucket[what]:
@@ -90,13 +96,30 @@ def calibrate(bench_dir: Path) -> Calibration:
     return cal
 
 
+def _key(side: str, backend: str, family: str) -> str:
+    """Our launcher's calibration key for one backend and model family."""
+    return f"{side}:{backend}:{family}"
+
+
+def _figure(cal: Calibration, what: str, spec: PointSpec) -> float:
+    """A calibration figure for the spec: our launcher's at its backend and family where
+    recorded, else its side's, else the fallback."""
+    side = _plan_side(spec)
+    figures = getattr(cal, what)
+    if side == "ours":
+        backend = spec.env.get("TRANSFORMER_IMPL") or spec.shape.backend or "native"
+        key = _key(side, backend, spec.shape.family)
+        if key in figures:
+            return figures[key]
+    return figures.get(side, FALLBACK[what].get(side, FALLBACK[what]["ours"]))
+
+
 def step_seconds(spec: PointSpec, cal: Calibration) -> float:
     shape, env = spec.shape, spec.env
     preset = PRESETS[shape.preset]
     seq = int(env.get("SEQ_LENGTH", shape.seq_length))
     model = Model.of(preset, shape.num_layers, seq)
-    side = _plan_side(spec)
-    tflops = cal.tflops.get(side, FALLBACK["tflops"]["ours"])
+    tflops = _figure(cal, "tflops", spec)
     seconds = shape.global_batch * seq * flops_per_token(model) / (shape.gpus * tflops * 1e12)
     return seconds * SLOWDOWN.get(spec.config, 1.0) * (1.05 if shape.dp > 1 else 1.0)
 
@@ -108,9 +131,8 @@ def _plan_side(spec: PointSpec) -> str:
 
 
 def estimate(spec: PointSpec, cal: Calibration) -> float:
-    side = _plan_side(spec)
     iters = spec.shape.warmup + spec.shape.steps
-    return (cal.overhead_s.get(side, 35.0) + cal.first_extra_s.get(side, 6.0)
+    return (_figure(cal, "overhead_s", spec) + _figure(cal, "first_extra_s", spec)
             + iters * step_seconds(spec, cal))
 
 
