@@ -223,3 +223,12 @@ def test_a_missing_or_unreadable_seed_report_is_left_out(tmp_path):
     assert len(ab.seeds) == 1 and ab.noise == RERUN_NOISE and not ab.worse
     assert "one seed" in convergence_text("fp8", [one, bad])
     assert "none exists yet" in convergence_text("fp8", [tmp_path / "absent.json"])
+
+
+def test_a_damaged_report_is_left_out_not_a_traceback(tmp_path):
+    """Valid JSON of the wrong shape (a hand edit, a cut-off rewrite): no usable cell."""
+    bad = tmp_path / "te_recipes.json"
+    bad.write_text('{"cells": [null, 3, {"values": "x"}, {"values": {"PRECISION": "fp8"}, '
+                   '"verdict": 7}], "fixed": "SEED"}')
+    assert recipe_ab("fp8", [bad]) is None
+    assert "not measured for PRECISION=fp8" in convergence_text("fp8", [bad])

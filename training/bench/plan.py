@@ -78,7 +78,8 @@ def calibrate(bench_dir: Path) -> Calibration:
             steady = [t for t, w in zip(times, warm) if not w]
             if side is None or not steady or not point.get("model_tflops_per_gpu"):
                 continue
-            family = (data.get("shape") or {}).get("family") or "llama3"
+            shape = data.get("shape") if isinstance(data.get("shape"), dict) else {}
+            family = shape.get("family") or "llama3"
             keys = [side] + ([_key(side, point.get("backend") or "native", family)]
                              if side == "ours" else [])
             for key in keys:

@@ -119,6 +119,11 @@ def _read(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
+def _dict(value) -> dict:
+    """A report's object, or {} where a damaged or hand-edited report has something else."""
+    return value if isinstance(value, dict) else {}
+
+
 def _number(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
         else None
@@ -132,16 +137,18 @@ def recipe_ab(recipe: str, convergence: Path | Sequence[Path] = CONVERGENCE) -> 
         data = _read(path)
         if data is None:
             continue
-        cells = {(c.get("values") or {}).get("PRECISION"): c for c in data.get("cells") or []}
-        cell = cells.get(recipe) or {}
-        if cell.get("verdict") in (None, "failed"):
+        cell_list = data.get("cells") if isinstance(data.get("cells"), list) else []
+        cells = {_dict(c.get("values")).get("PRECISION"): c
+                 for c in cell_list if isinstance(c, dict)}
+        cell = _dict(cells.get(recipe))
+        if not isinstance(cell.get("verdict"), str) or cell["verdict"] == "failed":
             continue
         seeds.append(Seed(
-            report=path.name, seed=str((data.get("fixed") or {}).get("SEED", "?")),
-            device=data.get("device") or "GPU", verdict=cell["verdict"],
-            reason=cell.get("reason") or "",
-            best=_number((cell.get("numbers") or {}).get("eval_best")),
-            bf16_best=_number(((cells.get("bf16") or {}).get("numbers") or {}).get("eval_best"))))
+            report=path.name, seed=str(_dict(data.get("fixed")).get("SEED", "?")),
+            device=str(data.get("device") or "GPU"), verdict=cell["verdict"],
+            reason=str(cell.get("reason") or ""),
+            best=_number(_dict(cell.get("numbers")).get("eval_best")),
+            bf16_best=_number(_dict(_dict(cells.get("bf16")).get("numbers")).get("eval_best"))))
     return RecipeAB(recipe, tuple(seeds)) if seeds else None
 
 
