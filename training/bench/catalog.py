@@ -170,7 +170,7 @@ def optimizer_state_levers() -> list[Lever]:
               "moments; the step reads the gradient buffer in place"),
         state("ADAM_MOMENTS_DTYPE=bf16", {"ADAM_MOMENTS_DTYPE": "bf16"},
               "bf16 Adam moments, fp32 master copy"),
-        state("OPT_STATE_BF16", {"ADAM_MOMENTS_DTYPE": "bf16", "MASTER_WEIGHTS": "remainder"},
+        state("OPT_STATE_BF16", _OPT_STATE_BF16,
               "bf16 moments and 16-bit-remainder masters: 6 B of state per parameter instead "
               "of 12 (the advisor's first memory levers for the full model on one GPU)"),
         state("OPT_STATE_BF16_SR", {"ADAM_MOMENTS_DTYPE": "bf16",
@@ -200,7 +200,26 @@ def moe_levers() -> list[Lever]:
               needs_backend="native",
               note="the tokens per expert left on the GPU vs Megatron's copy to the host and "
                    "wait for the GPU in each MoE layer's dispatch (EP = TP = 1)"),
+        Lever("MOE_SYNC_FREE", "MOE_DEVICE_COUNTS", "toggle", "moe", _SYNC_FREE,
+              _words(_SYNC_FREE), "MOE_DEVICE_COUNTS=0 CROSS_ENTROPY_LOSS_FUSION=1", False,
+              needs_backend="native",
+              note="no host synchronisation left in the step: the tokens per expert on the GPU "
+                   "and Megatron's cross-entropy instead of Liger's fused linear one (which "
+                   "reads its token count on the host once per micro-batch)"),
+        Lever("MOE_SYNC_FREE+OPT_STATE_BF16", "MOE_DEVICE_COUNTS", "toggle", "moe",
+              {**_SYNC_FREE, **_OPT_STATE_BF16}, _words({**_SYNC_FREE, **_OPT_STATE_BF16}),
+              "the default", False, needs_backend="native",
+              note="the sync-free step with bf16 moments and 16-bit-remainder masters (the "
+                   "configuration of session 11's CUDA-graph try)"),
     ]
+
+
+_SYNC_FREE = {"MOE_DEVICE_COUNTS": "1", "CROSS_ENTROPY_LOSS_FUSION": "0"}
+_OPT_STATE_BF16 = {"ADAM_MOMENTS_DTYPE": "bf16", "MASTER_WEIGHTS": "remainder"}
+
+
+def _words(env: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in env.items())
 
 
 def dispatcher_levers() -> list[Lever]:
@@ -435,6 +454,11 @@ MOE_PARTS = (
     # the tokens per expert kept on the GPU: no host synchronisation in each MoE layer's
     # dispatch (its own part: two configurations at two repeats, ~5 minutes)
     ("moe-levers-sync", "toggles", ("MOE_DEVICE_COUNTS=1",)),
+    # what made session 11's sync-free configuration 1.22x the default (one process each,
+    # dev/gpu_logs/2026-12-02_s11_*): Liger's per-micro-batch host read, both synchronisations,
+    # the 16-bit optimizer state, or the two together
+    ("moe-levers-syncfree", "toggles", ("CROSS_ENTROPY_LOSS_FUSION", "MOE_SYNC_FREE",
+                                        "OPT_STATE_BF16", "MOE_SYNC_FREE+OPT_STATE_BF16")),
 )
 
 
