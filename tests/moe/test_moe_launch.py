@@ -137,9 +137,10 @@ def test_drop_policy_without_a_capacity_factor_warns(base_env):
 
 def test_device_counts_only_where_the_counts_are_the_dispatchers_only_host_value(base_env):
     native = {"TRANSFORMER_IMPL": "native", "NUM_LAYERS": 4}
-    args = megatron_args(moe(base_env, MOE_DEVICE_COUNTS=1, **native))
+    args = megatron_args(moe(base_env, MOE_DEVICE_COUNTS=1, MOE_LEAN_STEP=0, **native))
     assert args.moe_device_counts is True
-    assert megatron_args(moe(base_env, **native)).moe_device_counts is False   # off by default
+    # off by default in the core; the MoE launch's lean step turns it on (below)
+    assert megatron_args(moe(base_env, MOE_LEAN_STEP=0, **native)).moe_device_counts is False
     for toggles, why in (({"MOE_GROUPED_GEMM": 0}, "MOE_GROUPED_GEMM=0"),
                          ({"EP": 2, "GPUS_PER_NODE": 2}, "EP=2"),
                          ({"MOE_TOKEN_DISPATCHER": "allgather"},
@@ -147,9 +148,65 @@ def test_device_counts_only_where_the_counts_are_the_dispatchers_only_host_value
                          ({"MOE_CAPACITY_FACTOR": 1.25}, "MOE_CAPACITY_FACTOR"),
                          ({"TRANSFORMER_IMPL": "local", "MOE_GROUPED_GEMM": 0,
                            "MOE_PERMUTE_FUSION": 0}, "the local backend")):
-        msg = refused(base_env, "moe_device_counts", MOE_DEVICE_COUNTS=1,
+        msg = refused(base_env, "moe_device_counts", MOE_DEVICE_COUNTS=1, MOE_LEAN_STEP=0,
                       **{**native, **toggles})
         assert why in msg and "MOE_DEVICE_COUNTS=0" in msg
+
+
+LEAN = {"MOE_DEVICE_COUNTS": True, "CROSS_ENTROPY_LOSS_FUSION": False,
+        "ADAM_MOMENTS_DTYPE": "bf16", "MASTER_WEIGHTS": "remainder"}
+
+
+def test_the_lean_step_is_the_moe_default_where_no_host_synchronisation_is_left(base_env):
+    """Native backend, EP = TP = 1, grouped, dropless, bf16: the four settings come from the
+    MoE layer with source "recipe" and a reason; MOE_LEAN_STEP=0 gives the core defaults."""
+    result = moe(base_env, TRANSFORMER_IMPL="native", NUM_LAYERS=4)
+    for name, value in LEAN.items():
+        setting = result.settings.values[name]
+        assert (setting.value, setting.source) == (value, "recipe"), name
+        assert setting.reason.startswith("moe: MOE_LEAN_STEP: "), name
+    args = megatron_args(result)
+    assert args.moe_device_counts and not args.cross_entropy_loss_fusion
+    assert "bf" in str(args.exp_avg_dtype) and "bf" in str(args.exp_avg_sq_dtype)
+    assert args.master_weights == "remainder"
+    core = moe(base_env, TRANSFORMER_IMPL="native", NUM_LAYERS=4, MOE_LEAN_STEP=0)
+    assert [core.settings[name] for name in LEAN] == [False, True, "fp32", "fp32"]
+    assert not core.recipe_values
+
+
+def test_the_lean_step_keeps_what_the_user_set(base_env):
+    result = moe(base_env, TRANSFORMER_IMPL="native", NUM_LAYERS=4, CROSS_ENTROPY_LOSS_FUSION=1,
+                 ADAM_MOMENTS_DTYPE="fp32")
+    s = result.settings
+    assert s["CROSS_ENTROPY_LOSS_FUSION"] is True and s["ADAM_MOMENTS_DTYPE"] == "fp32"
+    assert (s["MOE_DEVICE_COUNTS"], s["MASTER_WEIGHTS"]) == (True, "remainder")
+
+
+@pytest.mark.parametrize("toggles,why", [
+    ({"EP": 2, "GPUS_PER_NODE": 2}, "EP=2"),
+    ({"MOE_GROUPED_GEMM": 0}, "MOE_GROUPED_GEMM=0"),
+    ({"MOE_CAPACITY_FACTOR": 1.25}, "MOE_CAPACITY_FACTOR"),
+    ({"OPTIMIZER_CPU_OFFLOAD": 1}, "OPTIMIZER_CPU_OFFLOAD=1"),
+    ({"TRANSFORMER_IMPL": "local", "MOE_GROUPED_GEMM": 0, "MOE_PERMUTE_FUSION": 0},
+     "the local backend"),
+])
+def test_the_lean_step_steps_aside_with_a_reason_or_refuses_when_asked_for(base_env, toggles,
+                                                                          why):
+    native = {"TRANSFORMER_IMPL": "native", "NUM_LAYERS": 4}
+    result = moe(base_env, **{**native, **toggles})
+    lean = result.settings.values["MOE_LEAN_STEP"]
+    assert (lean.value, lean.source) == (False, "derived") and why in lean.reason
+    assert result.settings["MOE_DEVICE_COUNTS"] is False
+    assert result.settings["ADAM_MOMENTS_DTYPE"] == "fp32"
+    msg = refused(base_env, "moe_lean_step", MOE_LEAN_STEP=1, **{**native, **toggles})
+    assert why in msg and "MOE_LEAN_STEP=0" in msg
+
+
+def test_the_lean_step_is_measured_at_bf16_only(base_env):
+    """A low-precision recipe (TE: the platform's GPU) leaves the lean step out, with why."""
+    result = moe(base_env, PLATFORM="h200", NUM_LAYERS=4, PRECISION="fp8")
+    lean = result.settings.values["MOE_LEAN_STEP"]
+    assert lean.value is False and "PRECISION=fp8" in lean.reason
 
 
 def test_negative_aux_loss_coefficient_is_refused(base_env):

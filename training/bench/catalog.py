@@ -12,7 +12,7 @@ the precision recipes from training.launch.recipes.RECIPES: nothing here redefin
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import training.moe.presets  # noqa: F401 - registers the MoE families (the MoE parts' shape)
 from training.launch.recipes import RECIPES
@@ -200,6 +200,10 @@ def moe_levers() -> list[Lever]:
               needs_backend="native",
               note="the tokens per expert left on the GPU vs Megatron's copy to the host and "
                    "wait for the GPU in each MoE layer's dispatch (EP = TP = 1)"),
+        _switched_off("MOE_LEAN_STEP", "toggle", "moe",
+                      "the MoE launch's lean step (MOE_DEVICE_COUNTS=1, Megatron's "
+                      "cross-entropy, bf16 moments, remainder masters, where no host "
+                      "synchronisation is left) vs the core defaults"),
         Lever("MOE_SYNC_FREE", "MOE_DEVICE_COUNTS", "toggle", "moe", _SYNC_FREE,
               _words(_SYNC_FREE), "MOE_DEVICE_COUNTS=0 CROSS_ENTROPY_LOSS_FUSION=1", False,
               needs_backend="native",
@@ -457,8 +461,11 @@ MOE_PARTS = (
     # what made session 11's sync-free configuration 1.22x the default (one process each,
     # dev/gpu_logs/2026-12-02_s11_*): Liger's per-micro-batch host read, both synchronisations,
     # the 16-bit optimizer state, or the two together
+    # (measured at the core defaults, before MOE_LEAN_STEP made the last one the MoE default)
     ("moe-levers-syncfree", "toggles", ("CROSS_ENTROPY_LOSS_FUSION", "MOE_SYNC_FREE",
                                         "OPT_STATE_BF16", "MOE_SYNC_FREE+OPT_STATE_BF16")),
+    # the MoE default since session 11 against the core defaults
+    ("moe-levers-lean", "toggles", ("MOE_LEAN_STEP",)),
 )
 
 
@@ -470,8 +477,15 @@ def moe_ep_shape(ep: int) -> BenchShape:
 
 
 # Parts measured at their own shape, whatever the command line's (the others take it).
+# The MoE levers measured against the core defaults, as they were before MOE_LEAN_STEP (the MoE
+# launch's default since session 11) took them over: the grouped experts (the lean step needs
+# them; off, it would change with the lever) and the parts that split the lean step itself.
+MOE_CORE_SHAPE = replace(MOE_SHAPE, toggles=(("MOE_LEAN_STEP", "0"),))
+MOE_CORE_PARTS = ("moe-levers", "moe-levers-sync", "moe-levers-syncfree")
+
 PART_SHAPES: dict[str, BenchShape] = {
-    **{name: MOE_SHAPE for name, _kind, _keys in MOE_PARTS},
+    **{name: MOE_CORE_SHAPE if name in MOE_CORE_PARTS else MOE_SHAPE
+       for name, _kind, _keys in MOE_PARTS},
     "scale-x1": full_shape(1, backend="native", toggles=_scale_state()),
     "full-x2": full_shape(2, backend="native"),
     "full-x8": full_shape(8, backend="native"),

@@ -15,12 +15,16 @@ and checkpoint import are meant to be others. A layer brings:
             them (MLPerf: EVAL_INTERVAL from the user's BS). resolve sets each with source
             "recipe" and the reason "<layer name>: <why>"; a user's value is never replaced,
             and the model preset and derivations never replace a layer's value.
+  derived   derived(settings) -> [RecipeValue]: like values, for a default that depends on
+            what the core derives (the backend, the GPU count, the precision recipe): applied
+            the same way right after derivation, never over a user's or a layer's value.
   guards    rules like the core's (a function of training.launch.guards.LaunchContext that
             raises Refusal, corrects or warns), run with the core's guards after derivation:
             every refusal of the launch is reported together.
 
 The order in resolve.prepare: registry defaults -> user values -> layers' values (in the order
-given) -> model preset -> derivation -> guards (core, then each layer's).
+given) -> model preset -> derivation -> layers' derived values -> guards (core, then each
+layer's).
 
 A layer's variables mean nothing to a launch without it: ENTRIES names each layer's variable
 prefix and the entry point that applies them, so that such a variable given to another entry
@@ -33,7 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .settings import Setting, Settings
+from .settings import KEPT_SOURCES, Setting, Settings
 from .toggles import REGISTRY, Toggle, parse_value
 
 
@@ -50,6 +54,7 @@ class RecipeLayer:
     values: Callable[[Settings], list[RecipeValue]]
     toggles: tuple[Toggle, ...] = ()
     guards: tuple[Callable[[Any], None], ...] = ()
+    derived: Callable[[Settings], list[RecipeValue]] = lambda settings: []
 
 
 @dataclass(frozen=True)
@@ -108,13 +113,15 @@ def coerce(toggle: Toggle, value: Any) -> Any:
 
 
 def apply_layers(layers: Sequence[RecipeLayer], settings: Settings,
-                 toggles: tuple[Toggle, ...]) -> list[RecipeValue]:
-    """Each layer's values over the defaults, never over a user's; what was set."""
+                 toggles: tuple[Toggle, ...], stage: str = "values") -> list[RecipeValue]:
+    """Each layer's values (stage "values") or derived values (stage "derived") over the
+    defaults, never over a user's or a layer's; what was set."""
     by_name = {t.name: t for t in toggles}
     applied: list[RecipeValue] = []
     for layer in layers:
-        for item in layer.values(settings):
-            if settings.is_explicit(item.name):
+        for item in getattr(layer, stage)(settings):
+            current = settings.values.get(item.name)
+            if current is not None and current.source in KEPT_SOURCES:
                 continue
             value = coerce(by_name[item.name], item.value)
             settings.values[item.name] = Setting(item.name, value, "recipe",

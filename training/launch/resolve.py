@@ -399,6 +399,7 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
     recipe = derive_precision(settings)
     megatron = _derive_megatron(caps, recipe)
     _derive_backend(settings, caps)
+    applied += apply_layers(layers, settings, toggles, stage="derived")
     _derive_schedule(settings)
     datasets = _derive_datasets(settings)
     tokenizer = _derive_tokenizer(settings, datasets)
