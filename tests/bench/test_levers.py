@@ -164,6 +164,12 @@ def test_rows_measured_at_an_older_default_say_so():
     assert levers.older_defaults(data({**today, "FUSED_SINGLE_QKV_ROPE": "0"},
                                       ["FUSED_SINGLE_QKV_ROPE"])) == []
     assert levers.older_defaults({"points": [{"side": "peer"}]}) == []
+    # nor is a family layer's own default (the MoE launch's lean step turns the fused CE off)
+    lean = data({**today, "CROSS_ENTROPY_LOSS_FUSION": "0"})
+    assert levers.older_defaults(lean) == [
+        "measured at CROSS_ENTROPY_LOSS_FUSION=0, the default then (now 1)"]
+    lean["points"][1]["layer_values"] = [{"toggle": "CROSS_ENTROPY_LOSS_FUSION", "value": "0"}]
+    assert levers.older_defaults(lean) == []
 
 
 def test_a_comparison_measured_under_an_older_key_is_not_listed_as_unmeasured(tmp_path):

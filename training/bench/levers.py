@@ -84,13 +84,16 @@ def _today(text: str) -> str:
 def older_defaults(data: dict) -> list[str]:
     """Where the baseline run of a benchmark JSON had a performance-group toggle at another
     value than today's launcher default (a default changed since, or the toggle is newer than
-    the JSON), one line each: its figures describe that older default."""
+    the JSON), one line each: its figures describe that older default. A guard's correction
+    and a family layer's own default (the MoE launch's lean step) are that run's default, not
+    an older one."""
     ours = [p for p in data.get("points", []) if p.get("side") == "ours"]
     base = next((p for p in ours if p.get("config") == "default"), ours[0] if ours else None)
     if not base or not base.get("toggles_resolved"):
         return []
     resolved = base["toggles_resolved"]
-    corrected = {c.get("toggle") for c in base.get("corrections") or []}
+    corrected = {c.get("toggle") for c in
+                 (base.get("corrections") or []) + (base.get("layer_values") or [])}
     lines = []
     for toggle in REGISTRY:
         if toggle.group != "performance" or toggle.name in corrected:

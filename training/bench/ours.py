@@ -73,6 +73,13 @@ def precheck(toggles: dict[str, str], family: str = "llama3",
                        if k in ("tp", "pp", "dp", "world_size")}}
 
 
+def _rows_from(manifest: dict, source: str) -> list[dict]:
+    """The manifest's toggle rows set by `source` (guard: a guard's correction; recipe: a recipe
+    layer's value, e.g. the MoE launch's lean step), as {toggle, value, reason}."""
+    return [{"toggle": row["toggle"], "value": row["value"], "reason": row.get("reason", "")}
+            for row in manifest["toggles"] if row.get("source") == source]
+
+
 def run_logged(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float,
                cwd: Path = REPO_ROOT) -> tuple[int, bool]:
     """Run cmd with its output in `log`; on timeout end its whole process group (torchrun
@@ -158,9 +165,8 @@ def read_run(run: Path) -> dict:
         "precision": described.precision,
         "layout": described.layout.to_dict(),
         "toggles_resolved": {row["toggle"]: row["value"] for row in manifest["toggles"]},
-        "corrections": [{"toggle": row["toggle"], "value": row["value"],
-                         "reason": row.get("reason", "")}
-                        for row in manifest["toggles"] if row.get("source") == "guard"],
+        "corrections": _rows_from(manifest, "guard"),
+        "layer_values": _rows_from(manifest, "recipe"),   # a family layer's defaults (MoE)
         "native": (manifest.get("run") or {}).get("native"),
         "transformer_engine": (manifest.get("run") or {}).get("transformer_engine"),
         "timeline": (manifest.get("run") or {}).get("timeline"),

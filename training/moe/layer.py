@@ -69,7 +69,7 @@ TOGGLES: tuple[Toggle, ...] = (
            "(exact fp32 masters in 2 B). Measured together against the core defaults (bench "
            "parts moe-levers-syncfree, moe-levers-lean), faster and smaller where each alone "
            "was within noise. 0: the core defaults.",
-           group=GROUP),
+           group=GROUP, levers=True),
     Toggle("MOE_TOKEN_DISPATCHER", "choice", "alltoall", GPT_ARGS,
            "How tokens reach their experts: alltoall (all-to-all over EP; Megatron's choice "
            "for expert parallelism), allgather (every rank gathers all tokens), flex "
