@@ -39,7 +39,10 @@ DEFAULT_RUNS = ("tests/data/runs/h200_l8_native", "tests/data/runs/h200_l8_local
                 "tests/data/runs/h200_l8_native_cpu_offload",
                 # Transformer Engine (session 9, te-recipes' runs): bf16 with Liger's fused
                 # linear cross-entropy, and fp8 delayed scaling (its weight copies)
-                "tests/data/runs/h200_l8_te", "tests/data/runs/h200_l8_te_fp8")
+                "tests/data/runs/h200_l8_te", "tests/data/runs/h200_l8_te_fp8",
+                # MoE (session 11, moe-levers-lean's runs): Qwen3-30B-A3B cut to 8 layers with
+                # the MoE launch's lean step (16-bit optimizer state) and with the core defaults
+                "tests/data/runs/h200_l8_moe_lean", "tests/data/runs/h200_l8_moe_core")
 # The issue's goal for the estimator's error on measured runs.
 GOAL_PCT = 15.0
 
