@@ -121,6 +121,20 @@ def test_device_counts_outside_their_layout_are_a_contradiction():
             as_the_launcher(["--transformer-backend", "native", *words, "--moe-device-counts"])
 
 
+def test_a_cuda_graph_of_a_step_that_reads_the_gpu_from_the_host_is_a_contradiction():
+    """The guard cuda_graph's rule for a plain torchrun (no launcher to turn anything off)."""
+    graph = ["--cuda-graph-impl", "full_iteration", "--transformer-backend", "native"]
+    as_the_launcher([*graph, "--native-kernels", "torch", "--cross-entropy-loss-fusion"])
+    as_the_launcher([*graph, "--native-kernels", "liger"])     # Megatron's cross-entropy
+    cases = ((["--native-kernels", "liger", "--cross-entropy-loss-fusion"],
+              "drop --cross-entropy-loss-fusion"),
+             (["--native-kernels", "torch", "--nan-check", "bucket"], "use --nan-check step"),
+             (["--native-kernels", "torch", "--num-experts", "8"], "add --moe-device-counts"))
+    for words, fix in cases:
+        with pytest.raises(ArgumentConflict, match=fix):
+            as_the_launcher([*graph, *words])
+
+
 def test_pretrain_exits_2_with_one_line_on_a_contradiction(capsys):
     from training.pretrain_gpt import argv_as_the_launcher
 

@@ -17,7 +17,7 @@ import functools
 
 from training.launch.toggles import (BY_NAME, auto_backend, auto_native_kernels, backend_flags,
                                      default_metrics_warmup_iters, device_counts_conflicts,
-                                     nan_check_flags)
+                                     nan_check_flags, step_host_reads)
 
 # Our arguments a toggle sets: argparse dest -> registry entry.
 TOGGLE_OF = {
@@ -133,6 +133,12 @@ def _given(argv: list[str], flag: str) -> str | None:
     return value
 
 
+# step_host_reads' fixes, as a plain torchrun's flags
+_AS_FLAGS = {"CROSS_ENTROPY_LOSS_FUSION=0": "drop --cross-entropy-loss-fusion",
+             "NAN_CHECK=step": "use --nan-check step",
+             "MOE_DEVICE_COUNTS=1": "add --moe-device-counts"}
+
+
 def as_the_launcher(argv: list[str], caps=None) -> tuple[list[str], list[str]]:
     """(argv with the launcher's derivations added, one note per derivation).
 
@@ -159,7 +165,8 @@ def as_the_launcher(argv: list[str], caps=None) -> tuple[list[str], list[str]]:
         backend, why = auto_backend(capabilities().transformer_engine)
         after += ["--transformer-backend", backend]
         notes.append(f"--transformer-backend {backend} (auto: {why})")
-    if args.native_kernels == "auto" and backend in ("native", "transformer_engine"):
+    kernels = args.native_kernels
+    if kernels == "auto" and backend in ("native", "transformer_engine"):
         kernels, why = auto_native_kernels(capabilities().liger)
         after += ["--native-kernels", kernels]
         notes.append(f"--native-kernels {kernels} (auto: {why})")
@@ -182,6 +189,16 @@ def as_the_launcher(argv: list[str], caps=None) -> tuple[list[str], list[str]]:
             raise ArgumentConflict(f"--moe-device-counts keeps the tokens per expert on the GPU "
                                    f"for the native grouped experts at EP = TP = 1; here: "
                                    f"{'; '.join(why)}: drop --moe-device-counts.")
+    if getattr(args, "cuda_graph_impl", "none") == "full_iteration":   # the guard cuda_graph
+        reads = step_host_reads(backend, args.cross_entropy_loss_fusion,
+                                args.tensor_model_parallel_size, args.context_parallel_size,
+                                kernels,
+                                args.nan_check, args.num_experts or 0, args.moe_device_counts)
+        if reads:
+            raise ArgumentConflict("--cuda-graph-impl full_iteration captures the whole step, "
+                                   "which must not read the GPU from the host; here: "
+                                   + "; ".join(f"{why}: {_AS_FLAGS[fix]}"
+                                               for _name, why, fix in reads) + ".")
     softmax_kernel = backend != "local" or capabilities().masked_softmax_kernel
     gpt_words, train_words = backend_flags(backend, softmax_kernel)
     by_backend = f"--transformer-backend {backend}"

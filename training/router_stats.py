@@ -10,7 +10,10 @@
                            moe_router_losses entry, capturing_aggregate below)
 
 Tokens per expert are counted by a forward hook on each router (the routing map of every
-micro-batch's training forward; evaluation and no-grad forwards are left out), summed over the
+micro-batch's training forward; evaluation and no-grad forwards are left out) into one buffer
+per layer that lives for the whole run, added to in place and zeroed after each summary: a
+full-iteration CUDA graph (CUDA_GRAPH) captures the hook's add at its capture and replays it,
+where a Python hook does not run again. They are summed over the
 ranks that see different tokens of the same layer (tensor-, context- and data-parallel, which
 includes expert parallelism), and gathered over pipeline stages. Every rank calls summary():
 its collectives run on all of them.
@@ -45,13 +48,12 @@ class RouterStats:
     def _record(self, router, inputs, output) -> None:
         if not (router.training and torch.is_grad_enabled()):
             return
-        routing_map = output[1]
-        tokens = routing_map.sum(dim=0)
-        layer = router.layer_number
-        if layer in self.counts:
-            self.counts[layer] += tokens
-        else:
-            self.counts[layer] = tokens.to(torch.float64)
+        tokens = output[1].sum(dim=0)       # the routing map, [tokens, experts]
+        counts = self.counts.get(router.layer_number)
+        if counts is None:                  # the first training forward (eager)
+            counts = self.counts[router.layer_number] = torch.zeros(
+                tokens.shape, dtype=torch.float64, device=tokens.device)
+        counts.add_(tokens)
 
     def keep_megatron_losses(self, scalars: dict) -> dict:
         """The scalars Megatron's MoE tracker aggregated at this iteration's report (its aux
@@ -80,7 +82,7 @@ class RouterStats:
         table = torch.zeros(self.num_layers, experts, dtype=torch.float64, device=_device())
         for layer, tokens in self.counts.items():
             table[layer - 1] = tokens.to(table.device)
-        self.counts = {}
+            tokens.zero_()                  # in place: a captured graph adds into it
         if distributed:
             for group in sum_groups:
                 torch.distributed.all_reduce(table, group=group)

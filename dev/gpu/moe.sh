@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 1xH200, ~5 min with the default part, ~8 with both: mixture of experts (issue 25).
+# 1xH200, ~6 min with the default part, ~9 with both: mixture of experts (issue 25).
 # First the MoE GPU tests (torch's grouped_mm and the permute's gather-sum kernel against their
 # references, bf16 parity with HF Qwen3-MoE on each backend, the tiny MoE training on
 # Shakespeare with balanced-enough routing), then the bench parts named in MOE_PARTS at the MoE
@@ -10,7 +10,7 @@
 # Usage: GIT_SHA=... [MOE_PARTS=moe-peers[,moe-levers]|none] bash dev/gpu/moe.sh
 # Carry: .whl data
 source "$(dirname "$0")/env.sh"
-timeout 200 python3 -m pytest -p no:cacheprovider -q -s -m gpu --durations=0 \
+timeout 300 python3 -m pytest -p no:cacheprovider -q -s -m gpu --durations=0 \
     tests/gpu/test_grouped_experts_gpu.py tests/gpu/test_moe_gpu.py > "$OUT/moe_gpu_tests.log" 2>&1
 echo "moe gpu tests rc=$?" | tee -a "$OUT/moe_gpu_tests.log"
 grep -E "PASSED|FAILED|SKIPPED|ERROR|passed|failed|tiny-moe|parity|max abs" \

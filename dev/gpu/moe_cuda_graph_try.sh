@@ -8,7 +8,7 @@
 #               .item() would break a capture), with bf16 moments and remainder masters
 #               (ADAM_MOMENTS_DTYPE=bf16 MASTER_WEIGHTS=remainder: ~45 GiB less state, room
 #               for the graph's own memory pool beside the eager warm-up's; estimate 59.9 GiB)
-#   graph       the same + --cuda-graph-impl full_iteration (Megatron's flag, passed through:
+#   graph       the same + --cuda-graph-impl full_iteration (Megatron's flag; since session 11 the CUDA_GRAPH toggle, its guard applies:
 #               fwd+bwd of every micro-batch replayed as one graph after its warm-up steps)
 #   default     the launcher's default, for reference
 # Prints each run's steady step times, tokens/s and per-iteration losses (graph vs sync-free:

@@ -81,3 +81,33 @@ def test_tiny_moe_trains_on_shakespeare_with_balanced_routing(tmp_path):
     assert section["summary"]["measured"]
     assert "grouped_mm" in section["native"]["experts"]
     assert "atomic-free" in section["native"]["moe_permute"]
+
+
+def test_tiny_moe_trains_under_a_full_iteration_cuda_graph(tmp_path):
+    """CUDA_GRAPH=full_iteration on the tiny MoE preset with the lean step (no host read in the
+    step): the run captures after 3 eager iterations and replays; the loss falls like the eager
+    run's, and the router statistics keep coming after the capture (the counts are added into
+    buffers the graph replays into, training/router_stats.py)."""
+    import json
+
+    from tests.gpu.test_train_gpu import _losses, _train
+
+    run = _train(tmp_path, "tiny-moe-graph", script="examples/moe/train_qwen3_moe.sh",
+                 TRANSFORMER_IMPL="native", TOTAL_ITERS=30, CUDA_GRAPH="full_iteration")
+    losses = _losses(run)
+    assert sorted(losses) == list(range(1, 31))
+    first = sum(losses[i] for i in range(1, 6)) / 5
+    last = sum(losses[i] for i in range(26, 31)) / 5
+    steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    steps = [m for m in steps if "step_time_s" in m]
+    replayed = [m for m in steps if m["iteration"] > 4]
+    print(f"\ntiny-moe, CUDA graph: loss {first:.3f} -> {last:.3f}; load imbalance after the "
+          f"capture {[round(m['moe_load_imbalance'], 2) for m in replayed[-5:]]}")
+    assert last < first - 1.0
+    assert len(replayed) == 26
+    assert all(1.0 <= m["moe_load_imbalance"] <= 4.0 for m in replayed)
+    assert len({round(m["moe_load_imbalance"], 6) for m in replayed}) > 1   # not one frozen value
+    manifest = json.loads((run / "manifest.json").read_text())
+    rows = {row["toggle"]: row for row in manifest["toggles"]}
+    assert rows["CUDA_GRAPH"]["value"] == "full_iteration"
+    assert rows["METRICS_WARMUP_ITERS"]["value"] == "6"   # 20% of 30; >= the capture's 4

@@ -473,3 +473,50 @@ def test_recipe_variable_without_its_switch_is_refused_with_the_rest(base_env):
     messages = {r.guard: str(r) for r in err.value.refusals}
     assert "TE_FP8_RECIPE=tensorwise needs TE_FP8=1" in messages["precision_spelling_conflict"]
     assert "parallel_sizes" in messages
+
+
+# -- CUDA_GRAPH ------------------------------------------------------------------------------------
+
+def test_cuda_graph_turns_off_liger_cross_entropy_and_keeps_the_capture_out_of_the_measure(
+        base_env):
+    """full_iteration on the native backend: Liger's fused linear CE (an .item() per
+    micro-batch) is the default's only host read: turned off with the reason; the eager
+    iterations and the capture's are not steady steps."""
+    from .helpers import megatron_args
+
+    result = launch(base_env, CUDA_GRAPH="full_iteration", TOTAL_ITERS=10)   # default 2
+    ce = result.settings.setting("CROSS_ENTROPY_LOSS_FUSION")
+    assert ce.value is False and ce.source == "guard" and ".item()" in ce.reason
+    warmup = result.settings.setting("METRICS_WARMUP_ITERS")
+    assert warmup.value == 4 and warmup.source == "guard"
+    args = megatron_args(result)   # Megatron's parser and validate_args accept it
+    assert (args.cuda_graph_impl, args.cuda_graph_warmup_steps) == ("full_iteration", 3)
+    assert not args.check_for_nan_in_loss_and_grad
+    assert "--cuda-graph-impl" not in " ".join(launch(base_env).buckets["GPT_ARGS"])
+
+
+@pytest.mark.parametrize("toggles,needle", [
+    ({"CROSS_ENTROPY_LOSS_FUSION": 1}, "set CROSS_ENTROPY_LOSS_FUSION=0"),
+    ({"NAN_CHECK": "bucket"}, "set NAN_CHECK=step"),
+    ({"METRICS_WARMUP_ITERS": 3}, "METRICS_WARMUP_ITERS=4 or more"),
+    ({"CUDA_GRAPH_WARMUP": 0}, "at least one eager iteration"),
+    ({"PRECISION": "fp8", "PLATFORM": "h200"}, "PRECISION=bf16 or CUDA_GRAPH=none"),
+])
+def test_cuda_graph_refuses_a_step_it_cannot_capture(base_env, toggles, needle):
+    assert needle in refused(base_env, "cuda_graph", CUDA_GRAPH="full_iteration", **toggles)
+
+
+def test_cuda_graph_flag_after_the_script_name_is_the_toggle(base_env):
+    """Megatron's --cuda-graph-impl given by hand goes through the same guard."""
+    result = launch(base_env, words=["--cuda-graph-impl", "full_iteration"])
+    assert result.settings["CUDA_GRAPH"] == "full_iteration"
+    assert result.settings["CROSS_ENTROPY_LOSS_FUSION"] is False
+    with pytest.raises(Refusals) as err:
+        launch(base_env, words=["--cuda-graph-impl", "full_iteration"],
+               CROSS_ENTROPY_LOSS_FUSION=1)
+    assert "cuda_graph" in [r.guard for r in err.value.refusals]
+
+
+def test_cuda_graph_short_run_warns_that_it_never_replays(base_env):
+    result = launch(base_env, CUDA_GRAPH="full_iteration", TOTAL_ITERS=4)
+    assert notices(result, "cuda_graph")

@@ -209,6 +209,16 @@ def test_the_lean_step_is_measured_at_bf16_only(base_env):
     assert lean.value is False and "PRECISION=fp8" in lean.reason
 
 
+def test_a_cuda_graph_of_the_moe_step_needs_the_counts_on_the_gpu(base_env):
+    """The lean step leaves nothing a graph cannot capture; the core defaults' MoE dispatcher
+    reads the tokens per expert on the host in every layer: refused."""
+    native = {"TRANSFORMER_IMPL": "native", "NUM_LAYERS": 4, "CUDA_GRAPH": "full_iteration"}
+    args = megatron_args(moe(base_env, **native))
+    assert args.cuda_graph_impl == "full_iteration" and args.moe_device_counts
+    msg = refused(base_env, "cuda_graph", MOE_LEAN_STEP=0, **native)
+    assert "set MOE_DEVICE_COUNTS=1" in msg and "CROSS_ENTROPY" not in msg
+
+
 def test_negative_aux_loss_coefficient_is_refused(base_env):
     assert ">= 0" in refused(base_env, "moe_aux_loss", family="qwen3_moe",
                              MOE_AUX_LOSS_COEFF=-0.1, NUM_LAYERS=4)

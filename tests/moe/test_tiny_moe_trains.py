@@ -64,7 +64,9 @@ def _train(aux_loss_coeff: float):
                                          track_names=["load_balancing_loss"])
         losses.append(loss.item())
         records.append(stats.summary())
-    assert stats.counts == {}   # summary() starts the next iteration afresh
+    # summary() starts the next iteration afresh, in the same buffers (zeroed in place)
+    assert len(stats.counts) == TINY_MOE.num_layers
+    assert not any(counts.any() for counts in stats.counts.values())
     megatron_patches.restore(names=("moe_router_losses",))
     return losses, records
 
@@ -104,3 +106,12 @@ def test_evaluation_forwards_are_not_counted():
         gpt(tokens, positions, None)
     assert list(stats.counts) == [1]
     assert stats.counts[1].sum().item() == BATCH * SEQ * TINY_MOE.router_topk
+    # the buffer outlives the summary and is added to in place: the add a full-iteration CUDA
+    # graph captured at its capture writes the counts of every replay into it
+    buffer = stats.counts[1]
+    first = stats.summary()
+    assert stats.counts[1] is buffer and not buffer.any()
+    with cpu_dispatcher_streams():
+        gpt(tokens, positions, None)
+    assert stats.counts[1] is buffer and buffer.sum().item() == BATCH * SEQ * TINY_MOE.router_topk
+    assert stats.summary()["moe_load_imbalance"] == first["moe_load_imbalance"]

@@ -204,6 +204,10 @@ def moe_levers() -> list[Lever]:
                       "the MoE launch's lean step (MOE_DEVICE_COUNTS=1, Megatron's "
                       "cross-entropy, bf16 moments, remainder masters, where no host "
                       "synchronisation is left) vs the core defaults"),
+        Lever("CUDA_GRAPH=full_iteration", "CUDA_GRAPH", "toggle", "moe",
+              {"CUDA_GRAPH": "full_iteration"}, "CUDA_GRAPH=full_iteration", "CUDA_GRAPH=none",
+              False, note="Megatron's full-iteration CUDA graph of the lean MoE step (one "
+                          "launch per micro-batch's forward and backward) vs the eager step"),
         Lever("MOE_SYNC_FREE", "MOE_DEVICE_COUNTS", "toggle", "moe", _SYNC_FREE,
               _words(_SYNC_FREE), "MOE_DEVICE_COUNTS=0 CROSS_ENTROPY_LOSS_FUSION=1", False,
               needs_backend="native",
@@ -466,6 +470,8 @@ MOE_PARTS = (
                                         "OPT_STATE_BF16", "MOE_SYNC_FREE+OPT_STATE_BF16")),
     # the MoE default since session 11 against the core defaults
     ("moe-levers-lean", "toggles", ("MOE_LEAN_STEP",)),
+    # the lean step replayed from a CUDA graph (session 11's try: +4%, one process each)
+    ("moe-levers-graph", "toggles", ("CUDA_GRAPH=full_iteration",)),
 )
 
 
@@ -486,6 +492,8 @@ MOE_CORE_PARTS = ("moe-levers", "moe-levers-sync", "moe-levers-syncfree")
 PART_SHAPES: dict[str, BenchShape] = {
     **{name: MOE_CORE_SHAPE if name in MOE_CORE_PARTS else MOE_SHAPE
        for name, _kind, _keys in MOE_PARTS},
+    # Megatron's 3 eager iterations and the capture's kept out of the measure, on both sides
+    "moe-levers-graph": replace(MOE_SHAPE, warmup=4),
     "scale-x1": full_shape(1, backend="native", toggles=_scale_state()),
     "full-x2": full_shape(2, backend="native"),
     "full-x8": full_shape(8, backend="native"),

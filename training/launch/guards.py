@@ -30,7 +30,7 @@ from .presets import FAMILIES, ModelPreset
 from .recipes import (RECIPES, Recipe, hardware_rule, platforms_supporting, recipe_args,
                       spelling_conflict)
 from .settings import LaunchError, Refusal, Settings, fmt_value
-from .toggles import REGISTRY, Toggle, fused_linear_ce
+from .toggles import REGISTRY, Toggle, fused_linear_ce, step_host_reads
 
 
 @dataclass
@@ -397,6 +397,54 @@ def te_cross_entropy(ctx: LaunchContext) -> None:
                   "CROSS_ENTROPY_FUSION_IMPL=te: megatron-core 0.19.2's validate_args asserts "
                   "'Transformer Engine cross entropy loss fusion is disabled due to stability "
                   "issues'. Use CROSS_ENTROPY_FUSION_IMPL=native (the default).")
+
+
+@guard
+def cuda_graph(ctx: LaunchContext) -> None:
+    """A CUDA graph of the step needs no host read of the GPU in it, bf16, an unmeasured capture.
+
+    Liger's fused linear CE is turned off where it was only the default; the other host reads
+    (training.launch.toggles.step_host_reads) are refused."""
+    s = ctx.settings
+    if s["CUDA_GRAPH"] == "none":
+        return
+    warmup = s["CUDA_GRAPH_WARMUP"]
+    if warmup < 1:
+        raise Refusal("cuda_graph", f"CUDA_GRAPH_WARMUP={warmup}: megatron-core needs at least "
+                                    "one eager iteration before the capture. Use 1 or more "
+                                    "(3 is Megatron's default).")
+    if ctx.recipe.name != "bf16":
+        raise Refusal("cuda_graph", f"CUDA_GRAPH={s['CUDA_GRAPH']} with PRECISION="
+                                    f"{ctx.recipe.name}: the graphed step has been tried at "
+                                    "bf16 only (a low-precision recipe's scaling state updates "
+                                    "inside the graph, untested). Use PRECISION=bf16 or "
+                                    "CUDA_GRAPH=none.")
+    reads = step_host_reads(ctx.backend, bool(s["CROSS_ENTROPY_LOSS_FUSION"]), s["TP"], s["CP"],
+                            s["NATIVE_KERNELS"], s["NAN_CHECK"], ctx.preset.num_experts or 0,
+                            bool(s.get("MOE_DEVICE_COUNTS")))
+    refused = []
+    for name, why, fix in reads:
+        if name == "CROSS_ENTROPY_LOSS_FUSION" and not s.is_explicit(name):
+            s.correct(name, False, "cuda_graph", f"{why}, which a CUDA graph cannot capture: "
+                                                 "Megatron's cross-entropy instead")
+        else:
+            refused.append(f"{why}: set {fix}")
+    if refused:
+        raise Refusal("cuda_graph", f"CUDA_GRAPH={s['CUDA_GRAPH']} captures the whole step, "
+                                    "which must not read the GPU from the host; here: "
+                                    + "; ".join(refused) + " (or CUDA_GRAPH=none).")
+    need = warmup + 1   # the eager iterations and the capture's
+    if s["METRICS_WARMUP_ITERS"] < need:
+        if s.is_explicit("METRICS_WARMUP_ITERS"):
+            raise Refusal("cuda_graph", f"METRICS_WARMUP_ITERS={s['METRICS_WARMUP_ITERS']} with "
+                                        f"CUDA_GRAPH_WARMUP={warmup}: iteration {need} captures "
+                                        "the graph and would be measured as a steady step. Use "
+                                        f"METRICS_WARMUP_ITERS={need} or more.")
+        s.correct("METRICS_WARMUP_ITERS", need, "cuda_graph",
+                  f"{warmup} eager iterations and the capture's are not steady state")
+    if s["TOTAL_ITERS"] <= need:
+        s.warn("cuda_graph", f"TOTAL_ITERS={s['TOTAL_ITERS']}: the graph is captured at "
+                             f"iteration {need} and never replayed.")
 
 
 TE_FUSED_QKV_ROPE = (2, 8)   # transformer_engine.pytorch.attention.rope.apply_fused_qkv_rotary_pos_emb

@@ -527,6 +527,22 @@ REGISTRY: tuple[Toggle, ...] = (
            "sync per bucket in every backward).",
            choices=("step", "bucket"), group="training", emit=_nan_check_flags,
            levers=True, owns=("--nan-check", "--no-check-for-nan-in-loss-and-grad")),
+    Toggle("CUDA_GRAPH", "choice", "none", GPT_ARGS,
+           "CUDA graphs of the training step: none, or full_iteration (Megatron's: the forward "
+           "and backward of every micro-batch captured as one graph after CUDA_GRAPH_WARMUP "
+           "eager iterations, then replayed, so the host issues one launch instead of every "
+           "kernel; the batches are copied into static buffers). It needs a step with no host "
+           "synchronisation inside it: the guard cuda_graph refuses or turns off what reads the "
+           "GPU from the host (Liger's fused linear cross-entropy, NAN_CHECK=bucket, an MoE "
+           "dispatcher with host counts). Off until measured (bench part moe-levers-graph).",
+           flag="--cuda-graph-impl", choices=("none", "full_iteration"), group="training",
+           when=lambda s: s["CUDA_GRAPH"] != "none", levers=True),
+    Toggle("CUDA_GRAPH_WARMUP", "int", 3, GPT_ARGS,
+           "With CUDA_GRAPH: eager iterations before the capture (Megatron's "
+           "--cuda-graph-warmup-steps, default 3). The capture's iteration and those before it "
+           "are kept out of the measured steps (METRICS_WARMUP_ITERS).",
+           flag="--cuda-graph-warmup-steps", group="training",
+           when=lambda s: s["CUDA_GRAPH"] != "none"),
     _bool("DETERMINISTIC", False, GPT_ARGS, "Megatron's deterministic mode (slower).",
           on=("--deterministic-mode",), group="model"),
 
@@ -781,6 +797,30 @@ def fused_linear_ce(backend: str, ce_fusion: bool, tp: int, cp: int, kernels: st
         return None, ("NATIVE_KERNELS=torch: Megatron's fused cross-entropy (the torch fused "
                       "linear one is the native backend's CPU path, slower on a GPU)")
     return None, f"the {backend} backend: Megatron's fused cross-entropy"
+
+
+def step_host_reads(backend: str, ce_fusion: bool, tp: int, cp: int, kernels: str | None,
+                    nan_check: str, experts: int, device_counts: bool
+                    ) -> list[tuple[str, str, str]]:
+    """What reads the GPU from the host inside a training step, as (setting, why, the setting
+    that avoids it): a CUDA graph of the step (CUDA_GRAPH) cannot capture it. One rule for the guard cuda_graph and a plain
+    torchrun (training.arguments)."""
+    reads = []
+    if fused_linear_ce(backend, ce_fusion, tp, cp, kernels)[0] == "liger":
+        reads.append(("CROSS_ENTROPY_LOSS_FUSION", "Liger's fused linear cross-entropy reads its "
+                                                   "token count on the host (.item()) once per "
+                                                   "micro-batch",
+                      "CROSS_ENTROPY_LOSS_FUSION=0"))
+    if nan_check == "bucket":
+        reads.append(("NAN_CHECK", "NAN_CHECK=bucket checks every gradient bucket on the host "
+                                   "(megatron-core asserts --no-check-for-nan-in-loss-and-grad "
+                                   "with a full-iteration graph)", "NAN_CHECK=step"))
+    if experts and not device_counts:
+        reads.append(("MOE_DEVICE_COUNTS", "the MoE dispatcher copies the tokens per expert to "
+                                           "the host in every MoE layer (MOE_DEVICE_COUNTS=1 "
+                                           "keeps them on the GPU where the layout allows)",
+                      "MOE_DEVICE_COUNTS=1"))
+    return reads
 
 
 def device_counts_conflicts(backend: str, grouped: bool, ep: int, tp: int, etp: int | None,
