@@ -49,22 +49,30 @@ def test_bf16_parity_with_hf_qwen3_moe(preset, layers, backend, kernels, grouped
     torch.cuda.empty_cache()
 
 
+def _tiny_moe_run(tmp_path, name: str, **toggles):
+    """30 iterations of the tiny MoE preset on the native backend: (run folder, mean loss of
+    iterations 1-5, of 26-30, metrics.jsonl's step rows)."""
+    import json
+
+    from tests.gpu.test_train_gpu import _losses, _train
+
+    run = _train(tmp_path, name, script="examples/moe/train_qwen3_moe.sh",
+                 TRANSFORMER_IMPL="native", TOTAL_ITERS=30, **toggles)
+    losses = _losses(run)
+    assert sorted(losses) == list(range(1, 31))
+    steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    return (run, sum(losses[i] for i in range(1, 6)) / 5,
+            sum(losses[i] for i in range(26, 31)) / 5,
+            [m for m in steps if "step_time_s" in m])
+
+
 def test_tiny_moe_trains_on_shakespeare_with_balanced_routing(tmp_path):
     """The tiny MoE preset (8 experts, top-2) through the launcher on the native backend with its
     defaults (grouped experts on grouped_mm, the native permute): falling loss, and the
     router's load balance in metrics.jsonl every iteration, balanced enough at the end."""
     import json
 
-    from tests.gpu.test_train_gpu import _losses, _train
-
-    run = _train(tmp_path, "tiny-moe", script="examples/moe/train_qwen3_moe.sh",
-                 TRANSFORMER_IMPL="native", TOTAL_ITERS=30)
-    losses = _losses(run)
-    assert sorted(losses) == list(range(1, 31))
-    first = sum(losses[i] for i in range(1, 6)) / 5
-    last = sum(losses[i] for i in range(26, 31)) / 5
-    steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    steps = [m for m in steps if "step_time_s" in m]
+    run, first, last, steps = _tiny_moe_run(tmp_path, "tiny-moe")
     late = steps[-10:]
     imbalance = sum(m["moe_load_imbalance_mean"] for m in late) / len(late)
     worst = max(m["moe_load_imbalance"] for m in late)
@@ -90,16 +98,8 @@ def test_tiny_moe_trains_under_a_full_iteration_cuda_graph(tmp_path):
     buffers the graph replays into, training/router_stats.py)."""
     import json
 
-    from tests.gpu.test_train_gpu import _losses, _train
-
-    run = _train(tmp_path, "tiny-moe-graph", script="examples/moe/train_qwen3_moe.sh",
-                 TRANSFORMER_IMPL="native", TOTAL_ITERS=30, CUDA_GRAPH="full_iteration")
-    losses = _losses(run)
-    assert sorted(losses) == list(range(1, 31))
-    first = sum(losses[i] for i in range(1, 6)) / 5
-    last = sum(losses[i] for i in range(26, 31)) / 5
-    steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    steps = [m for m in steps if "step_time_s" in m]
+    run, first, last, steps = _tiny_moe_run(tmp_path, "tiny-moe-graph",
+                                            CUDA_GRAPH="full_iteration")
     replayed = [m for m in steps if m["iteration"] > 4]
     print(f"\ntiny-moe, CUDA graph: loss {first:.3f} -> {last:.3f}; load imbalance after the "
           f"capture {[round(m['moe_load_imbalance'], 2) for m in replayed[-5:]]}")
