@@ -517,6 +517,10 @@ def test_cuda_graph_flag_after_the_script_name_is_the_toggle(base_env):
     assert "cuda_graph" in [r.guard for r in err.value.refusals]
 
 
+def test_cuda_graph_warmup_without_a_graph_is_refused(base_env):
+    assert "would change nothing" in refused(base_env, "cuda_graph", CUDA_GRAPH_WARMUP=5)
+
+
 def test_cuda_graph_short_run_warns_that_it_never_replays(base_env):
     result = launch(base_env, CUDA_GRAPH="full_iteration", TOTAL_ITERS=4)
     assert notices(result, "cuda_graph")

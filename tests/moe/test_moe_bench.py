@@ -45,7 +45,7 @@ def test_moe_parts_plan_and_run(monkeypatch, tmp_path, capsys):
     runner = FakeRunner(speed={"default": 9000.0, "native": 9000.0, "hf": 7000.0,
                                "hf_liger": 8000.0, "torchtitan": 8500.0,
                                "MOE_GROUPED_GEMM": 3000.0, "MOE_PERMUTE_FUSION": 8700.0,
-                               "MBS": 9900.0, "DP1_PLAIN_DDP": 9100.0,
+                               "MBS": 9900.0,
                                "BIAS_DROPOUT_FUSION=0": 8900.0,
                                "MANUAL_GC_INTERVAL=100": 9000.0})
     _tools(monkeypatch, tmp_path, runner)
@@ -69,8 +69,7 @@ def test_moe_parts_plan_and_run(monkeypatch, tmp_path, capsys):
     permute = json.loads((out / f"moe-levers-permute_h200_{TAG}.json").read_text())
     assert [r["key"] for r in permute["results"]] == ["MOE_PERMUTE_FUSION"]
     host = json.loads((out / f"moe-levers-host_h200_{TAG}.json").read_text())
-    assert [r["key"] for r in host["results"]] == ["MBS", "DP1_PLAIN_DDP",
-                                                   "BIAS_DROPOUT_FUSION=0",
+    assert [r["key"] for r in host["results"]] == ["MBS", "BIAS_DROPOUT_FUSION=0",
                                                    "MANUAL_GC_INTERVAL=100"]
     gc = next(c for c in host["configs"] if c["id"] == "MANUAL_GC_INTERVAL=100")
     assert gc["env"]["MANUAL_GC_INTERVAL"] == "100"

@@ -187,6 +187,8 @@ def test_the_lean_step_keeps_what_the_user_set(base_env):
     ({"MOE_GROUPED_GEMM": 0}, "MOE_GROUPED_GEMM=0"),
     ({"MOE_CAPACITY_FACTOR": 1.25}, "MOE_CAPACITY_FACTOR"),
     ({"OPTIMIZER_CPU_OFFLOAD": 1}, "OPTIMIZER_CPU_OFFLOAD=1"),
+    ({"DISTRIBUTED_OPTIMIZER": 0}, "DISTRIBUTED_OPTIMIZER=0"),
+    ({"ADAM_BETA2": 0.999}, "ADAM_BETA2=0.999"),
     ({"TRANSFORMER_IMPL": "local", "MOE_GROUPED_GEMM": 0, "MOE_PERMUTE_FUSION": 0},
      "the local backend"),
 ])

@@ -407,6 +407,12 @@ def cuda_graph(ctx: LaunchContext) -> None:
     (training.launch.toggles.step_host_reads) are refused."""
     s = ctx.settings
     if s["CUDA_GRAPH"] == "none":
+        if s.is_explicit("CUDA_GRAPH_WARMUP"):
+            raise Refusal("cuda_graph", f"CUDA_GRAPH_WARMUP={s['CUDA_GRAPH_WARMUP']} counts the "
+                                        "eager iterations before a CUDA graph's capture, and "
+                                        "CUDA_GRAPH=none captures none: it would change nothing. "
+                                        "Set CUDA_GRAPH=full_iteration, or unset "
+                                        "CUDA_GRAPH_WARMUP.")
         return
     warmup = s["CUDA_GRAPH_WARMUP"]
     if warmup < 1:

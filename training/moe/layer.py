@@ -62,7 +62,8 @@ TOGGLES: tuple[Toggle, ...] = (
            on=("--moe-device-counts",), group=GROUP, levers=True),
     Toggle("MOE_LEAN_STEP", "bool", True, LAUNCHER,
            "Where the step can run without a host synchronisation (native backend, EP = TP = "
-           "ETP = 1, grouped experts, dropless, all-to-all; bf16; no optimizer offload), the "
+           "ETP = 1, grouped experts, dropless, all-to-all; bf16; the distributed optimizer "
+           "without offload, ADAM_BETA2 <= 0.99), the "
            "MoE launch's defaults for four settings the user left unset: MOE_DEVICE_COUNTS=1, "
            "CROSS_ENTROPY_LOSS_FUSION=0 (Liger's fused linear CE reads its token count on the "
            "host once per micro-batch), ADAM_MOMENTS_DTYPE=bf16 and MASTER_WEIGHTS=remainder "
@@ -269,6 +270,11 @@ def lean_step_conflicts(s) -> list[str]:
         why.append(f"PRECISION={s['PRECISION']} (measured at bf16 only)")
     if s["OPTIMIZER_CPU_OFFLOAD"]:
         why.append("OPTIMIZER_CPU_OFFLOAD=1 (the offload keeps fp32 state)")
+    if s["FSDP"] or not s["DISTRIBUTED_OPTIMIZER"]:
+        why.append(f"{'FSDP=1' if s['FSDP'] else 'DISTRIBUTED_OPTIMIZER=0'} (the 16-bit state is "
+                   "the distributed optimizer's)")
+    if s["ADAM_BETA2"] > 0.99:
+        why.append(f"ADAM_BETA2={s['ADAM_BETA2']:g} (bf16 moments lag above 0.99)")
     return why
 
 
