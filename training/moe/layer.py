@@ -57,8 +57,9 @@ TOGGLES: tuple[Toggle, ...] = (
            "Native backend at EP = TP = ETP = 1, grouped experts, dropless: the tokens per "
            "expert stay on the GPU, where grouped_mm reads its offsets, instead of Megatron's "
            "copy to the host and wait for the GPU once per MoE layer and micro-batch (a "
-           "launch-bound step pays that wait as GPU idle time). Off until measured "
-           "(bench part moe-levers-host).",
+           "launch-bound step pays that wait as GPU idle time). Off in the core defaults "
+           "(alone it measured within noise); MOE_LEAN_STEP turns it on with the rest of the "
+           "lean step where it applies.",
            on=("--moe-device-counts",), group=GROUP, levers=True),
     Toggle("MOE_LEAN_STEP", "bool", True, LAUNCHER,
            "Where the step can run without a host synchronisation (native backend, EP = TP = "
