@@ -81,6 +81,26 @@ def test_our_runs_are_calibrated_per_backend_and_family_where_recorded(tmp_path)
     assert plan._figure(cal, "overhead_s", spec(mixtral)) == cal.overhead_s["ours"]
 
 
+def test_peers_are_calibrated_per_family_where_recorded(tmp_path):
+    """Session 11's plan said 16 s for HF + Liger's MoE run from its dense runs' overhead; the
+    first took 195 s (Liger's MoE kernels' first compiles), the second 48."""
+    for name in ("moe-peers_h200_qwen3-30B-A3B-8L_seq4096.json",
+                 "peers_h200_llama3-8B-8L_seq8192.json"):
+        (tmp_path / name).write_text((BENCH / name).read_text())
+    cal = plan.calibrate(tmp_path)
+    assert {"hf_liger:qwen3_moe", "hf_liger:llama3", "hf_liger"} <= set(cal.overhead_s)
+    moe = BenchShape(family="qwen3_moe", model_size="30B-A3B", num_layers=8, seq_length=4096,
+                     steps=3)
+    liger = sweep.PointSpec(0, "hf_liger", "hf_liger", 0, "hf_liger", {}, moe)
+    walls = [p["wall_s"] for p in json.loads(
+        (BENCH / "moe-peers_h200_qwen3-30B-A3B-8L_seq4096.json").read_text())["points"]
+        if p["config"] == "hf_liger"]
+    assert min(walls) < plan.estimate(liger, cal) < max(walls)
+    dense = sweep.PointSpec(0, "hf_liger", "hf_liger", 0, "hf_liger", {}, BenchShape())
+    assert plan._figure(cal, "overhead_s", dense) == cal.overhead_s["hf_liger:llama3"]
+    assert plan._figure(cal, "overhead_s", liger) == cal.overhead_s["hf_liger:qwen3_moe"]
+
+
 @pytest.mark.parametrize("gpus", [1, 2])
 def test_every_part_of_bench_all_fits_one_command(gpus, base_env):
     """With the real precheck on this node (no Transformer Engine, as the H200 image): the

@@ -80,8 +80,7 @@ def calibrate(bench_dir: Path) -> Calibration:
                 continue
             shape = data.get("shape") if isinstance(data.get("shape"), dict) else {}
             family = shape.get("family") or "llama3"
-            keys = [side] + ([_key(side, point.get("backend") or "native", family)]
-                             if side == "ours" else [])
+            keys = [side, _key(side, family, point.get("backend") or "native")]
             for key in keys:
                 bucket = seen.setdefault(key, {"overhead_s": [], "first_extra_s": [],
                                                "tflops": [], "src": path.name})
@@ -97,21 +96,21 @@ def calibrate(bench_dir: Path) -> Calibration:
     return cal
 
 
-def _key(side: str, backend: str, family: str) -> str:
-    """Our launcher's calibration key for one backend and model family."""
-    return f"{side}:{backend}:{family}"
+def _key(side: str, family: str, backend: str) -> str:
+    """The calibration key of one side and model family: ours also by backend (a peer has
+    one)."""
+    return f"{side}:{backend}:{family}" if side == "ours" else f"{side}:{family}"
 
 
 def _figure(cal: Calibration, what: str, spec: PointSpec) -> float:
-    """A calibration figure for the spec: our launcher's at its backend and family where
-    recorded, else its side's, else the fallback."""
+    """A calibration figure for the spec: its side's at its model family (and our launcher's
+    at its backend) where recorded, else the side's pooled one, else the fallback."""
     side = _plan_side(spec)
     figures = getattr(cal, what)
-    if side == "ours":
-        backend = spec.env.get("TRANSFORMER_IMPL") or spec.shape.backend or "native"
-        key = _key(side, backend, spec.shape.family)
-        if key in figures:
-            return figures[key]
+    backend = spec.env.get("TRANSFORMER_IMPL") or spec.shape.backend or "native"
+    key = _key(side, spec.shape.family, backend)
+    if key in figures:
+        return figures[key]
     return figures.get(side, FALLBACK[what].get(side, FALLBACK[what]["ours"]))
 
 
