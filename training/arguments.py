@@ -133,10 +133,10 @@ def _given(argv: list[str], flag: str) -> str | None:
     return value
 
 
-# step_host_reads' fixes, as a plain torchrun's flags
-_AS_FLAGS = {"CROSS_ENTROPY_LOSS_FUSION=0": "drop --cross-entropy-loss-fusion",
-             "NAN_CHECK=step": "use --nan-check step",
-             "MOE_DEVICE_COUNTS=1": "add --moe-device-counts"}
+# the setting each of step_host_reads' host reads names, as a plain torchrun's fix
+_AS_FLAGS = {"CROSS_ENTROPY_LOSS_FUSION": "drop --cross-entropy-loss-fusion",
+             "NAN_CHECK": "use --nan-check step",
+             "MOE_DEVICE_COUNTS": "add --moe-device-counts"}
 
 
 def as_the_launcher(argv: list[str], caps=None) -> tuple[list[str], list[str]]:
@@ -197,8 +197,8 @@ def as_the_launcher(argv: list[str], caps=None) -> tuple[list[str], list[str]]:
         if reads:
             raise ArgumentConflict("--cuda-graph-impl full_iteration captures the whole step, "
                                    "which must not read the GPU from the host; here: "
-                                   + "; ".join(f"{why}: {_AS_FLAGS[fix]}"
-                                               for _name, why, fix in reads) + ".")
+                                   + "; ".join(f"{why}: {_AS_FLAGS[name]}"
+                                               for name, why, _fix in reads) + ".")
     softmax_kernel = backend != "local" or capabilities().masked_softmax_kernel
     gpt_words, train_words = backend_flags(backend, softmax_kernel)
     by_backend = f"--transformer-backend {backend}"

@@ -170,6 +170,8 @@ def test_rows_measured_at_an_older_default_say_so():
         "measured at CROSS_ENTROPY_LOSS_FUSION=0, the default then (now 1)"]
     lean["points"][1]["layer_values"] = [{"toggle": "CROSS_ENTROPY_LOSS_FUSION", "value": "0"}]
     assert levers.older_defaults(lean) == []
+    lean["points"][1]["layer_values"] = ["CROSS_ENTROPY_LOSS_FUSION"]   # hand-edited: ignored
+    assert len(levers.older_defaults(lean)) == 1
 
 
 def test_a_comparison_measured_under_an_older_key_is_not_listed_as_unmeasured(tmp_path):

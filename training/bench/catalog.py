@@ -159,8 +159,7 @@ def optimizer_state_levers() -> list[Lever]:
     fp32 = "ADAM_MOMENTS_DTYPE=fp32 MASTER_WEIGHTS=fp32"
 
     def state(key, env, note):
-        words = " ".join(f"{k}={v}" for k, v in env.items())
-        return Lever(key, next(iter(env)), "optimizer", "optimizer_state", env, words,
+        return Lever(key, next(iter(env)), "optimizer", "optimizer_state", env, _words(env),
                      " ".join(w for w in fp32.split() if w.split("=")[0] in env), False,
                      note=note)
 

@@ -92,8 +92,8 @@ def older_defaults(data: dict) -> list[str]:
     if not base or not base.get("toggles_resolved"):
         return []
     resolved = base["toggles_resolved"]
-    corrected = {c.get("toggle") for c in
-                 (base.get("corrections") or []) + (base.get("layer_values") or [])}
+    rows = [*(base.get("corrections") or []), *(base.get("layer_values") or [])]
+    corrected = {c.get("toggle") for c in rows if isinstance(c, dict)}
     lines = []
     for toggle in REGISTRY:
         if toggle.group != "performance" or toggle.name in corrected:

@@ -201,15 +201,20 @@ def moe_expert_kernels(ctx: LaunchContext) -> None:
                    "Use TRANSFORMER_IMPL=native or transformer_engine, or set it to 0.")
 
 
+def _counts_conflicts(s) -> list[str]:
+    """device_counts_conflicts for these settings (the backend resolved)."""
+    return device_counts_conflicts(s["TRANSFORMER_IMPL"], s["MOE_GROUPED_GEMM"], s["EP"], s["TP"],
+                                   s["ETP"], s["MOE_TOKEN_DISPATCHER"],
+                                   s.get("MOE_CAPACITY_FACTOR"))
+
+
 def moe_device_counts(ctx: LaunchContext) -> None:
     """MOE_DEVICE_COUNTS=1 needs the layout where the counts are the only host value the
     dispatcher computes, and the experts that take them on the GPU."""
     s = ctx.settings
     if not s["MOE_DEVICE_COUNTS"]:
         return
-    why = device_counts_conflicts(ctx.backend, s["MOE_GROUPED_GEMM"], s["EP"], s["TP"],
-                                  s["ETP"], s["MOE_TOKEN_DISPATCHER"],
-                                  s.get("MOE_CAPACITY_FACTOR"))
+    why = _counts_conflicts(s)
     if why:
         raise Refusal("moe_device_counts",
                       f"MOE_DEVICE_COUNTS=1 keeps the tokens per expert on the GPU only for the "
@@ -264,9 +269,7 @@ LEAN_STEP = (("MOE_DEVICE_COUNTS", True, "the tokens per expert stay on the GPU 
 
 def lean_step_conflicts(s) -> list[str]:
     """Why the lean step does not apply to these settings (none: it does)."""
-    why = device_counts_conflicts(s["TRANSFORMER_IMPL"], s["MOE_GROUPED_GEMM"], s["EP"], s["TP"],
-                                  s["ETP"], s["MOE_TOKEN_DISPATCHER"],
-                                  s.get("MOE_CAPACITY_FACTOR"))
+    why = _counts_conflicts(s)
     if s["PRECISION"] != "bf16":
         why.append(f"PRECISION={s['PRECISION']} (measured at bf16 only)")
     if s["OPTIMIZER_CPU_OFFLOAD"]:
