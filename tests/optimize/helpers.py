@@ -23,6 +23,9 @@ OPT_BF16 = RUNS / "h200_l8_native_opt_state_bf16"           # bf16 moments, rema
 OPT_BF16_SR = RUNS / "h200_l8_native_opt_state_bf16_sr"     # bf16 moments, stochastic rounding
 FULL_32L_OPT_BF16 = RUNS / "h200_l32_native_opt_state_bf16"  # full Llama3-8B, one H200
 CPU_OFFLOAD = RUNS / "h200_l8_native_cpu_offload"           # OPTIMIZER_CPU_OFFLOAD=1
+# Qwen3-30B-A3B cut to 8 layers on one H200 (session 11): the lean MoE step, the core defaults
+MOE_LEAN = RUNS / "h200_l8_moe_lean"
+MOE_CORE = RUNS / "h200_l8_moe_core"
 DRY_SEQ32K = DRY / "dry_8b_seq32k_mbs4"
 DRY_70B = DRY / "dry_70b_1gpu"
 DRY_ALL_ON = DRY / "dry_8b_8gpu_mbs2"

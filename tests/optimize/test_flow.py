@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from .helpers import (DRY_70B, DRY_ALL_ON, DRY_SEQ32K, FIXTURE, FULL_32L, LOCAL, NATIVE,
-                      PROFILED, REPO, advise, copy_run, edit_manifest, fixture_levers, run_cli,
+from .helpers import (DRY_70B, DRY_ALL_ON, DRY_SEQ32K, FIXTURE, FULL_32L, LOCAL, MOE_CORE,
+                      MOE_LEAN, NATIVE, PROFILED, REPO, advise, copy_run, edit_manifest, fixture_levers, run_cli,
                       write_levers)
 
 PERF = ("GRADIENT_ACCUMULATION_FUSION", "GRAD_REDUCE_IN_BF16", "DDP_AVERAGE_IN_COLLECTIVE",
@@ -354,6 +354,30 @@ def test_liger_cross_entropy_chunking_is_recommended_from_its_measurement(tmp_pa
     assert "CE_CHUNK_MEM=1 runs the fused linear cross-entropy" in rec["why"]
     # a manifest from before the toggle says nothing about its chunking: no recommendation
     assert all(r["id"] != "ce_chunk" for r in advise(NATIVE)["recommendations"])
+
+
+def test_a_cuda_graph_is_recommended_only_for_a_step_without_host_reads(tmp_path):
+    """CUDA_GRAPH=full_iteration is proposed where the guard cuda_graph would take the run as
+    it is (the lean MoE step: counts on the GPU, Megatron's cross-entropy), quoted from its
+    measured row; not where the step reads the GPU from the host (the MoE core defaults'
+    host counts, Liger's fused cross-entropy in the dense default) nor where it is already on."""
+    committed = json.loads((REPO / "docs" / "levers.json").read_text())
+    measured = [e for e in committed["levers"] if e["set"] == "CUDA_GRAPH=full_iteration"]
+    assert measured, "docs/levers.json measures CUDA_GRAPH=full_iteration"
+    data = fixture_levers()
+    data["levers"] += measured
+    levers = write_levers(tmp_path / "levers.json", data)
+    rec = next(r for r in advise(MOE_LEAN, levers=levers)["recommendations"]
+               if r["id"] == "cuda_graph")
+    assert rec["set"] == "CUDA_GRAPH=full_iteration" and rec["status"] == "measured"
+    assert f"x{measured[0]['effect']['tokens_per_s_ratio']:.3f} tokens/s" in rec["measured_text"]
+    for run in (MOE_CORE, NATIVE):
+        assert all(r["id"] != "cuda_graph"
+                   for r in advise(run, levers=levers)["recommendations"]), run.name
+    graphed = copy_run(MOE_LEAN, tmp_path / "graphed")
+    edit_manifest(graphed, lambda m: m["values"].update(CUDA_GRAPH="full_iteration"))
+    assert all(r["id"] != "cuda_graph"
+               for r in advise(graphed, levers=levers)["recommendations"])
 
 
 def test_a_lever_that_ran_out_of_memory_is_a_dead_end(tmp_path):

@@ -8,7 +8,7 @@
   ours.py        one point of ours: the real launcher, read back from its run folder
   runners.py     the real runner (ours, HF, torchtitan subprocesses) and peer availability
   hf_peer.py     the Hugging Face LlamaForCausalLM peer (SDPA, bf16, fused AdamW, +Liger)
-  titan_peer.py  the torchtitan peer (its Trainer at our shape; never run here yet)
+  titan_peer.py  the torchtitan peer (its Trainer and llama3 or Qwen3 MoE model at our shape)
   stats.py       steady-state statistics and the verdict rule (faster/slower/within noise)
   analysis.py    points -> one result row per lever or peer (recomputed, never stored-only)
   table.py       markdown tables of a JSON

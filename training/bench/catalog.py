@@ -261,7 +261,8 @@ PEER_SIDES = {
           "MixtralForCausalLM for MoE), SDPA, bf16 params, fused AdamW",
     "hf_liger": "HF transformers' model of the family (LlamaForCausalLM; Qwen3MoeForCausalLM or "
                 "MixtralForCausalLM for MoE), SDPA + Liger-Kernel, bf16, fused AdamW",
-    "torchtitan": "torchtitan (llama3 trainer), bf16 autocast, fused AdamW, torch.compile",
+    "torchtitan": "torchtitan's trainer (its llama3 model; its Qwen3 model with MoE for MoE), "
+                  "bf16 autocast, fused AdamW, torch.compile",
     "megatron_te": "Megatron-LM with Transformer Engine: Megatron's TE spec at Megatron's own "
                    "defaults (through our launcher: each toggle at the value that emits no flag; "
                    "without apex the output layer's fused wgrad is the native cuBLAS GEMM, the "

@@ -26,8 +26,10 @@ was checked on 2026-11-30 (CPU only, torch 2.11.0):
     flavor's multiplier and rounding; torchtitan's RoPE applied the Llama 3.1 scaling to every
     preset. Not checked without a GPU: NCCL, CUDA SDPA (torchtitan asks cuDNN first, then
     flash, with enable_gqa), inductor's CUDA code, memory at seq 8192, the timings.
-This side has never run on a GPU here: the GPU image carries no torchtitan (add its wheels
-with shared/offline-wheels.sh and the pins above), so its first run there is its test.
+On the H200 (the GPU image carries no torchtitan: its wheels travel with
+shared/offline-wheels.sh and the pins above) both specs ran: the llama3 one at the dense bench
+shape (sessions 3-4) and the Qwen3 MoE one at the MoE bench shape (session 12, its log shows
+moe_enabled with 128 grouped_mm experts, top-8); docs/benchmarks/*peers-torchtitan_*.json.
 
 Its best setup at one GPU, as torchtitan configures it: fp32 parameters under bf16 autocast
 (torchtitan applies mixed precision through FSDP or AMP; at world size 1 it is AMP), fused

@@ -534,7 +534,9 @@ REGISTRY: tuple[Toggle, ...] = (
            "kernel; the batches are copied into static buffers). It needs a step with no host "
            "synchronisation inside it: the guard cuda_graph refuses or turns off what reads the "
            "GPU from the host (Liger's fused linear cross-entropy, NAN_CHECK=bucket, an MoE "
-           "dispatcher with host counts). Off until measured (bench part moe-levers-graph).",
+           "dispatcher with host counts). Off by default: the dense default's fused "
+           "cross-entropy reads the host, and the measured gain is the lean MoE step's "
+           "(docs/levers.md); the advisor proposes it where a step qualifies.",
            flag="--cuda-graph-impl", choices=("none", "full_iteration"), group="training",
            when=lambda s: s["CUDA_GRAPH"] != "none", levers=True),
     Toggle("CUDA_GRAPH_WARMUP", "int", 3, GPT_ARGS,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from training.launch.toggles import BY_NAME
+from training.launch.toggles import BY_NAME, step_host_reads
 
 from training.run_description import RunDescription
 
@@ -355,6 +355,20 @@ def _workers(c: RunDescription) -> tuple[dict[str, str], RunDescription]:
     return _lever(c, NUM_WORKERS=new)
 
 
+def _cuda_graph_applies(c: RunDescription, ctx) -> str | None:
+    """Megatron's full-iteration graph, where the guard cuda_graph would take it as it is:
+    bf16, and no host read of the GPU inside the step (step_host_reads: the same rule)."""
+    if c.get("CUDA_GRAPH", "none") != "none" or c.precision != "bf16":
+        return None
+    reads = step_host_reads(c.backend, bool(c["CROSS_ENTROPY_LOSS_FUSION"]), c.layout.tp,
+                            c.layout.cp, c.kernels, c.get("NAN_CHECK", "step"),
+                            c.model.num_experts or 0, bool(c.get("MOE_DEVICE_COUNTS")))
+    if reads:
+        return None
+    return ("the step reads nothing from the GPU on the host, so it can be captured as one "
+            "CUDA graph and replayed without a launch per kernel")
+
+
 THROUGHPUT_LEVERS: tuple[Candidate, ...] = (
     Candidate("backend_native_speed", "native backend instead of Megatron's local spec",
               THROUGHPUT_FLOWS,
@@ -395,6 +409,11 @@ THROUGHPUT_LEVERS: tuple[Candidate, ...] = (
               "gradient reduce",
               _mbs_up_applies, lambda c: _lever(c, MBS=c.layout.mbs * 2),
               baseline=lambda c: _set(MBS=c.layout.mbs)),
+    Candidate("cuda_graph", "full-iteration CUDA graph", (IDLE, UNKNOWN),
+              "Megatron captures each micro-batch's forward and backward once and replays "
+              "them: the host's kernel launches leave the step",
+              _cuda_graph_applies, lambda c: _lever(c, CUDA_GRAPH="full_iteration"),
+              baseline=lambda c: _set(CUDA_GRAPH="none")),
     Candidate("te_backend", "Transformer Engine backend", (COMPUTE, UNKNOWN),
               "TE's fused attention, LayerNorm-linear and GEMM kernels",
               _te_applies, lambda c: _lever(c, TRANSFORMER_IMPL="transformer_engine"),
