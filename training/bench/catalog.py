@@ -473,7 +473,13 @@ MOE_PARTS = (
     ("moe-levers-lean", "toggles", ("MOE_LEAN_STEP",)),
     # the lean step replayed from a CUDA graph (session 11's try: +4%, one process each)
     ("moe-levers-graph", "toggles", ("CUDA_GRAPH=full_iteration",)),
+    # the lean step on the other MoE family (few wide experts, top-2: MIXTRAL_SHAPE)
+    ("moe-levers-lean-mixtral", "toggles", ("MOE_LEAN_STEP",)),
 )
+# Mixtral-8x7B cut to 4 layers (same width, 8 experts, top-2; the core defaults' estimate
+# 114 GiB on one H200, the lean step's smaller), the MoE shape's sequence and batch.
+MIXTRAL_SHAPE = replace(MOE_SHAPE, family="mixtral", model_size="8x7B", num_layers=4,
+                        backend="native")
 
 
 def moe_ep_shape(ep: int) -> BenchShape:
@@ -495,6 +501,7 @@ PART_SHAPES: dict[str, BenchShape] = {
        for name, _kind, _keys in MOE_PARTS},
     # Megatron's 3 eager iterations and the capture's kept out of the measure, on both sides
     "moe-levers-graph": replace(MOE_SHAPE, warmup=4),
+    "moe-levers-lean-mixtral": MIXTRAL_SHAPE,
     "scale-x1": full_shape(1, backend="native", toggles=_scale_state()),
     "full-x2": full_shape(2, backend="native"),
     "full-x8": full_shape(8, backend="native"),
