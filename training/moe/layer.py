@@ -69,8 +69,9 @@ TOGGLES: tuple[Toggle, ...] = (
            "CROSS_ENTROPY_LOSS_FUSION=0 (Liger's fused linear CE reads its token count on the "
            "host once per micro-batch), ADAM_MOMENTS_DTYPE=bf16 and MASTER_WEIGHTS=remainder "
            "(exact fp32 masters in 2 B). Measured together against the core defaults (bench "
-           "parts moe-levers-syncfree, moe-levers-lean), faster and smaller where each alone "
-           "was within noise. 0: the core defaults.",
+           "parts moe-levers-syncfree, moe-levers-lean, moe-levers-lean-mixtral): faster and "
+           "smaller on Qwen3's many small experts, where each alone was within noise; on "
+           "Mixtral's few wide ones smaller at the same speed. 0: the core defaults.",
            group=GROUP, levers=True),
     Toggle("MOE_TOKEN_DISPATCHER", "choice", "alltoall", GPT_ARGS,
            "How tokens reach their experts: alltoall (all-to-all over EP; Megatron's choice "

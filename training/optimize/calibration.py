@@ -42,7 +42,9 @@ DEFAULT_RUNS = ("tests/data/runs/h200_l8_native", "tests/data/runs/h200_l8_local
                 "tests/data/runs/h200_l8_te", "tests/data/runs/h200_l8_te_fp8",
                 # MoE (session 11, moe-levers-lean's runs): Qwen3-30B-A3B cut to 8 layers with
                 # the MoE launch's lean step (16-bit optimizer state) and with the core defaults
-                "tests/data/runs/h200_l8_moe_lean", "tests/data/runs/h200_l8_moe_core")
+                "tests/data/runs/h200_l8_moe_lean", "tests/data/runs/h200_l8_moe_core",
+                # and Mixtral-8x7B cut to 4 layers (session 12, moe-levers-lean-mixtral's runs)
+                "tests/data/runs/h200_l4_mixtral_lean", "tests/data/runs/h200_l4_mixtral_core")
 # The issue's goal for the estimator's error on measured runs.
 GOAL_PCT = 15.0
 

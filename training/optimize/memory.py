@@ -489,11 +489,13 @@ def _stage_estimate(c: RunDescription, stage: str) -> Estimate:
                      "OPTIMIZER_CPU_OFFLOAD): its terms are the state's bytes per parameter "
                      "(counted from the optimizer's tensors in tests/native), calibrated on "
                      "the measured runs tests/data/runs/h200_*opt_state*, *cpu_offload and "
-                     "h200_l8_moe_lean (python -m training.optimize.calibration).")
+                     "the lean MoE runs h200_l8_moe_lean, h200_l4_mixtral_lean (python -m "
+                     "training.optimize.calibration).")
     if m.moe:
         notes.append("MoE: routed tokens counted as balanced over the experts (a busy expert "
-                     "holds more); calibrated on two 8-layer Qwen3-30B-A3B runs on one GPU "
-                     "(tests/data/runs/h200_l8_moe_*), not yet with expert parallelism.")
+                     "holds more); calibrated on one GPU on Qwen3-30B-A3B cut to 8 layers and "
+                     "Mixtral-8x7B cut to 4 (tests/data/runs/h200_l8_moe_*, h200_l4_mixtral_*), "
+                     "not yet with expert parallelism.")
     return Estimate(stage=stage, params_on_rank=params, terms=terms, fwd_bwd_gib=_g(fwd_bwd),
                     step_gib=_g(step), device_gib=device_gib(c), notes=notes)
 
