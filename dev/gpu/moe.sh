@@ -6,7 +6,8 @@
 # bench shape (training/bench/catalog.py MOE_SHAPE), within what is left of 9 minutes:
 #   moe-peers   ours vs HF Qwen3-MoE, with and without Liger (default)
 #   moe-levers  grouped experts vs Megatron's SequentialMLP (MOE_PARTS=moe-peers,moe-levers)
-# Later parts: moe-peers-torchtitan, moe-levers-permute, moe-levers-host (bash dev/gpu/bench.sh 1 PART).
+# Later parts: moe-peers-torchtitan, moe-levers-permute, moe-levers-host, moe-levers-lean-mixtral, ...
+# (bash dev/gpu/bench.sh 1 PART; the list: training/bench/catalog.py MOE_PARTS).
 # Usage: GIT_SHA=... [MOE_PARTS=moe-peers[,moe-levers]|none] bash dev/gpu/moe.sh
 # Carry: .whl data
 source "$(dirname "$0")/env.sh"
