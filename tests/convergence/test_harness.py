@@ -165,6 +165,9 @@ def test_the_time_budget_leaves_cells_for_the_next_invocation(fake_env, monkeypa
      "every cell sets the same toggles"),
     ({"axes": None, "cells": [{"ADAM_EPS": 1e-8}, {"ADAM_EPS": 1e-8}]}, "listed twice"),
     ({"cells": [{"ADAM_EPS": 1e-8}]}, "axes or cells, not both"),
+    # the MoE layer's toggles belong to the MoE entry points only
+    ({"axes": {"MOE_LEAN_STEP": [0, 1]}}, "not a toggle of the launcher's registry for "
+                                          ".*fake_train.sh"),
 ])
 def test_bad_grid_files_are_refused_with_what_to_change(tmp_path, change, message):
     path = grid_file(tmp_path)
@@ -283,3 +286,33 @@ def test_the_committed_optimizer_state_grid_resolves_through_the_launcher(tmp_pa
         launches.append([w for b in ("GPT_ARGS", "DATA_ARGS", "EXTRA_ARGS")
                          for w in launch.buckets[b]])
     assert all(words == launches[0] for words in launches)
+
+
+def test_the_committed_moe_lean_step_grid_resolves_through_the_moe_launcher(tmp_path):
+    """docs/convergence/grid_moe_lean_step.yaml: the grid's toggles are the MoE entry point's
+    (core registry and MoE layer); every cell a valid launch on one GPU: the core defaults,
+    then the lean step with fp32 and with bf16 moments (remainder masters, Megatron's
+    cross-entropy, the counts on the GPU); a user's MoE variable does not leak into a cell."""
+    from tests.launch.helpers import megatron_args
+    from tests.mlperf.datasets import make_datasets
+    from training.launch.resolve import resolve
+    from training.moe import presets  # noqa: F401 - registers the qwen3_moe family
+    from training.moe.layer import MOE
+
+    grid = load(REPO / "docs" / "convergence" / "grid_moe_lean_step.yaml")
+    grid.fixed.update(make_datasets(tmp_path))
+    rows = []
+    for cell in grid.cells():
+        env = runner.cell_env(grid, cell, tmp_path / "exp", dry_run=True,
+                              base={"PATH": os.environ.get("PATH", ""), "MOE_DEVICE_COUNTS": "0"})
+        assert "MOE_DEVICE_COUNTS" not in env
+        launch = resolve("qwen3_moe", env, layers=[MOE])
+        args = megatron_args(launch)
+        s = launch.settings
+        rows.append((s["MOE_LEAN_STEP"], args.use_precision_aware_optimizer,
+                     s["ADAM_MOMENTS_DTYPE"], s["MASTER_WEIGHTS"],
+                     s["CROSS_ENTROPY_LOSS_FUSION"], s["MOE_DEVICE_COUNTS"]))
+        assert launch.run.layout.dp == 1 and s["SEED"] == 1234 and s["NUM_LAYERS"] == 2
+    assert rows == [(False, False, "fp32", "fp32", True, False),
+                    (True, True, "fp32", "remainder", False, True),
+                    (True, True, "bf16", "remainder", False, True)]

@@ -16,7 +16,8 @@
     budget_s: null                        # for the whole grid: cells that would not fit are
                                           # left for the next invocation (it resumes)
 
-Every name in fixed and axes must be a toggle of the registry (a typo would otherwise be a
+Every name in fixed and axes must be a toggle of the registry (with the MoE layer's for an
+examples/moe/ script: toggle_names; a typo would otherwise be a
 silently ignored environment variable). SEED cannot be an axis: every cell reads the same data
 in the same order. Relative paths (script, out) are taken from the repository root.
 """
@@ -89,10 +90,21 @@ class Grid:
         return p if p.is_absolute() else REPO_ROOT / p
 
 
+def toggle_names(script: str) -> set[str]:
+    """The toggles a grid may set for its script: the core registry's, and the MoE recipe
+    layer's for an MoE entry point (examples/moe/, whose launch adds training/moe/layer.py)."""
+    from training.launch.toggles import BY_NAME
+
+    path = Path(script) if Path(script).is_absolute() else REPO_ROOT / script
+    names = set(BY_NAME)
+    if path.resolve().parent == (REPO_ROOT / "examples" / "moe").resolve():
+        from training.moe.layer import MOE
+        names.update(toggle.name for toggle in MOE.toggles)
+    return names
+
+
 def load(path: Path) -> Grid:
     import yaml
-
-    from training.launch.toggles import BY_NAME
 
     try:
         data = yaml.safe_load(Path(path).read_text())
@@ -138,9 +150,11 @@ def load(path: Path) -> Grid:
         if not isinstance(values, list) or not values:
             raise GridError(f"{path}: axis {key} needs a list of values")
         axes[key] = [env_value(v) for v in values]
+    known_toggles = toggle_names(script)
     for key in [*fixed, *axes]:
-        if key not in BY_NAME:
-            raise GridError(f"{path}: {key} is not a toggle of the launcher's registry")
+        if key not in known_toggles:
+            raise GridError(f"{path}: {key} is not a toggle of the launcher's registry"
+                            f" for {script}")
     if "SEED" in axes:
         raise GridError(f"{path}: SEED cannot be an axis: every cell must read the same data in "
                         "the same order (set it under fixed)")

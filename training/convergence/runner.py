@@ -46,10 +46,11 @@ def exp_name(grid: Grid, cell: Cell) -> str:
 
 def cell_env(grid: Grid, cell: Cell, experiment_dir: Path, dry_run: bool,
              base: dict[str, str] | None = None) -> dict[str, str]:
-    from training.launch.toggles import BY_NAME
+    from .grid import toggle_names
 
+    toggles = toggle_names(grid.script)
     env = {k: v for k, v in (os.environ if base is None else base).items()
-           if k not in BY_NAME or k in KEEP}
+           if k not in toggles or k in KEEP}
     env.update(grid.fixed)
     env.update(cell.values)
     env.update(EXPERIMENT_DIR=str(experiment_dir), EXP_NAME=exp_name(grid, cell), RUN_ID=RUN_ID,
