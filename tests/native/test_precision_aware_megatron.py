@@ -1,7 +1,8 @@
 """MixedPrecisionAdamW inside megatron-core 0.19.2's precision-aware distributed optimizer, on
 the CPU in one gloo process (tests/native/megatron_cpu.py): what Megatron builds, that the step
 reads the gradient buffer in place and keeps no fp32 main params, and a save/resume through
-Megatron's dist_checkpointing in both optimizer formats."""
+Megatron's dist_checkpointing in both optimizer formats: bit for bit with the same state
+(Megatron's default one too), within bf16 rounding across states."""
 from __future__ import annotations
 
 import pytest
@@ -35,17 +36,19 @@ def megatron_native():
     megatron_patches.restore(names=NATIVE_OPTIMIZER)
 
 
-def _config(**extra):
+def _config(precision_aware: bool = True, **extra):
+    """The precision-aware optimizer with bf16 moments, or (False) Megatron's default: fp32
+    main params and moments in torch's AdamW (FusedTorchAdamW)."""
     from megatron.core.optimizer import OptimizerConfig
 
+    if precision_aware:
+        extra = dict(use_precision_aware_optimizer=True, exp_avg_dtype=torch.bfloat16,
+                     exp_avg_sq_dtype=torch.bfloat16, main_grads_dtype=torch.bfloat16, **extra)
     return OptimizerConfig(optimizer="adam", lr=1e-2, bf16=True, weight_decay=0.1,
-                           clip_grad=1.0, use_distributed_optimizer=True,
-                           use_precision_aware_optimizer=True, exp_avg_dtype=torch.bfloat16,
-                           exp_avg_sq_dtype=torch.bfloat16, main_grads_dtype=torch.bfloat16,
-                           **extra)
+                           clip_grad=1.0, use_distributed_optimizer=True, **extra)
 
 
-def _build(seed: int):
+def _build(seed: int, precision_aware: bool = True):
     from megatron.core.distributed import (DistributedDataParallel,
                                            DistributedDataParallelConfig)
     from megatron.core.optimizer import get_megatron_optimizer
@@ -55,7 +58,7 @@ def _build(seed: int):
     ddp = DistributedDataParallel(
         config, DistributedDataParallelConfig(grad_reduce_in_fp32=False,
                                               use_distributed_optimizer=True), model)
-    return ddp, get_megatron_optimizer(_config(), [ddp])
+    return ddp, get_megatron_optimizer(_config(precision_aware), [ddp])
 
 
 def _step(ddp, opt, seed: int):
@@ -104,39 +107,87 @@ def test_megatron_builds_it_and_steps_on_the_gradient_buffer(megatron_native, ma
         assert all(not torch.equal(a, b) for a, b in zip(before, after))
 
 
+def _save_and_resume(megatron_native, path, sharding, saved, resumed_as):
+    """3 steps of the optimizer `saved` (master weights, precision-aware), a dist checkpoint,
+    3 more steps; then a fresh model and the optimizer `resumed_as` loaded from it and stepped
+    the same 3 times: (the uninterrupted run's grad norms and parameters, the resumed's, the
+    resumed optimizer)."""
+    from megatron.core import dist_checkpointing
+
+    metadata = {"distrib_optim_sharding_type": sharding}
+    megatron_native(saved[0])
+    ddp, opt = _build(0, saved[1])
+    for seed in range(3):
+        _step(ddp, opt, seed)
+    model_sd = ddp.module.sharded_state_dict(prefix="model.")
+    dist_checkpointing.save({"model": model_sd,
+                             "optimizer": opt.sharded_state_dict(model_sd, metadata=metadata)},
+                            str(path))
+    expected = [_step(ddp, opt, seed)[1] for seed in range(3, 6)]
+    megatron_native(resumed_as[0])
+    resumed_ddp, resumed = _build(1, resumed_as[1])  # other initial weights: all from the load
+    model_sd = resumed_ddp.module.sharded_state_dict(prefix="model.")
+    loaded = dist_checkpointing.load(
+        {"model": model_sd,
+         "optimizer": resumed.sharded_state_dict(model_sd, is_loading=True, metadata=metadata)},
+        str(path))
+    resumed_ddp.module.load_state_dict({k[len("model."):]: v for k, v in loaded["model"].items()})
+    resumed.load_state_dict(loaded["optimizer"])
+    got = [_step(resumed_ddp, resumed, seed)[1] for seed in range(3, 6)]
+    return ((expected, list(ddp.module.parameters())),
+            (got, list(resumed_ddp.module.parameters())), resumed)
+
+
+DEFAULT_STATE = ("fp32", False)     # Megatron's default: fp32 main params, torch's AdamW
+LEAN_STATE = ("remainder", True)    # the MoE lean step's: bf16 moments, remainder masters
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sharding", ["dp_reshardable", "fully_reshardable"])
+def test_the_default_optimizer_resumes_bit_for_bit(megatron_native, tmp_path, sharding):
+    """Megatron's default optimizer on the native backend (fp32 main params in FusedTorchAdamW)
+    through a dist checkpoint. Megatron restores one step tensor into every parameter's state;
+    torch kept it shared on the CPU and counted it once per parameter (the grad norms parted
+    from the second resumed step): FusedTorchAdamW.load_state_dict gives each its own."""
+    with on_cpu():
+        (expected, before), (got, after), resumed = _save_and_resume(
+            megatron_native, tmp_path, sharding, DEFAULT_STATE, DEFAULT_STATE)
+        assert got == expected
+        assert all(torch.equal(a, b) for a, b in zip(before, after))
+        inner = _inner(resumed)
+        assert isinstance(inner, native_optimizer.FusedTorchAdamW)
+        steps = [s["step"] for s in inner.state.values()]
+        assert len({id(t) for t in steps}) == len(steps) and {float(t) for t in steps} == {6.0}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("saved,resumed_as", [(DEFAULT_STATE, LEAN_STATE),
+                                              (LEAN_STATE, DEFAULT_STATE)],
+                         ids=["default-to-lean", "lean-to-default"])
+def test_a_resume_may_change_the_optimizer_state(megatron_native, tmp_path, saved, resumed_as):
+    """A checkpoint saved with one optimizer state resumes under the other (MOE_LEAN_STEP or
+    ADAM_MOMENTS_DTYPE / MASTER_WEIGHTS changed between the runs): the checkpoint holds fp32
+    masters and moments either way, and the continued run stays within bf16 rounding of the
+    uninterrupted one."""
+    with on_cpu():
+        (expected, before), (got, after), _ = _save_and_resume(
+            megatron_native, tmp_path, "fully_reshardable", saved, resumed_as)
+        assert all(abs(g - e) / e < 1e-2 for g, e in zip(got, expected)), (got, expected)
+        worst = max((a.float() - b.float()).abs().max().item() for a, b in zip(before, after))
+        assert worst < 4e-3, worst   # a few bf16 ulps of these weights (~0.1-1)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("master_weights", ["fp32", "remainder", "stochastic"])
 @pytest.mark.parametrize("sharding", ["dp_reshardable", "fully_reshardable"])
 def test_dist_checkpoint_save_and_resume_continue_bit_for_bit(megatron_native, tmp_path,
                                                                master_weights, sharding):
-    from megatron.core import dist_checkpointing
-
-    megatron_native(master_weights)
-    metadata = {"distrib_optim_sharding_type": sharding}
+    state = (master_weights, True)
     with on_cpu():
-        ddp, opt = _build(0)
-        for seed in range(3):
-            _step(ddp, opt, seed)
-        model_sd = ddp.module.sharded_state_dict(prefix="model.")
-        dist_checkpointing.save({"model": model_sd,
-                                 "optimizer": opt.sharded_state_dict(model_sd,
-                                                                     metadata=metadata)},
-                                str(tmp_path))
-        expected = [_step(ddp, opt, seed)[1] for seed in range(3, 6)]
-
-        resumed_ddp, resumed = _build(1)  # other initial weights: all must come from the load
-        model_sd = resumed_ddp.module.sharded_state_dict(prefix="model.")
-        loaded = dist_checkpointing.load(
-            {"model": model_sd,
-             "optimizer": resumed.sharded_state_dict(model_sd, is_loading=True,
-                                                     metadata=metadata)}, str(tmp_path))
-        resumed_ddp.module.load_state_dict({k[len("model."):]: v
-                                            for k, v in loaded["model"].items()})
-        resumed.load_state_dict(loaded["optimizer"])
-        got = [_step(resumed_ddp, resumed, seed)[1] for seed in range(3, 6)]
+        (expected, before), (got, after), resumed = _save_and_resume(
+            megatron_native, tmp_path, sharding, state, state)
         assert got == expected
-        for a, b in zip(ddp.module.parameters(), resumed_ddp.module.parameters()):
-            assert torch.equal(a, b)
+        assert all(torch.equal(a, b) for a, b in zip(before, after))
         inner = _inner(resumed)
         assert {float(s["step"]) for s in inner.state.values()} == {6.0}
 

@@ -29,6 +29,17 @@ class FusedTorchAdamW(torch.optim.AdamW):
         kwargs.setdefault("fused", torch.cuda.is_available())
         super().__init__(params, **kwargs)
 
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Each parameter's step its own tensor again. Megatron's DistributedOptimizer, without
+        apex or TE, restores one step tensor into every parameter's state; torch keeps it
+        shared unless it moves it to another device (fused or capturable, CUDA parameters), and
+        a shared step is incremented once per parameter at each step (bias correction off after
+        a resume)."""
+        super().load_state_dict(state_dict)
+        for state in self.state.values():
+            if torch.is_tensor(state.get("step")):
+                state["step"] = state["step"].clone()
+
 
 def adam_builder(master_weights: str = "fp32", kernels: str = "auto"):
     """What Megatron's optimizer factory calls as `Adam(...)` on the native backend without
