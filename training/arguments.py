@@ -15,7 +15,8 @@ from __future__ import annotations
 import argparse
 import functools
 
-from training.launch.toggles import (BY_NAME, auto_backend, auto_native_kernels, backend_flags,
+from training.launch.toggles import (BY_NAME, auto_backend, auto_expert_impl,
+                                     auto_native_kernels, backend_flags,
                                      default_metrics_warmup_iters, device_counts_conflicts,
                                      nan_check_flags, step_host_reads)
 
@@ -73,8 +74,14 @@ def add_training_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
                        help="Native backend, MoE models: the token dispatchers' permute and "
                             "unpermute as gathers (no atomic scatter-add; Megatron's "
                             "--moe-permute-fusion is Transformer Engine's).")
+    model.add_argument("--moe-expert-impl", choices=("auto", "native", "te"), default="auto",
+                       help="MoE grouped experts: native (torch grouped_mm; on the TE backend "
+                            "beside TE's attention and linears, bf16 under an fp8 recipe) or te "
+                            "(TEGroupedMLP on TE's grouped linear); auto: the native backend's "
+                            "own, on the TE backend the one measured faster on this GPU "
+                            "(MOE_EXPERT_IMPL).")
     model.add_argument("--moe-device-counts", action="store_true",
-                       help="Native backend, MoE models at EP = TP = 1: the tokens per expert "
+                       help="Native grouped experts, MoE models at EP = TP = 1: the tokens per expert "
                             "stay on the GPU (the grouped experts' offsets computed there), so "
                             "no MoE layer's dispatch waits for the GPU (MOE_DEVICE_COUNTS).")
     model.add_argument("--ce-chunk-mem", type=int, default=_default("ce_chunk_mem"),
@@ -170,6 +177,15 @@ def as_the_launcher(argv: list[str], caps=None) -> tuple[list[str], list[str]]:
         kernels, why = auto_native_kernels(capabilities().liger)
         after += ["--native-kernels", kernels]
         notes.append(f"--native-kernels {kernels} (auto: {why})")
+    experts = args.moe_expert_impl
+    if experts == "auto" and args.num_experts:
+        platform = capabilities().info
+        experts, why = auto_expert_impl(backend, platform.arch if platform else None)
+        after += ["--moe-expert-impl", experts]
+        notes.append(f"--moe-expert-impl {experts} (auto: {why})")
+    if experts == "te" and args.num_experts and backend != "transformer_engine":
+        raise ArgumentConflict(f"--moe-expert-impl te runs TE's grouped linear, which the "
+                               f"{backend} backend does not build: use --moe-expert-impl native.")
     if args.metrics_warmup_iters is None:
         warmup = default_metrics_warmup_iters(args.train_iters)
         after += ["--metrics-warmup-iters", str(warmup)]
@@ -177,7 +193,7 @@ def as_the_launcher(argv: list[str], caps=None) -> tuple[list[str], list[str]]:
                      "and 10)")
 
     if args.moe_device_counts:   # the guard moe_device_counts, for a plain torchrun
-        why = device_counts_conflicts(backend, args.moe_grouped_gemm,
+        why = device_counts_conflicts(backend, experts, args.moe_grouped_gemm,
                                       args.expert_model_parallel_size,
                                       args.tensor_model_parallel_size,
                                       args.expert_tensor_parallel_size,
@@ -187,7 +203,8 @@ def as_the_launcher(argv: list[str], caps=None) -> tuple[list[str], list[str]]:
             why.insert(0, "the model has no experts (--num-experts)")
         if why:
             raise ArgumentConflict(f"--moe-device-counts keeps the tokens per expert on the GPU "
-                                   f"for the native grouped experts at EP = TP = 1; here: "
+                                   f"for the native grouped experts (--moe-expert-impl native) "
+                                   f"at EP = TP = 1; here: "
                                    f"{'; '.join(why)}: drop --moe-device-counts.")
     if getattr(args, "cuda_graph_impl", "none") == "full_iteration":   # the guard cuda_graph
         reads = step_host_reads(backend, args.cross_entropy_loss_fusion,

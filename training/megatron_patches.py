@@ -189,12 +189,20 @@ def _moe(run) -> bool:
     return bool(getattr(run.args, "num_experts", None))
 
 
+def _native_moe(run) -> bool:
+    """The MoE layers run the native backend's MoE pieces: on the native backend, or on TE's
+    with --moe-expert-impl native."""
+    return _moe(run) and (_native(run) or (
+        run.args.transformer_backend == "transformer_engine"
+        and getattr(run.args, "moe_expert_impl", "native") == "native"))
+
+
 def _native_moe_permute(run) -> bool:
-    return _native(run) and _moe(run) and bool(run.args.native_moe_permute)
+    return _native_moe(run) and bool(run.args.native_moe_permute)
 
 
 def _moe_device_counts(run) -> bool:
-    return _native(run) and _moe(run) and bool(getattr(run.args, "moe_device_counts", False))
+    return _native_moe(run) and bool(getattr(run.args, "moe_device_counts", False))
 
 
 def _kernels_and_topk(run) -> Hashable:

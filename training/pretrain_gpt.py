@@ -48,7 +48,8 @@ def build_gpt_model(args, config, pre_process=True, post_process=True, pg_collec
     from training import specs
 
     decoder_spec = specs.decoder_spec(args.transformer_backend, config, vp_stage=vp_stage,
-                                      kernels=args.native_kernels)
+                                      kernels=args.native_kernels,
+                                      experts=getattr(args, "moe_expert_impl", "native"))
     kwargs = {"vp_stage": vp_stage} if vp_stage is not None else {}
     return GPTModel(
         config=config,

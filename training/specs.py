@@ -56,18 +56,36 @@ def norm_class(kernels: str):
     return norm.LigerRMSNorm
 
 
-def layer_spec(backend: str, config, kernels: str = "torch"):
+def _with_native_experts(spec):
+    """The spec with its MoE layer's experts on the native grouped experts (TEGroupedMLP on
+    torch's grouped GEMM, native/grouped_experts.py)."""
+    from training.native.grouped_experts import grouped_experts_builder
+
+    spec = copy.deepcopy(spec)
+    sub = spec.submodules
+    moe_layer = sub.mlp  # partial(MoELayer, submodules=MoESubmodules(...))
+    sub.mlp = functools.partial(moe_layer.func, *moe_layer.args, **{
+        **moe_layer.keywords, "submodules": dataclasses.replace(
+            moe_layer.keywords["submodules"], experts=grouped_experts_builder())})
+    return spec
+
+
+def layer_spec(backend: str, config, kernels: str = "torch", experts: str = "native"):
+    """`experts` (MOE_EXPERT_IMPL, resolved): on the TE backend, native puts the native grouped
+    experts beside TE's attention and dense linears; te keeps Megatron's TEGroupedMLP."""
     from megatron.core.models.gpt.gpt_layer_specs import (
         get_gpt_layer_local_spec, get_gpt_layer_with_transformer_engine_spec)
 
     # MoE (config.num_moe_experts set): Megatron's MoE layer in the MLP slot; its experts are
-    # TEGroupedMLP (TE) or SequentialMLP (local) as Megatron builds them, and on the native
-    # backend with grouped GEMM, TEGroupedMLP on torch's grouped GEMM (native/grouped_experts).
+    # TEGroupedMLP (TE) or SequentialMLP (local) as Megatron builds them, and with grouped GEMM
+    # on the native backend (or TE's with experts=native) TEGroupedMLP on torch's grouped GEMM.
     moe = {"num_experts": config.num_moe_experts,
            "moe_grouped_gemm": bool(config.num_moe_experts and config.moe_grouped_gemm)}
     if backend == "transformer_engine":
-        return get_gpt_layer_with_transformer_engine_spec(
+        spec = get_gpt_layer_with_transformer_engine_spec(
             qk_layernorm=config.qk_layernorm, fp8=None, **moe)
+        return _with_native_experts(spec) if moe["moe_grouped_gemm"] and experts == "native" \
+            else spec
     spec = get_gpt_layer_local_spec(normalization=config.normalization,
                                     qk_layernorm=config.qk_layernorm, **moe)
     if backend == "local":
@@ -84,14 +102,7 @@ def layer_spec(backend: str, config, kernels: str = "torch"):
     if config.qk_layernorm:  # Qwen3: RMSNorm over each head's query and key
         sub.self_attention.submodules.q_layernorm = norm_class(kernels)
         sub.self_attention.submodules.k_layernorm = norm_class(kernels)
-    if moe["moe_grouped_gemm"]:
-        from training.native.grouped_experts import grouped_experts_builder
-
-        moe_layer = sub.mlp  # partial(MoELayer, submodules=MoESubmodules(...))
-        sub.mlp = functools.partial(moe_layer.func, *moe_layer.args, **{
-            **moe_layer.keywords, "submodules": dataclasses.replace(
-                moe_layer.keywords["submodules"], experts=grouped_experts_builder())})
-    return spec
+    return _with_native_experts(spec) if moe["moe_grouped_gemm"] else spec
 
 
 def install_native(run) -> NativeSetup:
@@ -118,18 +129,34 @@ def install_native(run) -> NativeSetup:
                                    f"{in_place('native_clip_scale')}")
     setup.parts["wgrad"] = (in_place("native_wgrad") if args.gradient_accumulation_fusion
                             else "autograd weight gradient, added to main_grad by DDP hooks")
-    if getattr(args, "num_experts", None):
-        from training.native.grouped_experts import describe as describe_experts
-
-        setup.parts["experts"] = (describe_experts() if args.moe_grouped_gemm else
-                                  "Megatron's SequentialMLP: one GEMM pair per expert, in turn")
-        setup.parts["moe_permute"] = (
-            f"permute: {in_place('native_moe_permute')}; unpermute: "
-            f"{in_place('native_moe_unpermute')}")
-        setup.parts["moe_token_counts"] = (
-            in_place("native_moe_device_counts") if getattr(args, "moe_device_counts", False)
-            else "copied to the host, synchronised once per MoE layer (Megatron's dispatcher)")
+    setup.parts.update(moe_parts(args))
     return setup
+
+
+def moe_parts(args) -> dict[str, str]:
+    """What runs in the MoE layers (none for a dense model): experts, permute, token counts."""
+    from training.megatron_patches import in_place
+
+    if not getattr(args, "num_experts", None):
+        return {}
+    if not args.moe_grouped_gemm:
+        return {"experts": "Megatron's SequentialMLP: one GEMM pair per expert, in turn"}
+    if args.moe_expert_impl != "native":
+        return {"experts": "Megatron's TEGroupedMLP on Transformer Engine's grouped linear",
+                "moe_permute": ("Transformer Engine's fused permute"
+                                if getattr(args, "moe_permute_fusion", False)
+                                else "Megatron's torch permute")}
+    from training.native.grouped_experts import describe as describe_experts
+
+    bf16 = (" (bf16: the precision recipe covers TE's layers)"
+            if getattr(args, "fp8", None) or getattr(args, "fp4", None) else "")
+    return {"experts": describe_experts() + bf16,
+            "moe_permute": (f"permute: {in_place('native_moe_permute')}; unpermute: "
+                            f"{in_place('native_moe_unpermute')}"),
+            "moe_token_counts": (
+                in_place("native_moe_device_counts") if getattr(args, "moe_device_counts", False)
+                else "copied to the host, synchronised once per MoE layer (Megatron's "
+                     "dispatcher)")}
 
 
 def install_transformer_engine(run) -> NativeSetup:
@@ -152,14 +179,16 @@ def install_transformer_engine(run) -> NativeSetup:
     else:
         setup.parts["wgrad"] = "autograd weight gradient, added to main_grad by DDP hooks"
     setup.parts["optimizer"] = in_place("native_adam")
+    setup.parts.update(moe_parts(args))
     return setup
 
 
-def decoder_spec(backend: str, config, vp_stage=None, kernels: str = "torch"):
+def decoder_spec(backend: str, config, vp_stage=None, kernels: str = "torch",
+                 experts: str = "native"):
     """What GPTModel takes as transformer_layer_spec: a layer spec, or for the native backend
     the block's submodules, so the final norm is the native RMSNorm too (Megatron's default
     torch-norm wrapper refuses sequence parallel)."""
-    layer = layer_spec(backend, config, kernels)
+    layer = layer_spec(backend, config, kernels, experts)
     if backend != "native":
         return layer
     from megatron.core.transformer.transformer_block import (TransformerBlockSubmodules,

@@ -114,9 +114,54 @@ def test_local_backend_has_no_grouped_experts_or_fused_permute(base_env):
     assert "TRANSFORMER_IMPL=native" in msg
 
 
-def test_permute_fusion_is_tes_kernel_on_the_te_backend(base_env):
-    gpt = moe(base_env, PLATFORM="h200", NUM_LAYERS=4).buckets["GPT_ARGS"]
+def test_permute_fusion_is_tes_kernel_with_tes_experts(base_env):
+    gpt = moe(base_env, PLATFORM="h200", NUM_LAYERS=4, MOE_EXPERT_IMPL="te").buckets["GPT_ARGS"]
     assert "--moe-permute-fusion" in gpt and "--native-moe-permute" not in gpt
+    assert " ".join(["--moe-expert-impl", "te"]) in " ".join(gpt)
+
+
+@pytest.mark.parametrize("platform,experts,says", [
+    ("h200", "native", "measured on an H200"),
+    ("h100", "native", "measured on an H200"),      # the same architecture (sm90)
+    ("b300", "native", "not measured on this GPU"),
+    ("mi355x", "te", "not measured on gfx950"),
+])
+def test_auto_experts_on_the_te_backend_follow_the_measured_table(base_env, platform, experts,
+                                                                   says):
+    """MOE_EXPERT_IMPL=auto on the TE backend picks by GPU architecture, with the reason saying
+    whether a measurement stands behind it; the permute and the lean step follow the experts."""
+    result = moe(base_env, PLATFORM=platform, NUM_LAYERS=4)
+    setting = result.settings.setting("MOE_EXPERT_IMPL")
+    assert result.settings["TRANSFORMER_IMPL"] == "transformer_engine"
+    assert (setting.value, setting.source) == (experts, "derived") and says in setting.reason
+    gpt = " ".join(result.buckets["GPT_ARGS"])
+    assert f"--moe-expert-impl {experts}" in gpt
+    native = experts == "native"
+    assert ("--native-moe-permute" in gpt) is native and ("--moe-permute-fusion" in gpt) is not native
+    # the lean step follows the native experts onto the TE backend
+    assert result.settings["MOE_LEAN_STEP"] is native
+    assert ("--moe-device-counts" in gpt) is native
+
+
+def test_auto_experts_on_the_native_backend_are_native(base_env):
+    result = moe(base_env, TRANSFORMER_IMPL="native", NUM_LAYERS=4)
+    assert result.settings["MOE_EXPERT_IMPL"] == "native"
+    assert "--native-moe-permute" in result.buckets["GPT_ARGS"]
+
+
+def test_tes_experts_need_the_te_backend(base_env):
+    msg = refused(base_env, "moe_expert_impl", TRANSFORMER_IMPL="native", MOE_EXPERT_IMPL="te",
+                  NUM_LAYERS=4)
+    assert "MOE_EXPERT_IMPL=native" in msg
+
+
+def test_the_lean_step_is_refused_with_tes_experts(base_env):
+    msg = refused(base_env, "moe_lean_step", PLATFORM="h200", MOE_EXPERT_IMPL="te",
+                  MOE_LEAN_STEP=1, NUM_LAYERS=4)
+    assert "MOE_EXPERT_IMPL=te" in msg
+    result = moe(base_env, PLATFORM="h200", MOE_EXPERT_IMPL="te", NUM_LAYERS=4)
+    assert not result.settings["MOE_LEAN_STEP"]
+    assert "MOE_EXPERT_IMPL=te" in result.settings.setting("MOE_LEAN_STEP").reason
 
 
 @pytest.mark.parametrize("toggles,needle", [

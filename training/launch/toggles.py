@@ -825,13 +825,42 @@ def step_host_reads(backend: str, ce_fusion: bool, tp: int, cp: int, kernels: st
     return reads
 
 
-def device_counts_conflicts(backend: str, grouped: bool, ep: int, tp: int, etp: int | None,
-                            dispatcher: str, capacity: float | None) -> list[str]:
+# MOE_EXPERT_IMPL=auto on the TE backend, by GPU architecture: (experts, why). Measured on an
+# H200 (bench part moe-te-levers, docs/levers.md's MOE_EXPERT_IMPL row); elsewhere the reason
+# says what it rests on instead of a measurement.
+EXPERTS_BY_ARCH = {
+    "sm90": ("native", "measured on an H200: torch grouped_mm's grouped GEMM ahead of TE's "
+                       "grouped linear at the MoE bench shape (docs/levers.md, MOE_EXPERT_IMPL)"),
+    "sm100": ("native", "not measured on this GPU: torch grouped_mm has its SM100 kernel and was "
+                        "ahead on SM90; compare with MOE_EXPERT_IMPL=te"),
+}
+
+
+def auto_expert_impl(backend: str, arch: str | None) -> tuple[str, str]:
+    """MOE_EXPERT_IMPL=auto: which grouped experts a backend runs, (te | native, why). The
+    native backend has only its own; the TE backend takes the one measured faster on this
+    GPU's architecture, and TE's (Megatron's choice) where nothing says otherwise."""
+    if backend == "local":
+        return "native", "the local backend builds SequentialMLP (no grouped experts there)"
+    if backend != "transformer_engine":
+        return "native", "the native backend's grouped experts (torch grouped_mm)"
+    if arch in EXPERTS_BY_ARCH:
+        return EXPERTS_BY_ARCH[arch]
+    return "te", (f"not measured on {arch or 'an unknown GPU'}: Megatron's TEGroupedMLP on TE's "
+                  "grouped linear; compare with MOE_EXPERT_IMPL=native")
+
+
+def device_counts_conflicts(backend: str, experts: str, grouped: bool, ep: int, tp: int,
+                            etp: int | None, dispatcher: str, capacity: float | None
+                            ) -> list[str]:
     """Why MOE_DEVICE_COUNTS=1 (training/moe/layer.py) cannot act in this layout (none: it
-    can). One rule for the MoE layer's guard and a plain torchrun (training.arguments)."""
-    needs = [(backend != "native", f"the {backend} backend (the native grouped experts take "
-                                   "the counts on the GPU; TE's grouped linear wants a host "
-                                   "list)"),
+    can). `experts`: the resolved MOE_EXPERT_IMPL (native | te). One rule for the MoE layer's
+    guard and a plain torchrun (training.arguments)."""
+    needs = [(backend == "local", "the local backend (Megatron's SequentialMLP, split by host "
+                                  "counts)"),
+             (backend != "local" and experts != "native",
+              f"MOE_EXPERT_IMPL={experts} (the native grouped experts take the counts on the "
+              "GPU; TE's grouped linear wants a host list)"),
              (not grouped, "MOE_GROUPED_GEMM=0 (the sequential experts split by host counts)"),
              (ep > 1, f"EP={ep} (the all-to-all needs its split sizes on the host)"),
              (tp > 1, f"TP={tp} (the tensor-parallel gather needs host sizes)"),

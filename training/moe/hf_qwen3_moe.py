@@ -56,7 +56,10 @@ def copy_hf_qwen3_moe_weights(hf_model, gpt_model) -> None:
         ours.self_attention.linear_proj.weight.copy_(attn.o_proj.weight)
         ours.self_attention.q_layernorm.weight.copy_(attn.q_norm.weight)
         ours.self_attention.k_layernorm.weight.copy_(attn.k_norm.weight)
-        ours.input_layernorm.weight.copy_(theirs.input_layernorm.weight)
+        qkv_norm = getattr(ours.self_attention.linear_qkv, "layer_norm_weight", None)
+        # TE's spec fuses the input norm into the QKV projection (input_layernorm: IdentityOp)
+        (qkv_norm if qkv_norm is not None else ours.input_layernorm.weight).copy_(
+            theirs.input_layernorm.weight)
         ours.pre_mlp_layernorm.weight.copy_(theirs.post_attention_layernorm.weight)
         moe = theirs.mlp
         ours.mlp.router.weight.copy_(moe.gate.weight)

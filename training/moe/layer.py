@@ -14,23 +14,26 @@ from __future__ import annotations
 
 from training.launch.guards import LaunchContext, _nearest, _off_or_refuse
 from training.launch.layers import RecipeLayer, RecipeValue
-from training.launch.settings import Refusal
-from training.launch.toggles import GPT_ARGS, LAUNCHER, Flags, Toggle, device_counts_conflicts
+from training.launch.settings import Refusal, Setting
+from training.launch.toggles import (GPT_ARGS, LAUNCHER, Flags, Toggle, auto_expert_impl,
+                                     device_counts_conflicts)
 from training.run_description import divisors
 
 GROUP = "moe"
 
 
 def _permute_flags(toggle: Toggle, ctx) -> list[Flags]:
-    """native `--[no-]native-moe-permute`, TE `--moe-permute-fusion`, local none
-    (native: ours, always given; transformer_engine: TE's fused permute, when on; local:
-    moe_expert_kernels turns it off)"""
-    backend, on = ctx.settings["TRANSFORMER_IMPL"], ctx.settings[toggle.name]
-    if backend == "native":
+    """The permute follows the experts: the native grouped experts (native backend, or the TE
+    backend with MOE_EXPERT_IMPL=native) `--[no-]native-moe-permute`, always given; TE's
+    grouped experts `--moe-permute-fusion` (TE's fused permute), when on; local none
+    (moe_expert_kernels turns it off)."""
+    s = ctx.settings
+    backend, on = s["TRANSFORMER_IMPL"], s[toggle.name]
+    if backend == "local":
+        return []
+    if s["MOE_EXPERT_IMPL"] == "native":
         return [Flags(GPT_ARGS, ["--native-moe-permute" if on else "--no-native-moe-permute"])]
-    if backend == "transformer_engine" and on:
-        return [Flags(GPT_ARGS, ["--moe-permute-fusion"])]
-    return []
+    return [Flags(GPT_ARGS, ["--moe-permute-fusion"])] if on else []
 
 
 def _capacity(settings) -> bool:
@@ -53,8 +56,16 @@ TOGGLES: tuple[Toggle, ...] = (
            "(training/native/grouped_experts.py); 0: Megatron's SequentialMLP, one GEMM pair "
            "per expert in turn.",
            on=("--moe-grouped-gemm",), group=GROUP, levers=True),
+    Toggle("MOE_EXPERT_IMPL", "choice", "auto", GPT_ARGS,
+           "Which grouped experts run (MOE_GROUPED_GEMM=1): native (torch grouped_mm, "
+           "training/native/grouped_experts.py, with the native permute; on the TE backend "
+           "beside TE's attention and dense linears, in bf16 under an fp8 recipe) or te "
+           "(Megatron's TEGroupedMLP on TE's grouped linear, fp8 with the recipe; TE backend "
+           "only). auto: native on the native backend; on the TE backend the one measured "
+           "faster on this GPU (the reason says where that rests on no measurement).",
+           flag="--moe-expert-impl", choices=("auto", "native", "te"), group=GROUP),
     Toggle("MOE_DEVICE_COUNTS", "bool", False, GPT_ARGS,
-           "Native backend at EP = TP = ETP = 1, grouped experts, dropless: the tokens per "
+           "Native grouped experts at EP = TP = ETP = 1, dropless: the tokens per "
            "expert stay on the GPU, where grouped_mm reads its offsets, instead of Megatron's "
            "copy to the host and wait for the GPU once per MoE layer and micro-batch (a "
            "launch-bound step pays that wait as GPU idle time). Off in the core defaults "
@@ -62,8 +73,9 @@ TOGGLES: tuple[Toggle, ...] = (
            "lean step where it applies.",
            on=("--moe-device-counts",), group=GROUP, levers=True),
     Toggle("MOE_LEAN_STEP", "bool", True, LAUNCHER,
-           "Where the step can run without a host synchronisation (native backend, EP = TP = "
-           "ETP = 1, grouped experts, dropless, all-to-all; bf16; the distributed optimizer "
+           "Where the step can run without a host synchronisation (the native grouped experts "
+           "on either backend, EP = TP = ETP = 1, dropless, all-to-all; bf16; the distributed "
+           "optimizer "
            "without offload, ADAM_BETA2 <= 0.99), the "
            "MoE launch's defaults for four settings the user left unset: MOE_DEVICE_COUNTS=1, "
            "CROSS_ENTROPY_LOSS_FUSION=0 (Liger's fused linear CE reads its token count on the "
@@ -203,10 +215,21 @@ def moe_expert_kernels(ctx: LaunchContext) -> None:
 
 
 def _counts_conflicts(s) -> list[str]:
-    """device_counts_conflicts for these settings (the backend resolved)."""
-    return device_counts_conflicts(s["TRANSFORMER_IMPL"], s["MOE_GROUPED_GEMM"], s["EP"], s["TP"],
-                                   s["ETP"], s["MOE_TOKEN_DISPATCHER"],
-                                   s.get("MOE_CAPACITY_FACTOR"))
+    """device_counts_conflicts for these settings (backend and experts resolved)."""
+    return device_counts_conflicts(s["TRANSFORMER_IMPL"], s["MOE_EXPERT_IMPL"],
+                                   s["MOE_GROUPED_GEMM"], s["EP"], s["TP"], s["ETP"],
+                                   s["MOE_TOKEN_DISPATCHER"], s.get("MOE_CAPACITY_FACTOR"))
+
+
+def moe_expert_impl(ctx: LaunchContext) -> None:
+    """MOE_EXPERT_IMPL=te needs TE's grouped linear: the TE backend."""
+    s = ctx.settings
+    if s["MOE_EXPERT_IMPL"] == "te" and ctx.backend != "transformer_engine" \
+            and s["MOE_GROUPED_GEMM"]:
+        raise Refusal("moe_expert_impl",
+                      f"MOE_EXPERT_IMPL=te runs TE's grouped linear, which the {ctx.backend} "
+                      "backend does not build. Use MOE_EXPERT_IMPL=native (or auto), or "
+                      "TRANSFORMER_IMPL=transformer_engine where TE is installed.")
 
 
 def moe_device_counts(ctx: LaunchContext) -> None:
@@ -219,7 +242,8 @@ def moe_device_counts(ctx: LaunchContext) -> None:
     if why:
         raise Refusal("moe_device_counts",
                       f"MOE_DEVICE_COUNTS=1 keeps the tokens per expert on the GPU only for the "
-                      f"native grouped experts at EP = TP = ETP = 1, dropless, with the "
+                      f"native grouped experts (MOE_EXPERT_IMPL=native) at EP = TP = ETP = 1, "
+                      f"dropless, with the "
                       f"all-to-all dispatcher; here: {'; '.join(why)}. Set MOE_DEVICE_COUNTS=0.")
 
 
@@ -310,9 +334,30 @@ def moe_lean_step(ctx: LaunchContext) -> None:
                           f"MOE_LEAN_STEP=0 (or leave it unset).")
 
 
+def expert_impl(settings) -> None:
+    """MOE_EXPERT_IMPL=auto resolved for the derived backend and this GPU (shown as derived,
+    with why: training.launch.toggles.auto_expert_impl)."""
+    if settings["MOE_EXPERT_IMPL"] != "auto":
+        return
+    from training.launch.capabilities import resolve as capabilities
+
+    platform = capabilities(settings["PLATFORM"]).info
+    experts, why = auto_expert_impl(settings["TRANSFORMER_IMPL"],
+                                    platform.arch if platform else None)
+    # a user's explicit auto is replaced too, as TRANSFORMER_IMPL=auto is (resolve)
+    settings.values["MOE_EXPERT_IMPL"] = Setting("MOE_EXPERT_IMPL", experts, "derived",
+                                                 f"auto: {why}")
+
+
+def derived(settings) -> list[RecipeValue]:
+    """After the core's derivation: the experts for the backend, then the lean step."""
+    expert_impl(settings)
+    return lean_step(settings)
+
+
 GUARDS = (expert_parallel_sizes, moe_sequence_parallel, fsdp_expert_parallel,
-          moe_dispatcher_kernels, moe_expert_kernels, moe_device_counts, moe_capacity,
-          moe_aux_loss, moe_lean_step)
+          moe_dispatcher_kernels, moe_expert_kernels, moe_expert_impl, moe_device_counts,
+          moe_capacity, moe_aux_loss, moe_lean_step)
 
 MOE = RecipeLayer("moe", values=lambda settings: [], toggles=TOGGLES, guards=GUARDS,
-                  derived=lean_step)
+                  derived=derived)

@@ -22,6 +22,7 @@ reference the tests compare against.
 """
 from __future__ import annotations
 
+import copy
 from contextlib import nullcontext
 from functools import partial
 from itertools import accumulate
@@ -257,11 +258,30 @@ class RowGroupedLinear(GroupedLinear):
     parallel_mode = "row"
 
 
-def grouped_experts_builder(impl: str = "auto"):
-    """The `experts` entry of Megatron's MoE submodules: TEGroupedMLP on these linears."""
-    from megatron.core.transformer.moe.experts import GroupedMLPSubmodules, TEGroupedMLP
+def bf16_config(config):
+    """The experts' view of a TransformerConfig: without the fp8/fp4 recipe. Under TE's recipes
+    the grouped_mm experts compute in the model's dtype (TE's autocast does not reach torch
+    ops), so TEGroupedMLP must not pad each expert's tokens for quantised GEMMs (its padding
+    reads the counts on the host). A shallow copy: every other field is shared."""
+    if not (config.fp8 or config.fp4):
+        return config
+    config = copy.copy(config)
+    config.fp8 = config.fp4 = None
+    return config
 
-    return partial(TEGroupedMLP, submodules=GroupedMLPSubmodules(
+
+def _native_grouped_mlp(num_local_experts, config, submodules, **kwargs):
+    from megatron.core.transformer.moe.experts import TEGroupedMLP
+
+    return TEGroupedMLP(num_local_experts, bf16_config(config), submodules, **kwargs)
+
+
+def grouped_experts_builder(impl: str = "auto"):
+    """The `experts` entry of Megatron's MoE submodules: TEGroupedMLP on these linears (with
+    the recipe-free config: bf16_config)."""
+    from megatron.core.transformer.moe.experts import GroupedMLPSubmodules
+
+    return partial(_native_grouped_mlp, submodules=GroupedMLPSubmodules(
         linear_fc1=partial(ColumnGroupedLinear, impl=impl),
         linear_fc2=partial(RowGroupedLinear, impl=impl)))
 
