@@ -17,31 +17,41 @@ from tests.moe.model import moe_parity
 pytestmark = pytest.mark.gpu
 
 HAVE_TE = importlib.util.find_spec("transformer_engine") is not None
-CASES = [("native", "liger", True), ("native", "torch", False), ("local", "torch", False)] + (
-    [("transformer_engine", "torch", True)] if HAVE_TE else [])
+# (backend, kernels, grouped, experts): experts is MOE_EXPERT_IMPL (the TE backend's choice)
+CASES = [("native", "liger", True, "native"), ("native", "torch", False, "native"),
+         ("local", "torch", False, "native")] + (
+    [("transformer_engine", "torch", True, "te"),        # TE's grouped linear
+     ("transformer_engine", "liger", True, "native")]    # the native experts beside TE's layers
+    if HAVE_TE else [])
 
 
-def _id(preset, layers, backend, kernels, grouped):
-    return f"{preset.name}-{backend}-{kernels}-{'grouped' if grouped else 'sequential'}"
+def _id(preset, layers, backend, kernels, grouped, experts):
+    return (f"{preset.name}-{backend}-{kernels}-"
+            f"{(experts + '-grouped') if grouped else 'sequential'}")
 
 
 PARITY = [*((TINY_MOE, 2, *case) for case in CASES),
-          (QWEN3_30B_A3B, 2, "native", "liger", True),    # the bench's default at its width
-          (QWEN3_30B_A3B, 2, "native", "liger", False)]   # and the loop over its 128 experts
+          (QWEN3_30B_A3B, 2, "native", "liger", True, "native"),   # the bench's default
+          (QWEN3_30B_A3B, 2, "native", "liger", False, "native")]  # the loop over 128 experts
+if HAVE_TE:   # TE's default on a TE image at the bench's width
+    PARITY.append((QWEN3_30B_A3B, 2, "transformer_engine", "liger", True, "native"))
 
 
-@pytest.mark.parametrize("preset,layers,backend,kernels,grouped", PARITY,
+@pytest.mark.parametrize("preset,layers,backend,kernels,grouped,experts", PARITY,
                          ids=[_id(*case) for case in PARITY])
-def test_bf16_parity_with_hf_qwen3_moe(preset, layers, backend, kernels, grouped):
+def test_bf16_parity_with_hf_qwen3_moe(preset, layers, backend, kernels, grouped, experts):
     preset = dataclasses.replace(preset, num_layers=layers)
-    experts = "TEGroupedMLP" if grouped else "SequentialMLP"
+    module = "TEGroupedMLP" if grouped else "SequentialMLP"
 
     def prepare(gpt):
-        assert type(gpt.decoder.layers[0].mlp.experts).__name__ == experts
+        mlp = gpt.decoder.layers[0].mlp.experts
+        assert type(mlp).__name__ == module
+        if grouped:   # whose grouped linear: the native one holds every expert in one tensor
+            assert (getattr(mlp.linear_fc1, "weight", None) is not None) is (experts == "native")
 
     result = moe_parity(preset, layers, backend, kernels, "cuda", torch.bfloat16, seq=1024,
-                        grouped=grouped, prepare=prepare)
-    print(f"\n{preset.name}/{backend}/{kernels}/{experts}: max abs err "
+                        grouped=grouped, prepare=prepare, experts=experts)
+    print(f"\n{preset.name}/{backend}/{kernels}/{experts}-{module}: max abs err "
           f"{result['max_abs_err']:.3e}, mean abs err {result['mean_abs_err']:.3e} (HF's own "
           f"bf16 error {result['baseline_abs_err']:.3e}), loss HF {result['loss_hf']:.5f} ours "
           f"{result['loss_ours']:.5f}")
@@ -50,14 +60,15 @@ def test_bf16_parity_with_hf_qwen3_moe(preset, layers, backend, kernels, grouped
 
 
 def _tiny_moe_run(tmp_path, name: str, **toggles):
-    """30 iterations of the tiny MoE preset on the native backend: (run folder, mean loss of
-    iterations 1-5, of 26-30, metrics.jsonl's step rows)."""
+    """30 iterations of the tiny MoE preset (on the native backend unless TRANSFORMER_IMPL is
+    given): (run folder, mean loss of iterations 1-5, of 26-30, metrics.jsonl's step rows)."""
     import json
 
     from tests.gpu.test_train_gpu import _losses, _train
 
-    run = _train(tmp_path, name, script="examples/moe/train_qwen3_moe.sh",
-                 TRANSFORMER_IMPL="native", TOTAL_ITERS=30, **toggles)
+    toggles.setdefault("TRANSFORMER_IMPL", "native")
+    run = _train(tmp_path, name, script="examples/moe/train_qwen3_moe.sh", TOTAL_ITERS=30,
+                 **toggles)
     losses = _losses(run)
     assert sorted(losses) == list(range(1, 31))
     steps = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
@@ -145,3 +156,25 @@ def test_tiny_moe_under_a_cuda_graph_evaluates_saves_and_resumes(tmp_path):
     assert ea[20] < ea[5] - 0.5                        # the replayed steps still learn
     assert worst < 1e-3
     assert all(abs(ea[i] - eb[i]) / ea[i] < 1e-3 for i in (15, 20))
+
+
+@pytest.mark.skipif(not HAVE_TE, reason="Transformer Engine is not installed")
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+def test_tiny_moe_trains_on_a_te_image_by_default(tmp_path, precision):
+    """What a TE image runs by default (TRANSFORMER_IMPL=auto picks TE): TE's attention and
+    dense linears, the native grouped experts (MOE_EXPERT_IMPL=auto on an H200) with the
+    native permute and the lean step; under fp8 the experts stay bf16. The loss falls as on
+    the native backend, and the manifest names what ran."""
+    import json
+
+    run, first, last, _steps = _tiny_moe_run(tmp_path, f"tiny-moe-te-{precision}",
+                                             TRANSFORMER_IMPL="auto", PRECISION=precision)
+    print(f"\ntiny-moe on TE ({precision}): loss {first:.3f} -> {last:.3f}")
+    assert last < first - 1.0
+    manifest = json.loads((run / "manifest.json").read_text())
+    rows = {row["toggle"]: row for row in manifest["toggles"]}
+    assert rows["TRANSFORMER_IMPL"]["value"] == "transformer_engine"
+    assert rows["MOE_EXPERT_IMPL"]["value"] == "native"
+    parts = manifest["run"]["transformer_engine"]
+    assert "grouped_mm" in parts["experts"] and "atomic-free" in parts["moe_permute"]
+    assert ("bf16" in parts["experts"]) is (precision != "bf16")

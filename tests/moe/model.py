@@ -47,8 +47,10 @@ def megatron_moe_args(preset, num_layers: int, seq: int, *, dtype=torch.float32,
 
 def build_moe_gpt(preset, num_layers: int, backend: str, kernels: str, device: str,
                   dtype=torch.float32, seq: int = 64, grouped: bool = True,
-                  dispatcher: str = "alltoall", extra=()):
-    """GPTModel with MoE layers on `backend`, as pretrain_gpt builds it."""
+                  dispatcher: str = "alltoall", extra=(), experts: str = "native"):
+    """GPTModel with MoE layers on `backend`, as pretrain_gpt builds it; `experts`: the
+    MOE_EXPERT_IMPL on the TE backend (native: the native grouped experts beside TE's
+    layers)."""
     from megatron.training.argument_utils import core_transformer_config_from_args
 
     from training import specs
@@ -61,10 +63,13 @@ def build_moe_gpt(preset, num_layers: int, backend: str, kernels: str, device: s
                              dispatcher=dispatcher, extra=extra, backend=backend,
                              cpu_init=device == "cpu")   # on a GPU: initialised there
     args.transformer_backend, args.native_kernels = backend, kernels
+    args.moe_expert_impl = experts if backend == "transformer_engine" else "native"
     args.padded_vocab_size = preset.vocab_size
     config = core_transformer_config_from_args(args)
     if backend == "native":   # the native group of the patch table, as pretrain_gpt applies it
         specs.install_native(Run(args=args))
+    elif backend == "transformer_engine":
+        specs.install_transformer_engine(Run(args=args))
     torch.manual_seed(0)
     with cpu_dispatcher_streams() if device == "cpu" else contextlib.nullcontext():
         gpt = build_gpt_model(args, config)

@@ -172,7 +172,7 @@ def parts_for(gpus: int, te: bool = False) -> list[tuple[str, str, tuple[str, ..
     Engine parts, one GPU each)."""
     if te:
         if gpus == 1:
-            return list(catalog.TE_PARTS)
+            return list(catalog.TE_PARTS) + list(catalog.MOE_TE_PARTS)
         return [(kind, name, keys) for name, kind, keys in catalog.TE_NODE_PARTS.get(gpus, ())]
     if gpus == 1:
         return ([("peers", *catalog.PEER_PARTS[0])]

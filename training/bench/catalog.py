@@ -207,6 +207,17 @@ def moe_levers() -> list[Lever]:
               {"CUDA_GRAPH": "full_iteration"}, "CUDA_GRAPH=full_iteration", "CUDA_GRAPH=none",
               False, note="Megatron's full-iteration CUDA graph of the lean MoE step (one "
                           "launch per micro-batch's forward and backward) vs the eager step"),
+        Lever("MOE_EXPERT_IMPL=te", "MOE_EXPERT_IMPL", "toggle", "moe",
+              {"MOE_EXPERT_IMPL": "te"}, "MOE_EXPERT_IMPL=native", "MOE_EXPERT_IMPL=te", True,
+              needs_backend="transformer_engine",
+              note="TE backend: the native grouped experts (torch grouped_mm, the native "
+                   "permute and the lean step they allow) vs Megatron's TEGroupedMLP on TE's "
+                   "grouped linear (TE's fused permute, host counts, the core defaults)"),
+        Lever("PRECISION=fp8+MOE_EXPERT_IMPL=te", "PRECISION", "precision", "moe",
+              {"PRECISION": "fp8", "MOE_EXPERT_IMPL": "te"}, "PRECISION=fp8 MOE_EXPERT_IMPL=te",
+              "PRECISION=bf16", False, needs_backend="transformer_engine",
+              note="fp8 (delayed scaling) with the experts in TE's fp8 grouped linear too, vs "
+                   "bf16 (PRECISION=fp8 alone keeps the native experts in bf16)"),
         Lever("MOE_SYNC_FREE", "MOE_DEVICE_COUNTS", "toggle", "moe", _SYNC_FREE,
               _words(_SYNC_FREE), "MOE_DEVICE_COUNTS=0 CROSS_ENTROPY_LOSS_FUSION=1", False,
               needs_backend="native",
@@ -259,6 +270,9 @@ PEER_SIDES = {
     "local": "Megatron-core local spec (stock Megatron without TE), through our launcher",
     "hf": "HF transformers' model of the family (LlamaForCausalLM; Qwen3MoeForCausalLM or "
           "MixtralForCausalLM for MoE), SDPA, bf16 params, fused AdamW",
+    "hf_compile": "HF transformers' model of the family (LlamaForCausalLM; Qwen3MoeForCausalLM "
+                  "or MixtralForCausalLM for MoE), SDPA, each decoder layer under torch.compile, "
+                  "bf16 params, fused AdamW",
     "hf_liger": "HF transformers' model of the family (LlamaForCausalLM; Qwen3MoeForCausalLM or "
                 "MixtralForCausalLM for MoE), SDPA + Liger-Kernel, bf16, fused AdamW",
     "torchtitan": "torchtitan's trainer (its llama3 model; its Qwen3 model with MoE for MoE), "
@@ -268,7 +282,8 @@ PEER_SIDES = {
                    "without apex the output layer's fused wgrad is the native cuBLAS GEMM, the "
                    "same operation as apex's)",
 }
-PEER_KEYS = ("peer:hf", "peer:hf_liger", "peer:torchtitan", "peer:megatron_te")
+PEER_KEYS = ("peer:hf", "peer:hf_liger", "peer:hf_compile", "peer:torchtitan",
+             "peer:megatron_te")
 SIDE_LABELS = {"megatron_te": "Megatron-LM with Transformer Engine"}   # README headline rows
 
 
@@ -437,6 +452,18 @@ TE_PARTS = (
     ("toggles", "te-toggles-a", ("GRADIENT_ACCUMULATION_FUSION", "FUSED_SINGLE_QKV_ROPE")),
     ("toggles", "te-toggles-b", ("CROSS_ENTROPY_LOSS_FUSION", "GRAD_REDUCE_IN_BF16")),
 )
+# MoE where users run it (issue 37): the TE image's default (TRANSFORMER_IMPL=auto resolves to
+# TE where it imports; named here so that a node without TE runs none of these: TE's attention
+# and linears, the experts MOE_EXPERT_IMPL=auto picks) against the native backend and the
+# compiled HF peer, the expert path and fp8 as levers of it; the same for Mixtral cut to 4 layers.
+MOE_TE_PARTS = (
+    ("peers", "moe-te-peers", ("transformer_engine", "native", "hf_compile")),
+    ("toggles", "moe-te-levers", ("MOE_EXPERT_IMPL=te", "PRECISION=fp8",
+                                  "PRECISION=fp8+MOE_EXPERT_IMPL=te")),
+    ("peers", "moe-te-peers-mixtral", ("transformer_engine", "native", "hf_compile")),
+    ("toggles", "moe-te-levers-mixtral", ("MOE_EXPERT_IMPL=te", "PRECISION=fp8")),
+    ("toggles", "moe-te-more", ("PRECISION=fp8_tensorwise", "PRECISION=fp8_blockwise", "MBS")),
+)
 PART_BACKEND = {"te-recipes": "transformer_engine", "te-toggles-a": "transformer_engine",
                 "te-toggles-b": "transformer_engine"}
 
@@ -502,6 +529,9 @@ PART_SHAPES: dict[str, BenchShape] = {
     # Megatron's 3 eager iterations and the capture's kept out of the measure, on both sides
     "moe-levers-graph": replace(MOE_SHAPE, warmup=4),
     "moe-levers-lean-mixtral": MIXTRAL_SHAPE,
+    **{name: replace(MIXTRAL_SHAPE if "mixtral" in name else MOE_SHAPE,
+                     backend="transformer_engine")
+       for _kind, name, _keys in MOE_TE_PARTS},
     "scale-x1": full_shape(1, backend="native", toggles=_scale_state()),
     "full-x2": full_shape(2, backend="native"),
     "full-x8": full_shape(8, backend="native"),

@@ -1,6 +1,6 @@
 """The Hugging Face peer: LlamaForCausalLM (SDPA) at the same shape, each given its best setup
 (bf16 parameters, fused AdamW, optionally Liger-Kernel's RMSNorm/RoPE/SwiGLU and fused linear
-cross-entropy), the same micro-batch and global batch through gradient accumulation.
+cross-entropy, or each decoder layer under torch.compile: --compile), the same micro-batch and global batch through gradient accumulation.
 An MoE preset runs as Qwen3MoeForCausalLM (q/k norms; Mixtral-like presets as
 MixtralForCausalLM): its experts on torch's grouped_mm (transformers' default experts
 implementation), with Liger its fused MoE kernel (LigerExperts); the router's aux loss is
@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser()
     add_peer_arguments(p, steps=20, warmup=5)
     p.add_argument("--liger", action="store_true")
+    p.add_argument("--compile", action="store_true",
+                   help="each decoder layer under torch.compile (layer.compile()): the HF MoE "
+                        "model's fastest known setup on one H200 (stack notes, 2026-12-03)")
     p.add_argument("--profile-dir", default=None,
                    help="capture the last two steps with the torch profiler into this folder "
                         "(a trace training.profiling.trace_report reads, as ours with PROFILE=torch)")
@@ -93,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         from liger_kernel.transformers import _apply_liger_kernel_to_instance
 
         _apply_liger_kernel_to_instance(model=model)
+    if args.compile:   # per layer: one graph reused by every layer, the loss and head eager
+        for layer in model.model.layers:
+            layer.compile()
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), eps=1e-8,
                                   weight_decay=0.1, fused=True)
@@ -121,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         profiler.stop()
     write_result(args, times, losses,
                  "bf16 params, bf16 AdamW moments (torch fused AdamW), no fp32 master",
-                 liger=args.liger)
+                 liger=args.liger, compiled=args.compile)
     return 0
 
 

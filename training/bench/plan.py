@@ -23,11 +23,11 @@ from training.run_description import Model
 from .sweep import PointSpec
 
 FALLBACK = {"overhead_s": {"ours": 35.0, "local": 35.0, "hf": 20.0, "hf_liger": 20.0,
-                           "torchtitan": 45.0},
+                           "hf_compile": 20.0, "torchtitan": 45.0},
             "first_extra_s": {"ours": 6.0, "local": 15.0, "hf": 2.0, "hf_liger": 3.0,
-                              "torchtitan": 10.0},
+                              "hf_compile": 60.0, "torchtitan": 10.0},
             "tflops": {"ours": 500.0, "local": 220.0, "hf": 480.0, "hf_liger": 520.0,
-                       "torchtitan": 450.0}}
+                       "hf_compile": 500.0, "torchtitan": 450.0}}
 
 # Planning guesses: a variant's step time relative to the default run's (1.0 = same).
 SLOWDOWN = {"RECOMPUTE=full": 1.35, "RECOMPUTE=selective": 1.05, "NATIVE_KERNELS=torch": 1.15,
@@ -54,7 +54,7 @@ def _side_of(point: dict) -> str | None:
     config = point.get("config") or point.get("name")
     if config in ("default", "native"):
         return "ours"
-    if config in ("local", "hf", "hf_liger", "torchtitan"):
+    if config in ("local", "hf", "hf_liger", "hf_compile", "torchtitan"):
         return config
     return None
 

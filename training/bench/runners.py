@@ -39,7 +39,7 @@ class Runners:
             env = dict(spec.env, MASTER_PORT=str(self.master_port + spec.index % 200))
             return run_point(spec.label, env, self.work_dir / "experiment",
                              self.work_dir / "logs", self.family, self.timeout_s)
-        if spec.side in ("hf", "hf_liger", "torchtitan"):
+        if spec.side in ("hf", "hf_liger", "hf_compile", "torchtitan"):
             return self._peer(spec)
         raise ValueError(f"unknown side {spec.side!r}")
 
@@ -57,6 +57,8 @@ class Runners:
                "--json-out", str(out)]
         if spec.side == "hf_liger":
             cmd.append("--liger")
+        if spec.side == "hf_compile":
+            cmd.append("--compile")
         env, _ = clean_environ()
         env["PYTHONPATH"] = f"{REPO_ROOT}:{env['PYTHONPATH']}" if env.get("PYTHONPATH") else str(REPO_ROOT)
         if spec.side == "torchtitan":
@@ -78,6 +80,8 @@ def availability(side: str) -> str | None:
     """None when the side can run here, else why not (checked in a fresh interpreter)."""
     probes = {
         "hf": "import transformers, torch; assert torch.cuda.is_available(), 'no CUDA device'",
+        "hf_compile": "import transformers, torch; "
+                      "assert torch.cuda.is_available(), 'no CUDA device'",
         "hf_liger": "import transformers, liger_kernel.transformers, torch; "
                     "assert torch.cuda.is_available(), 'no CUDA device'",
         "torchtitan": "from training.bench.titan_peer import probe; probe()",

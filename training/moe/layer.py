@@ -13,6 +13,7 @@ imports it. It brings
 from __future__ import annotations
 
 from training.launch.guards import LaunchContext, _nearest, _off_or_refuse
+from training.launch.recipes import RECIPES
 from training.launch.layers import RecipeLayer, RecipeValue
 from training.launch.settings import Refusal, Setting
 from training.launch.toggles import (GPT_ARGS, LAUNCHER, Flags, Toggle, auto_expert_impl,
@@ -74,8 +75,8 @@ TOGGLES: tuple[Toggle, ...] = (
            on=("--moe-device-counts",), group=GROUP, levers=True),
     Toggle("MOE_LEAN_STEP", "bool", True, LAUNCHER,
            "Where the step can run without a host synchronisation (the native grouped experts "
-           "on either backend, EP = TP = ETP = 1, dropless, all-to-all; bf16; the distributed "
-           "optimizer "
+           "on either backend, EP = TP = ETP = 1, dropless, all-to-all; bf16 or an fp8 recipe; "
+           "the distributed optimizer "
            "without offload, ADAM_BETA2 <= 0.99), the "
            "MoE launch's defaults for four settings the user left unset: MOE_DEVICE_COUNTS=1, "
            "CROSS_ENTROPY_LOSS_FUSION=0 (Liger's fused linear CE reads its token count on the "
@@ -295,8 +296,9 @@ LEAN_STEP = (("MOE_DEVICE_COUNTS", True, "the tokens per expert stay on the GPU 
 def lean_step_conflicts(s) -> list[str]:
     """Why the lean step does not apply to these settings (none: it does)."""
     why = _counts_conflicts(s)
-    if s["PRECISION"] != "bf16":
-        why.append(f"PRECISION={s['PRECISION']} (measured at bf16 only)")
+    if RECIPES[s["PRECISION"]].kind == "fp4":
+        why.append(f"PRECISION={s['PRECISION']} (the fp4 recipes keep the core defaults: not "
+                   "measured with the lean step)")
     if s["OPTIMIZER_CPU_OFFLOAD"]:
         why.append("OPTIMIZER_CPU_OFFLOAD=1 (the offload keeps fp32 state)")
     if s["FSDP"] or not s["DISTRIBUTED_OPTIMIZER"]:
