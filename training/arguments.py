@@ -169,7 +169,10 @@ def as_the_launcher(argv: list[str], caps=None) -> tuple[list[str], list[str]]:
 
     backend = args.transformer_backend
     if backend == "auto":
-        backend, why = auto_backend(capabilities().transformer_engine)
+        info = capabilities().info
+        precision = "fp8" if args.fp8 else "fp4" if args.fp4 else "bf16"
+        backend, why = auto_backend(capabilities().transformer_engine, bool(args.num_experts),
+                                    info.arch if info else None, precision)
         after += ["--transformer-backend", backend]
         notes.append(f"--transformer-backend {backend} (auto: {why})")
     kernels = args.native_kernels

@@ -14,12 +14,13 @@ LIMIT=${LIMIT:-330}
      --budget-s "$LIMIT" --out "$OUT" --experiment-dir /tmp/conv_moe_te > "$OUT/convergence.log" 2>&1
  echo "convergence rc=$?" >> "$OUT/convergence.log") &
 timeout "$LIMIT" python3 -m pytest -p no:cacheprovider -q -s -m gpu -rA --durations=0 \
-    tests/gpu/test_moe_gpu.py -k "transformer_engine or te_image" > "$OUT/moe_te_tests.log" 2>&1
+    tests/gpu/test_moe_gpu.py -k "transformer_engine or te_backend" > "$OUT/moe_te_tests.log" 2>&1
 echo "tests rc=$?" >> "$OUT/moe_te_tests.log"
 wait
 profile() {  # profile NAME TOGGLES...: iterations 5-6 of the bench shape under the profiler
     local name=$1; shift
     EXPERIMENT_DIR=/tmp/moe_te_profile/$name timeout 150 bash examples/moe/train_qwen3_moe.sh \
+        TRANSFORMER_IMPL=transformer_engine \
         MODEL_SIZE=30B-A3B NUM_LAYERS=8 SEQ_LENGTH=4096 MBS=1 BS=8 TOTAL_ITERS=7 EVAL_ITERS=0 \
         GPUS_PER_NODE=1 PROFILE=torch PROFILE_STEP_START=5 PROFILE_STEP_END=7 "$@" \
         > "$OUT/profile_$name.log" 2>&1

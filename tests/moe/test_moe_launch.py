@@ -115,7 +115,8 @@ def test_local_backend_has_no_grouped_experts_or_fused_permute(base_env):
 
 
 def test_permute_fusion_is_tes_kernel_with_tes_experts(base_env):
-    gpt = moe(base_env, PLATFORM="h200", NUM_LAYERS=4, MOE_EXPERT_IMPL="te").buckets["GPT_ARGS"]
+    gpt = moe(base_env, PLATFORM="h200", NUM_LAYERS=4, MOE_EXPERT_IMPL="te",
+              TRANSFORMER_IMPL="transformer_engine").buckets["GPT_ARGS"]
     assert "--moe-permute-fusion" in gpt and "--native-moe-permute" not in gpt
     assert " ".join(["--moe-expert-impl", "te"]) in " ".join(gpt)
 
@@ -130,7 +131,7 @@ def test_auto_experts_on_the_te_backend_follow_the_measured_table(base_env, plat
                                                                    says):
     """MOE_EXPERT_IMPL=auto on the TE backend picks by GPU architecture, with the reason saying
     whether a measurement stands behind it; the permute and the lean step follow the experts."""
-    result = moe(base_env, PLATFORM=platform, NUM_LAYERS=4)
+    result = moe(base_env, PLATFORM=platform, NUM_LAYERS=4, TRANSFORMER_IMPL="transformer_engine")
     setting = result.settings.setting("MOE_EXPERT_IMPL")
     assert result.settings["TRANSFORMER_IMPL"] == "transformer_engine"
     assert (setting.value, setting.source) == (experts, "derived") and says in setting.reason
@@ -156,10 +157,11 @@ def test_tes_experts_need_the_te_backend(base_env):
 
 
 def test_the_lean_step_is_refused_with_tes_experts(base_env):
-    msg = refused(base_env, "moe_lean_step", PLATFORM="h200", MOE_EXPERT_IMPL="te",
-                  MOE_LEAN_STEP=1, NUM_LAYERS=4)
+    te = dict(PLATFORM="h200", MOE_EXPERT_IMPL="te", TRANSFORMER_IMPL="transformer_engine",
+              NUM_LAYERS=4)
+    msg = refused(base_env, "moe_lean_step", MOE_LEAN_STEP=1, **te)
     assert "MOE_EXPERT_IMPL=te" in msg
-    result = moe(base_env, PLATFORM="h200", MOE_EXPERT_IMPL="te", NUM_LAYERS=4)
+    result = moe(base_env, **te)
     assert not result.settings["MOE_LEAN_STEP"]
     assert "MOE_EXPERT_IMPL=te" in result.settings.setting("MOE_LEAN_STEP").reason
 
@@ -249,11 +251,17 @@ def test_the_lean_step_steps_aside_with_a_reason_or_refuses_when_asked_for(base_
     assert why in msg and "MOE_LEAN_STEP=0" in msg
 
 
-def test_the_lean_step_is_measured_at_bf16_only(base_env):
-    """A low-precision recipe (TE: the platform's GPU) leaves the lean step out, with why."""
+def test_the_lean_step_runs_under_fp8_and_not_under_fp4(base_env):
+    """fp8 on the TE backend keeps the native experts in bf16 and the lean step (run on an H200:
+    moe-te-levers' PRECISION=fp8 row, 60.3 GiB); an fp4 recipe leaves it out, with why; an fp8
+    MoE launch says what fp8 measured."""
     result = moe(base_env, PLATFORM="h200", NUM_LAYERS=4, PRECISION="fp8")
+    assert result.settings["MOE_LEAN_STEP"] is True
+    assert notices(result, "moe_low_precision")
+    result = moe(base_env, PLATFORM="b300", NUM_LAYERS=4, PRECISION="nvfp4")
     lean = result.settings.values["MOE_LEAN_STEP"]
-    assert lean.value is False and "PRECISION=fp8" in lean.reason
+    assert lean.value is False and "PRECISION=nvfp4" in lean.reason
+    assert not notices(moe(base_env, PLATFORM="h200", NUM_LAYERS=4), "moe_low_precision")
 
 
 def test_a_cuda_graph_of_the_moe_step_needs_the_counts_on_the_gpu(base_env):
@@ -403,3 +411,40 @@ def test_entry_scripts_run_the_memory_preflight(tmp_path):
     proc = _script(tmp_path, "train_qwen3_moe.sh", "EP=8", PLATFORM="h200", GPUS_PER_NODE=8)
     assert proc.returncode == 0, proc.stderr
     assert "preflight_memory" in proc.stderr
+
+
+@pytest.mark.parametrize("platform,precision,backend,says", [
+    ("h200", "bf16", "native", "measured faster than the TE backend on sm90"),
+    ("h100", "bf16", "native", "measured faster than the TE backend on sm90"),
+    ("b300", "bf16", "transformer_engine", "not measured against it on sm100"),
+    ("mi355x", "bf16", "transformer_engine", "not measured against it on gfx950"),
+    ("h200", "fp8", "transformer_engine", "transformer_engine imports"),
+])
+def test_auto_backend_for_moe_follows_the_measurement(base_env, platform, precision, backend,
+                                                      says):
+    """TRANSFORMER_IMPL=auto for an MoE model where TE imports: the native backend where it was
+    measured faster (bf16 on an H200's architecture), TE elsewhere with the reason saying no
+    measurement stands behind it, TE for an fp8 recipe (the native backend has none)."""
+    setting = moe(base_env, PLATFORM=platform, PRECISION=precision,
+                  NUM_LAYERS=4).settings.setting("TRANSFORMER_IMPL")
+    assert setting.value == backend and says in setting.reason, setting.reason
+
+
+def test_auto_backend_for_a_dense_model_stays_te(base_env):
+    setting = launch(base_env, PLATFORM="h200").settings.setting("TRANSFORMER_IMPL")
+    assert setting.value == "transformer_engine"
+
+
+def test_plain_torchrun_derives_the_same_moe_backend():
+    """A plain torchrun of an MoE model (training.arguments.as_the_launcher) takes the launcher's
+    rule: native for bf16 on an H200 with TE installed, TE for fp8."""
+    from training.arguments import as_the_launcher
+    from training.launch.capabilities import for_platform
+
+    caps = for_platform("h200")
+    moe_words = ["--num-experts", "8", "--moe-grouped-gemm"]
+    argv, _ = as_the_launcher(moe_words, caps)
+    assert argv[argv.index("--transformer-backend", 3) + 1] == "native"
+    argv, _ = as_the_launcher(moe_words + ["--fp8-format", "hybrid"], caps)
+    assert argv[argv.index("--transformer-backend", 3) + 1] == "transformer_engine"
+    assert argv[argv.index("--moe-expert-impl") + 1] == "native"

@@ -202,9 +202,11 @@ def _apply_flag_values(settings: Settings, by_name: dict[str, Toggle],
     return clashes
 
 
-def _derive_backend(settings: Settings, caps: capabilities_mod.Capabilities) -> None:
+def _derive_backend(settings: Settings, caps: capabilities_mod.Capabilities,
+                    moe: bool = False) -> None:
     if settings["TRANSFORMER_IMPL"] == "auto":
-        backend, why = auto_backend(caps.transformer_engine)
+        backend, why = auto_backend(caps.transformer_engine, moe,
+                                    caps.info.arch if caps.info else None, settings["PRECISION"])
         settings.values["TRANSFORMER_IMPL"] = Setting(
             "TRANSFORMER_IMPL", backend, "platform", f"auto: {why} ({caps.source})")
     if settings.get("ROPE_FUSION") is None:
@@ -398,7 +400,7 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
     _derive_gpus(settings, caps, environ)
     recipe = derive_precision(settings)
     megatron = _derive_megatron(caps, recipe)
-    _derive_backend(settings, caps)
+    _derive_backend(settings, caps, moe=bool(getattr(preset, "num_experts", None)))
     applied += apply_layers(layers, settings, toggles, stage="derived")
     _derive_schedule(settings)
     datasets = _derive_datasets(settings)

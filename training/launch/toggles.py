@@ -765,11 +765,29 @@ def default_metrics_warmup_iters(total_iters: int | None) -> int:
     return min(max((total_iters or 0) // 5, 2), 10)
 
 
-def auto_backend(transformer_engine: bool) -> tuple[str, str]:
-    """TRANSFORMER_IMPL=auto: (backend, why)."""
-    if transformer_engine:
-        return "transformer_engine", "transformer_engine imports"
-    return "native", "transformer_engine is not installed"
+# MoE models in bf16 where TE imports, by GPU architecture: the native backend where it was
+# measured faster than the TE backend at the MoE bench shape (bench part moe-te-peers,
+# docs/benchmarks/moe-te-peers_h200_*; the TE backend there with the native grouped experts
+# and the lean step). Elsewhere TE stays, and the reason says nothing was measured there.
+MOE_NATIVE_BACKEND_ARCHS = ("sm90",)
+
+
+def auto_backend(transformer_engine: bool, moe: bool = False, arch: str | None = None,
+                 precision: str = "bf16") -> tuple[str, str]:
+    """TRANSFORMER_IMPL=auto: (backend, why). An MoE model in bf16 runs the native backend
+    where that was measured faster on this GPU's architecture (MOE_NATIVE_BACKEND_ARCHS); a
+    precision recipe other than bf16 needs TE's layers."""
+    if not transformer_engine:
+        return "native", "transformer_engine is not installed"
+    if moe and precision == "bf16":
+        if arch in MOE_NATIVE_BACKEND_ARCHS:
+            return "native", ("transformer_engine imports, but for MoE in bf16 the native "
+                              f"backend measured faster than the TE backend on {arch} "
+                              "(docs/levers.md, peer rows of moe-te-peers)")
+        return "transformer_engine", ("transformer_engine imports (MoE: the native backend "
+                                      f"is not measured against it on {arch or 'this GPU'}; "
+                                      "compare with TRANSFORMER_IMPL=native)")
+    return "transformer_engine", "transformer_engine imports"
 
 
 def auto_native_kernels(liger: bool) -> tuple[str, str]:

@@ -64,7 +64,8 @@ TOGGLES: tuple[Toggle, ...] = (
            "(Megatron's TEGroupedMLP on TE's grouped linear, fp8 with the recipe; TE backend "
            "only). auto: native on the native backend; on the TE backend the one measured "
            "faster on this GPU (the reason says where that rests on no measurement).",
-           flag="--moe-expert-impl", choices=("auto", "native", "te"), group=GROUP),
+           flag="--moe-expert-impl", choices=("auto", "native", "te"), group=GROUP,
+           levers=True),
     Toggle("MOE_DEVICE_COUNTS", "bool", False, GPT_ARGS,
            "Native grouped experts at EP = TP = ETP = 1, dropless: the tokens per "
            "expert stay on the GPU, where grouped_mm reads its offsets, instead of Megatron's "
@@ -357,9 +358,23 @@ def derived(settings) -> list[RecipeValue]:
     return lean_step(settings)
 
 
+def moe_low_precision(ctx: LaunchContext) -> None:
+    """An fp8 recipe on an MoE model: what was measured (a notice; the run goes ahead)."""
+    s = ctx.settings
+    if RECIPES[s["PRECISION"]].kind != "fp8":
+        return
+    s.info("moe_low_precision",
+           f"PRECISION={s['PRECISION']} on an MoE model: on one H200 at the Qwen3-30B-A3B bench "
+           "shape, fp8 (TE's dense linears in fp8, the native experts in bf16) measured no "
+           "faster than bf16 on the TE backend, TE's fp8 grouped experts far slower, and the "
+           "TE backend it needs slower than the native one in bf16 (docs/levers.md: the "
+           "moe-te-levers and moe-te-peers rows; docs/moe.md). Not recommended for throughput; "
+           "PRECISION=bf16 picks the native backend there.")
+
+
 GUARDS = (expert_parallel_sizes, moe_sequence_parallel, fsdp_expert_parallel,
           moe_dispatcher_kernels, moe_expert_kernels, moe_expert_impl, moe_device_counts,
-          moe_capacity, moe_aux_loss, moe_lean_step)
+          moe_capacity, moe_aux_loss, moe_lean_step, moe_low_precision)
 
 MOE = RecipeLayer("moe", values=lambda settings: [], toggles=TOGGLES, guards=GUARDS,
                   derived=derived)
