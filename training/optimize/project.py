@@ -160,7 +160,18 @@ def project(run: RunDescription, vpp: int | None = None, root=None) -> dict[str,
         terms.append(Term("pp_bubble", bubble,
                           f"compute x (PP-1)/(VPP x micro-batches) = (PP {pp} - 1)/({vpp} x "
                           f"{micro})" + (" interleaved 1F1B" if vpp > 1 else " 1F1B")))
-        assumptions.append("pipeline p2p sends overlap compute (only the bubble is exposed)")
+        bw, link = group_bandwidth(platform, pp, lay.world_size // pp, lay.gpus_per_node)
+        act = lay.mbs * m.seq_length / cp * m.hidden_size * BF16_BYTES / tp
+        send = 2 * act / (bw * 1e9)                     # activation forward, gradient backward
+        chunk = compute / (micro * vpp)                 # one micro-batch of one virtual stage
+        exposed = max(0.0, send - chunk) * micro * vpp
+        terms.append(Term("pp_p2p", exposed,
+                          f"send/recv {act / 2**20:.0f} MiB x 2 per micro-batch and virtual stage "
+                          f"/ {link} = {send * 1e3:.2f} ms, overlapped with {chunk * 1e3:.1f} ms "
+                          f"of compute ({micro} x {vpp})"))
+        assumptions.append("pipeline p2p overlaps the compute of the same micro-batch chunk "
+                           "(Megatron's overlapped p2p); the interleaved schedule's extra "
+                           "activation memory is not in the estimate")
 
     layers = -(-m.num_layers // pp)
     tokens_micro = lay.mbs * m.seq_length / cp          # per rank before SP splits them
