@@ -6,10 +6,12 @@ would import it again in every rank). Each layout starts from the same weights: 
 reference saves its initial model with megatron's distributed checkpointing, and every layout
 loads it through its own sharded state dict (the real resharding path, so a layout's wiring of
 TP/PP/VPP/EP shards is exercised by the load too). The data is one fixed global batch stream;
-each data-parallel rank takes its rows. What a layout returns is its loss per step (averaged
-over micro-batches and data-parallel ranks, as Megatron reports it).
+each data-parallel rank takes its rows. What a layout returns is, per step, its loss (averaged
+over micro-batches and data-parallel ranks, as Megatron reports it) and the global gradient
+norm Megatron's optimizer computes over every rank before its step, and the gradient norm of
+the norm weights alone (where a sequence-parallel reduction shows).
 
-    run_layout(Layout(tp=2, sp=True), ckpt_dir)  -> [loss at step 1, 2, ...]
+    run_layout(Layout(tp=2, sp=True))  -> [(loss, grad norm, norm-weights grad norm), ...]
 """
 from __future__ import annotations
 
@@ -24,6 +26,10 @@ import torch
 import torch.nn.functional as F
 
 SEQ, VOCAB, STEPS = 32, 256, 3
+# A clip far above any gradient norm: never clips, but Megatron then computes the global
+# gradient norm over every model-parallel rank, which each step reports. Adam's step divides
+# most of a wrongly reduced gradient out of the loss; the norm shows it whole.
+CLIP = 1e9
 
 
 @dataclass(frozen=True)
@@ -193,8 +199,9 @@ def _train(rank: int, world: int, port: int, layout: Layout, queue):
             torch.distributed.destroy_process_group()
 
 
-def _steps(layout: Layout) -> list[float]:
-    """Build the layout's model, train it layout.steps steps; the loss of each."""
+def _steps(layout: Layout) -> list[tuple]:
+    """Build the layout's model, train it layout.steps steps; (loss, gradient norm, the norm
+    weights' gradient norm: None with the distributed optimizer, whose grads are shards)."""
     from megatron.core import parallel_state as ps
     from megatron.core.distributed import (DistributedDataParallel,
                                            DistributedDataParallelConfig,
@@ -215,7 +222,7 @@ def _steps(layout: Layout) -> list[float]:
     config.no_sync_func = [c.no_sync for c in chunks] if len(chunks) > 1 else chunks[0].no_sync
     config.finalize_model_grads_func = finalize_model_grads
     optimizer = get_megatron_optimizer(
-        OptimizerConfig(optimizer="adam", lr=1e-2, weight_decay=0.0, clip_grad=0.0,
+        OptimizerConfig(optimizer="adam", lr=1e-2, weight_decay=0.0, clip_grad=CLIP,
                         use_distributed_optimizer=layout.dist_opt), chunks)
     forward_backward = get_forward_backward_func()
     losses = []
@@ -229,13 +236,30 @@ def _steps(layout: Layout) -> list[float]:
             data_iterator=iterators if len(chunks) > 1 else iterators[0],
             model=chunks if len(chunks) > 1 else chunks[0], num_microbatches=len(micro),
             seq_length=SEQ, micro_batch_size=layout.mbs, forward_only=False)
-        optimizer.step()
+        norms = _norm_grads(chunks, layout) if not layout.dist_opt else None
+        _, grad_norm, _ = optimizer.step()
         mean = torch.tensor([0.0, 0.0])
         if ps.is_pipeline_last_stage(ignore_virtual=True):
             mean = torch.tensor([float(sum(o["loss"] for o in out)) / len(out), 1.0])
         torch.distributed.all_reduce(mean)    # every last-stage rank of every DP rank
-        losses.append(float(mean[0] / mean[1]))
+        losses.append((float(mean[0] / mean[1]), float(grad_norm), norms))
     return losses
+
+
+def _norm_grads(chunks, layout: Layout) -> float:
+    """The norm weights' reduced gradient (L2 over every layer's norms): they are replicated
+    over TP and, under sequence parallelism, each rank holds only its sequence shard's share
+    until Megatron all-reduces them; in the global norm they are lost among the matrices."""
+    from megatron.core import parallel_state as ps
+
+    total = torch.zeros(1, dtype=torch.float64)
+    if ps.get_tensor_model_parallel_rank() == 0 and ps.get_data_parallel_rank() == 0:
+        for chunk in chunks:
+            for name, param in chunk.named_parameters():
+                if "norm" in name and getattr(param, "main_grad", None) is not None:
+                    total += param.main_grad.double().pow(2).sum()
+    torch.distributed.all_reduce(total)
+    return float(total.sqrt())
 
 
 class _CpuStream:
@@ -283,8 +307,8 @@ def preload() -> None:
     import training.specs  # noqa: F401
 
 
-def run_layout(layout: Layout, timeout: float = 120.0) -> list[float]:
-    """The layout's losses per step (forked ranks; RankError with the first rank's traceback)."""
+def run_layout(layout: Layout, timeout: float = 120.0) -> list[tuple]:
+    """The layout's (loss, global gradient norm, norm weights' gradient norm) per step (forked ranks; RankError with the first rank's traceback)."""
     import torch.multiprocessing as mp
 
     preload()
