@@ -20,7 +20,6 @@ import os
 import socket
 import traceback
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F

@@ -295,7 +295,8 @@ def _data_parallel(run, platform, per_micro, micro, dp, assumptions, stage_param
         from .memory import expert_data_parallel
         edp = expert_data_parallel(run)
         if edp > 1:
-            vol = experts * (edp - 1) / edp * (grad_bytes + (BF16_BYTES if dist_opt else grad_bytes))
+            gather = BF16_BYTES if dist_opt else grad_bytes
+            vol = experts * (edp - 1) / edp * (grad_bytes + gather)
             t = _gbs(vol, bw)
             terms.append(Term("dp_experts", max(0.0, t - backward_window)
                               if run.get("OVERLAP_GRAD_REDUCE") else t,
@@ -322,13 +323,15 @@ def resolve_run(family: str, words: list[str], environ: dict[str, str] | None = 
 
 def render(result: dict[str, Any]) -> str:
     lay = result["layout"]
+    state = ("FSDP" if lay["fsdp"] else "distributed optimizer" if lay["distributed_optimizer"]
+             else "DDP")
     lines = [f"projection: {result['model']} ({result['num_layers']} layers, seq "
              f"{result['seq_length']}) {result['precision']} on {lay['world_size']} "
              f"{result['platform']} ({lay['nnodes']} node(s) x {lay['gpus_per_node']})",
              f"  layout TP {lay['tp']} PP {lay['pp']} VPP {lay['vpp']} CP {lay['cp']} EP "
              f"{lay['ep']} DP {lay['dp']}, MBS {lay['mbs']}, GBS {lay['global_batch']} "
              f"({lay['microbatches']} micro-batches), RECOMPUTE={lay['recompute']}, "
-             f"{'FSDP' if lay['fsdp'] else 'distributed optimizer' if lay['distributed_optimizer'] else 'DDP'}",
+             f"{state}",
              "  step time per GPU:"]
     for term in result["terms"]:
         lines.append(f"    {term['seconds'] * 1e3:9.1f} ms  {term['key']:<16} {term['how']}")
@@ -344,26 +347,38 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
+def words_parser(prog: str, description: str, family: bool = True) -> ArgumentParser:
+    """The command line the projection's tools share: the launcher's KEY=VALUE words, --json."""
+    parser = ArgumentParser(prog=prog, description=description)
+    if family:
+        parser.add_argument("--family", default="llama3")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("words", nargs="*", help="the launcher's KEY=VALUE settings")
+    return parser
+
+
+def run_cli(parser: ArgumentParser, argv, compute, text) -> int:
+    """Parse, compute, print (text or JSON); bad input: one line on stderr, exit status 2."""
     from training.launch.settings import LaunchError
 
-    parser = ArgumentParser(prog="python -m training.optimize.project",
-                            description="Project a launch's step time and tokens/s/GPU on N "
-                                        "GPUs of a platform (docs/scale.md).")
-    parser.add_argument("--family", default="llama3")
-    parser.add_argument("--vpp", type=int, default=None,
-                        help="virtual pipeline stages per rank (default: EXTRA_MEGATRON_ARGS')")
-    parser.add_argument("--json", action="store_true", help="print the projection as JSON")
-    parser.add_argument("words", nargs="*", help="the launcher's KEY=VALUE settings")
     args = parser.parse_args(argv)
     try:
-        run = resolve_run(args.family, args.words)
-        result = project(run, vpp=args.vpp)
-    except (BadInput, LaunchError) as err:
+        result = compute(args)
+    except (BadInput, LaunchError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return getattr(err, "exit_code", 2)
-    print(json.dumps(result, indent=2) if args.json else render(result))
+    print(json.dumps(result, indent=2, default=str) if args.json else text(result))
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = words_parser("python -m training.optimize.project",
+                          "Project a launch's step time and tokens/s/GPU on N GPUs of a "
+                          "platform (docs/scale.md).")
+    parser.add_argument("--vpp", type=int, default=None,
+                        help="virtual pipeline stages per rank (default: EXTRA_MEGATRON_ARGS')")
+    return run_cli(parser, argv,
+                   lambda a: project(resolve_run(a.family, a.words), vpp=a.vpp), render)
 
 
 if __name__ == "__main__":

@@ -86,25 +86,21 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _rows(args) -> list[dict[str, Any]]:
+    rows = check()
+    if args.write:
+        (REPO_ROOT / TABLE).write_text(markdown(rows))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
+    from .project import run_cli
+
     parser = ArgumentParser(prog="python -m training.optimize.references",
                             description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--write", action="store_true", help=f"regenerate {TABLE}")
-    args = parser.parse_args(argv)
-    try:
-        rows = check()
-    except BadInput as err:
-        print(f"error: {err}", file=sys.stderr)
-        return err.exit_code
-    if args.json:
-        print(json.dumps(rows, indent=2))
-        return 0
-    text = markdown(rows)
-    if args.write:
-        (REPO_ROOT / TABLE).write_text(text)
-    print(text)
-    return 0
+    return run_cli(parser, argv, _rows, markdown)
 
 
 if __name__ == "__main__":

@@ -15,11 +15,9 @@ with its `DRY_RUN=1 bash <entry script> ...` command.
 """
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
-from training.cli import ArgumentParser
 from training.platforms import PLATFORMS
 from training.run_description import RunDescription, divisors
 
@@ -224,28 +222,13 @@ def render(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from training.launch.settings import LaunchError
+    from .project import resolve_run, run_cli, words_parser
 
-    from .project import resolve_run
-
-    parser = ArgumentParser(prog="python -m training.optimize.search",
-                            description="Rank the layouts that fit by projected tokens/s/GPU "
-                                        "(docs/scale.md).")
-    parser.add_argument("--family", default="llama3")
+    parser = words_parser("python -m training.optimize.search",
+                          "Rank the layouts that fit by projected tokens/s/GPU (docs/scale.md).")
     parser.add_argument("--top", type=int, default=5)
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("words", nargs="*", help="the launcher's KEY=VALUE settings")
-    args = parser.parse_args(argv)
-    try:
-        report = search(resolve_run(args.family, args.words), top=args.top)
-    except (BadInput, LaunchError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return getattr(err, "exit_code", 2)
-    if args.json:
-        print(json.dumps(report, indent=2, default=str))
-    else:
-        print(render(report))
-    return 0
+    return run_cli(parser, argv, lambda a: search(resolve_run(a.family, a.words), top=a.top),
+                   render)
 
 
 if __name__ == "__main__":

@@ -11,15 +11,11 @@ index step and start-up are not counted (the MLPerf clock includes evaluation: s
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 from statistics import mean
 from typing import Any
 
-from training.cli import ArgumentParser
-
-from .inputs import BadInput
 
 
 def time_to_train(words: list[str], environ: dict[str, str] | None = None) -> dict[str, Any]:
@@ -78,20 +74,11 @@ def render(r: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from training.launch.settings import LaunchError
+    from .project import run_cli, words_parser
 
-    parser = ArgumentParser(prog="python -m training.optimize.time_to_train",
-                            description=__doc__.split("\n\n")[0])
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("words", nargs="*", help="the MLPerf launcher's KEY=VALUE settings")
-    args = parser.parse_args(argv)
-    try:
-        result = time_to_train(args.words)
-    except (BadInput, LaunchError, FileNotFoundError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return getattr(err, "exit_code", 2)
-    print(json.dumps(result, indent=2, default=str) if args.json else render(result))
-    return 0
+    parser = words_parser("python -m training.optimize.time_to_train", __doc__.split("\n\n")[0],
+                          family=False)
+    return run_cli(parser, argv, lambda a: time_to_train(a.words), render)
 
 
 if __name__ == "__main__":
