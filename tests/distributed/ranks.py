@@ -2,10 +2,10 @@
 over gloo, with megatron.core's own parallel state, schedules, DDP and optimizer.
 
 Every rank is a fork of the test process (megatron is imported once, before the fork: a spawn
-would import it again in every rank). Each layout starts from the same weights: the one-process
-reference saves its initial model with megatron's distributed checkpointing, and every layout
-loads it through its own sharded state dict (the real resharding path, so a layout's wiring of
-TP/PP/VPP/EP shards is exercised by the load too). The data is one fixed global batch stream;
+would import it again in every rank). Each layout starts from the same weights: each weight's
+full tensor is drawn from a generator seeded by its checkpoint key and each rank keeps its
+shard by megatron's own sharded-state-dict offsets (_fill_weights). A layout can save its
+model with megatron's dist_checkpointing and another load it (a resume across layouts). The data is one fixed global batch stream;
 each data-parallel rank takes its rows. What a layout returns is, per step, its loss (averaged
 over micro-batches and data-parallel ranks, as Megatron reports it) and the global gradient
 norm Megatron's optimizer computes over every rank before its step, and the gradient norm of
@@ -47,6 +47,9 @@ class Layout:
     moe: bool = False
     num_layers: int = 4
     steps: int = STEPS
+    first_step: int = 0           # where in the data stream this run starts (a resume's)
+    save_to: str | None = None    # megatron dist checkpoint of the model after the last step
+    load_from: str | None = None  # ... and one to start from instead of the seeded weights
     extra: dict = field(default_factory=dict)
 
     @property
@@ -112,7 +115,8 @@ def _batches(layout: Layout):
     from megatron.core import parallel_state as ps
 
     g = torch.Generator().manual_seed(1234)
-    data = torch.randint(0, VOCAB, (layout.steps, layout.gbs, SEQ + 1), generator=g)
+    data = torch.randint(0, VOCAB, (layout.first_step + layout.steps, layout.gbs, SEQ + 1),
+                         generator=g)[layout.first_step:]
     dp_rank, dp = ps.get_data_parallel_rank(), ps.get_data_parallel_world_size()
     rows = layout.gbs // dp
     steps = []
@@ -215,6 +219,12 @@ def _steps(layout: Layout) -> list[tuple]:
     config = _config(layout)
     chunks = _model_chunks(layout, config)
     _fill_weights(chunks)
+    if layout.load_from:
+        from megatron.core import dist_checkpointing
+
+        state = dist_checkpointing.load(_sharded(chunks), layout.load_from)
+        for i, chunk in enumerate(chunks):
+            chunk.load_state_dict(state[f"chunk{i}"])
     ddp = DistributedDataParallelConfig(grad_reduce_in_fp32=True,
                                         use_distributed_optimizer=layout.dist_opt)
     chunks = [DistributedDataParallel(config, ddp, chunk) for chunk in chunks]
@@ -242,7 +252,32 @@ def _steps(layout: Layout) -> list[tuple]:
             mean = torch.tensor([float(sum(o["loss"] for o in out)) / len(out), 1.0])
         torch.distributed.all_reduce(mean)    # every last-stage rank of every DP rank
         losses.append((float(mean[0] / mean[1]), float(grad_norm), norms))
+    if layout.save_to:
+        _save([c.module for c in chunks], layout.save_to)
     return losses
+
+
+def _sharded(chunks) -> dict:
+    """One sharded state dict of every model chunk (their keys are global layer numbers, so a
+    checkpoint saved at one layout loads at any other)."""
+    return {f"chunk{i}": chunk.sharded_state_dict() for i, chunk in enumerate(chunks)}
+
+
+def _save(chunks, path: str) -> None:
+    """megatron's dist_checkpointing.save, on CPU ranks: its writer collects results through
+    a queue of a spawned Manager (a second interpreter importing megatron); a thread queue
+    serves the same writer threads here."""
+    import queue
+    from pathlib import Path
+
+    from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+
+    filesystem_async._results_queue = queue.Queue()
+    if torch.distributed.get_rank() == 0:
+        Path(path).mkdir(parents=True, exist_ok=True)
+    torch.distributed.barrier()
+    dist_checkpointing.save(_sharded(chunks), path)
 
 
 def _norm_grads(chunks, layout: Layout) -> float:
@@ -294,6 +329,9 @@ class RankError(RuntimeError):
 def preload() -> None:
     """Import what the ranks run before forking them: each fork then starts with megatron
     loaded (a fork copies the parent; importing megatron in every rank costs ~10 s each)."""
+    import megatron.core.dist_checkpointing  # noqa: F401
+    import megatron.core.dist_checkpointing.strategies.filesystem_async  # noqa: F401
+    import megatron.core.dist_checkpointing.strategies.torch  # noqa: F401
     import megatron.core.distributed  # noqa: F401
     import megatron.core.models.gpt  # noqa: F401
     import megatron.core.optimizer  # noqa: F401
