@@ -5,8 +5,9 @@ Every rank is a fork of the test process (megatron is imported once, before the 
 would import it again in every rank). Each layout starts from the same weights: each weight's
 full tensor is drawn from a generator seeded by its checkpoint key and each rank keeps its
 shard by megatron's own sharded-state-dict offsets (_fill_weights). A layout can save its
-model with megatron's dist_checkpointing and another load it (a resume across layouts). The data is one fixed global batch stream;
-each data-parallel rank takes its rows. What a layout returns is, per step, its loss (averaged
+model with megatron's dist_checkpointing and another load it (a resume across layouts). The
+data is one fixed global batch stream; each data-parallel rank takes its rows. What a layout
+returns is, per step, its loss (averaged
 over micro-batches and data-parallel ranks, as Megatron reports it) and the global gradient
 norm Megatron's optimizer computes over every rank before its step, and the gradient norm of
 the norm weights alone (where a sequence-parallel reduction shows).
@@ -345,15 +346,16 @@ def preload() -> None:
 
 
 def run_layout(layout: Layout, timeout: float = 120.0) -> list[tuple]:
-    """The layout's (loss, global gradient norm, norm weights' gradient norm) per step (forked ranks; RankError with the first rank's traceback)."""
+    """The layout's (loss, global gradient norm, norm weights' gradient norm) per step, from
+    forked ranks; RankError with the first failing rank's traceback."""
     import torch.multiprocessing as mp
 
     preload()
-
     ctx = mp.get_context("fork")
     queue = ctx.Queue()
     port = _port()
-    procs = [ctx.Process(target=_train, args=(r, layout.world, port, layout, queue)) for r in range(layout.world)]
+    procs = [ctx.Process(target=_train, args=(r, layout.world, port, layout, queue))
+             for r in range(layout.world)]
     for p in procs:
         p.start()
     try:

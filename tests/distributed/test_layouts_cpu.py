@@ -6,8 +6,8 @@ schedules, DDP and optimizer, from the same weights at every layout. Each layout
 global gradient norm at every step must equal the one-process run's within RTOL: fp32 sums
 taken in another order differ by up to ~6e-6 relative; a layout whose wiring is broken (a
 shard in the wrong place, a gradient not reduced, a pipeline message crossed, an expert's
-tokens sent to another) differs by far more (docs/scale.md: the mutations tried). Where megatron-core cannot run a layout on
-CPU ranks the test pins where it stops.
+tokens sent to another) differs by far more (docs/scale.md: the mutations tried). Where
+megatron-core cannot run a layout on CPU ranks the test pins where it stops.
 """
 from __future__ import annotations
 

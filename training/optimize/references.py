@@ -74,7 +74,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         mark = " (calibration)" if r["calibration"] else ""
         miss = "" if r["within_bar"] else " **outside the bar**"
-        lines.append(f"| {r['id']}{mark} | {r['setup']} | {r['reference_tokens_per_s_per_gpu']:,.0f}"
+        lines.append(f"| {r['id']}{mark} | {r['setup']} | "
+                     f"{r['reference_tokens_per_s_per_gpu']:,.0f}"
                      f" | {r['projected_tokens_per_s_per_gpu']:,.0f} | {r['error_pct']:+.1f}%{miss}"
                      f" | {r['exposed_comm_s'] / r['step_s']:.1%} of the step | {r['source']} |")
     checked = [r for r in rows if not r["calibration"]]

@@ -63,8 +63,9 @@ def render(r: dict[str, Any]) -> str:
              f"{mean(rcp['samples_to_converge']):,.0f} ({rcp['file']})"]
     if rcp["note"]:
         lines.append(f"  note: {rcp['note']}")
-    lines += [f"  steps: {r['steps_to_converge']['mean']:,} (min {r['steps_to_converge']['min']:,}, "
-              f"max {r['steps_to_converge']['max']:,}) x projected step {r['step_s']:.3f} s",
+    steps = r["steps_to_converge"]
+    lines += [f"  steps: {steps['mean']:,} (min {steps['min']:,}, max {steps['max']:,}) x "
+              f"projected step {r['step_s']:.3f} s",
               f"  time to train: {m['mean']:.1f} min (range {m['min']:.1f}-{m['max']:.1f} min; "
               f"projected {p['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU)",
               f"  not counted: {r['not_counted']}",
