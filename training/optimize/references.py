@@ -40,7 +40,13 @@ def measured_figure(root: Path, spec: dict[str, str]) -> float:
 def check(root: Path = REPO_ROOT, path: Path | None = None) -> list[dict[str, Any]]:
     from .project import project, resolve_run
 
-    doc = json.loads((root / (path or REFERENCES)).read_text())
+    file = root / (path or REFERENCES)
+    try:
+        doc = json.loads(file.read_text())
+    except OSError as err:
+        raise BadInput(f"{file}: cannot read the references ({err.strerror or err})") from None
+    except json.JSONDecodeError as err:
+        raise BadInput(f"{file}: the references are not valid JSON ({err})") from None
     rows = []
     for ref in doc["references"]:
         reference = (measured_figure(root, ref["measured"]) if "measured" in ref
@@ -88,7 +94,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def _rows(args) -> list[dict[str, Any]]:
-    rows = check()
+    rows = check(path=Path(args.references) if args.references else None)
     if args.write:
         (REPO_ROOT / TABLE).write_text(markdown(rows))
     return rows
@@ -101,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                             description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--write", action="store_true", help=f"regenerate {TABLE}")
+    parser.add_argument("--references", default=None, help=f"another references file "
+                                                           f"(default: {REFERENCES})")
     return run_cli(parser, argv, _rows, markdown)
 
 
