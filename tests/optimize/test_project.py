@@ -143,3 +143,16 @@ def test_unknown_platform_is_one_line_and_exit_2(capsys):
     assert project_main(["PLATFORM=tpu"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:")
+
+
+def test_search_skips_layouts_the_launcher_refuses():
+    """On the native backend, context parallelism is refused by the launcher (it needs TE's
+    attention): the projection ranks CP layouts of a long sequence first, the search's resolve
+    check lists them as refused, and the first lever has CP=1."""
+    words = ["PLATFORM=h200", "GPUS_PER_NODE=8", "TRANSFORMER_IMPL=native", "BS=8",
+             "SEQ_LENGTH=16384"]
+    report = search(resolve_run("llama3", words), top=1)
+    assert report["levers"][0]["sets"]["CP"] == "1"
+    refused = report["refused_by_launcher"]
+    assert refused and all(r["set"]["CP"] != "1" for r in refused)
+    assert all("context_parallel_backend" in r["refused"] for r in refused)
