@@ -79,13 +79,30 @@ def _gbs(bytes_: float, gbs: float) -> float:
     return bytes_ / (gbs * 1e9)
 
 
-def group_bandwidth(platform, span: int, stride: int, gpus_per_node: int) -> tuple[float, str]:
-    """(GB/s per GPU per direction, which link) of a group of `span` ranks `stride` apart."""
-    domain = min(platform.scale_up_domain, max(gpus_per_node, 1)) \
-        if platform.scale_up_domain <= 8 else platform.scale_up_domain
+def group_bandwidth(platform, span: int, stride: int, gpus_per_node: int,
+                    kind: str = "ring") -> tuple[float, str]:
+    """(effective GB/s per GPU per direction, how) of a collective over `span` ranks `stride`
+    apart. Inside one NVLink/xGMI domain: the scale-up figure. Across domains, with m of the
+    group's ranks in each of k domains, each GPU driving its own NIC: a ring collective
+    (all-gather, reduce-scatter, all-reduce) moves (k-1)/k of the data over the network split
+    among the m ranks of a domain (NCCL/RCCL's rings, one per NIC); an all-to-all sends each
+    rank's own (k-1)/k off the domain; a point-to-point send goes over the network whole. The
+    per-rank volumes the terms count are the flat (n-1)/n ones, so the network figure is scaled
+    by their ratio."""
+    domain = platform.scale_up_domain if platform.scale_up_domain > 8 \
+        else min(platform.scale_up_domain, max(gpus_per_node, 1))
     if span * stride <= domain:
         return platform.scale_up_gbs, f"scale-up {platform.scale_up_gbs:g} GB/s"
-    return platform.scale_out_gbs, f"network {platform.scale_out_gbs:g} GB/s (group spans domains)"
+    net = platform.scale_out_gbs
+    if kind == "p2p":
+        return net, f"network {net:g} GB/s"
+    per_domain = max(1, min(span, domain // max(stride, 1)))
+    domains = span / per_domain
+    flat = (span - 1) / span
+    off = (domains - 1) / domains / (per_domain if kind == "ring" else 1)
+    effective = min(platform.scale_up_gbs, net * flat / off)
+    return effective, (f"network {net:g} GB/s across {domains:g} domains x {per_domain} ranks "
+                       f"({kind}): {effective:.0f} GB/s effective")
 
 
 def project(run: RunDescription, vpp: int | None = None, root=None) -> dict[str, Any]:
@@ -160,7 +177,8 @@ def project(run: RunDescription, vpp: int | None = None, root=None) -> dict[str,
         terms.append(Term("pp_bubble", bubble,
                           f"compute x (PP-1)/(VPP x micro-batches) = (PP {pp} - 1)/({vpp} x "
                           f"{micro})" + (" interleaved 1F1B" if vpp > 1 else " 1F1B")))
-        bw, link = group_bandwidth(platform, pp, lay.world_size // pp, lay.gpus_per_node)
+        bw, link = group_bandwidth(platform, pp, lay.world_size // pp, lay.gpus_per_node,
+                                   kind="p2p")
         act = lay.mbs * m.seq_length / cp * m.hidden_size * BF16_BYTES / tp
         send = 2 * act / (bw * 1e9)                     # activation forward, gradient backward
         chunk = compute / (micro * vpp)                 # one micro-batch of one virtual stage
@@ -187,7 +205,7 @@ def project(run: RunDescription, vpp: int | None = None, root=None) -> dict[str,
                            "in the launcher)")
     # -- context parallel -----------------------------------------------------------------------
     if cp > 1:
-        bw, link = group_bandwidth(platform, cp, tp, lay.gpus_per_node)
+        bw, link = group_bandwidth(platform, cp, tp, lay.gpus_per_node, kind="p2p")
         kv = lay.mbs * (m.seq_length / cp) * 2 * m.kv_width / tp * BF16_BYTES
         comm = layers * micro * 3 * (cp - 1) * kv / (bw * 1e9)
         attention_share = (2 * m.seq_length * m.q_width) / (fpt / 3 / m.num_layers)
@@ -199,9 +217,10 @@ def project(run: RunDescription, vpp: int | None = None, root=None) -> dict[str,
                           f"with attention {attention * 1e3:.1f} ms"))
     # -- expert parallel ------------------------------------------------------------------------
     if m.moe and ep > 1:
-        bw, link = group_bandwidth(platform, ep, tp * cp if etp == 1 else etp,
-                                   lay.gpus_per_node)
         dispatcher = run.get("MOE_TOKEN_DISPATCHER") or "alltoall"
+        bw, link = group_bandwidth(platform, ep, tp * cp if etp == 1 else etp,
+                                   lay.gpus_per_node, kind="alltoall" if dispatcher ==
+                                   "alltoall" else "ring")
         local_tokens = tokens_micro / tp
         if dispatcher == "allgather":
             per = local_tokens * (ep - 1) * m.hidden_size * BF16_BYTES
@@ -361,7 +380,7 @@ def run_cli(parser: ArgumentParser, argv, compute, text) -> int:
     """Parse, compute, print (text or JSON); bad input: one line on stderr, exit status 2."""
     from training.launch.settings import LaunchError
 
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)   # options between the KEY=VALUE words too
     try:
         result = compute(args)
     except (BadInput, LaunchError, FileNotFoundError) as err:
