@@ -37,7 +37,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from training.cli import ArgumentParser
+from training.cli import ArgumentParser, positive_int
 from training.platforms import PLATFORMS
 from training.run_description import RunDescription
 
@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = words_parser("python -m training.optimize.project",
                           "Project a launch's step time and tokens/s/GPU on N GPUs of a "
                           "platform (docs/scale.md).")
-    parser.add_argument("--vpp", type=int, default=None,
+    parser.add_argument("--vpp", type=positive_int, default=None,
                         help="virtual pipeline stages per rank (default: EXTRA_MEGATRON_ARGS')")
     return run_cli(parser, argv,
                    lambda a: project(resolve_run(a.family, a.words), vpp=a.vpp), render)

@@ -222,11 +222,13 @@ def render(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from training.cli import positive_int
+
     from .project import resolve_run, run_cli, words_parser
 
     parser = words_parser("python -m training.optimize.search",
                           "Rank the layouts that fit by projected tokens/s/GPU (docs/scale.md).")
-    parser.add_argument("--top", type=int, default=5)
+    parser.add_argument("--top", type=positive_int, default=5)
     return run_cli(parser, argv, lambda a: search(resolve_run(a.family, a.words), top=a.top),
                    render)
 
