@@ -185,7 +185,7 @@ def search(run: RunDescription, top: int = 5) -> dict[str, Any]:
                              f"{result['model_tflops_per_gpu']:,.0f} TFLOP/s/GPU; step "
                              f"{result['step_s']:.2f} s"
                              + (f", largest overhead {worst} {exposed[worst] * 1e3:.0f} ms"
-                                if worst else "")
+                                if worst and exposed[worst] >= 5e-4 else "")
                              + " (projection, not measured)",
             "command": _command(run, sets, script(run)),
             "projection": result})
