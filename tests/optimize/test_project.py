@@ -61,7 +61,7 @@ def test_pipeline_bubble_follows_the_interleaved_schedule():
     assert _terms(five)["pp_bubble"] == pytest.approx(compute * 3 / (5 * micro))
 
 
-def test_tp_collectives_scale_with_tp_and_leave_the_node_on_the_network():
+def test_tp_collectives_scale_with_tp():
     def tp_term(tp, gpus):
         run = resolve_run("llama3", ["MODEL_SIZE=70B", "PLATFORM=h100", "GPUS_PER_NODE=8",
                                      f"NNODES={gpus // 8}", f"TP={tp}", "PP=8", "BS=64",
@@ -72,6 +72,25 @@ def test_tp_collectives_scale_with_tp_and_leave_the_node_on_the_network():
     layers_ratio = 1.0   # same PP: same layers per stage
     micro_ratio = (64 / (16 // 16)) / (64 / (64 // 64))  # DP 1 both: same micro-batches
     assert eight / two == pytest.approx((7 / 8) / (1 / 2) * layers_ratio * micro_ratio)
+
+
+def test_links_inside_a_domain_and_across_nodes():
+    """Inside one NVLink domain: the scale-up figure. A ring over 4 nodes x 4 ranks moves 3/4
+    of the data over the network split over the 4 ranks' NICs; an all-to-all sends each rank's
+    own 3/4 off the node; a point-to-point send goes whole."""
+    from training.optimize.project import group_bandwidth
+    from training.platforms import PLATFORMS
+
+    h100 = PLATFORMS["h100"]
+    assert group_bandwidth(h100, 8, 1, 8)[0] == h100.scale_up_gbs
+    flat = 15 / 16
+    ring = group_bandwidth(h100, 16, 2, 8)[0]
+    assert ring == pytest.approx(min(h100.scale_up_gbs, h100.scale_out_gbs * flat / (3 / 4 / 4)))
+    a2a = group_bandwidth(h100, 16, 2, 8, kind="alltoall")[0]
+    assert a2a == pytest.approx(h100.scale_out_gbs * flat / (3 / 4))
+    assert group_bandwidth(h100, 16, 2, 8, kind="p2p")[0] == h100.scale_out_gbs
+    gb200 = PLATFORMS["gb200"]   # 72 GPUs share one NVLink domain: 64 of them never leave it
+    assert group_bandwidth(gb200, 64, 1, 4)[0] == gb200.scale_up_gbs
 
 
 def test_dp_reduce_is_exposed_without_its_overlap():
