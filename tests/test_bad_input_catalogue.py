@@ -378,6 +378,16 @@ CASES: list[Case] = [
          env={"DRY_RUN": "1", "EXPERIMENT_DIR": "{tmp}/exp"}),
     Case("preflight --recommend: --family without a value", "training.optimize.preflight",
          ["--recommend", "--family"], "--family"),
+    # -- the projection's tools (docs/scale.md) ----------------------------------------------
+    Case("project: unknown platform", "training.optimize.project", ["PLATFORM=nope"], "PLATFORM"),
+    Case("project: fp4 not projected", "training.optimize.project",
+         ["PLATFORM=b200", "PRECISION=nvfp4"], "PRECISION=nvfp4"),
+    Case("search: unknown model size", "training.optimize.search", ["MODEL_SIZE=nope"],
+         "MODEL_SIZE"),
+    Case("time_to_train: unknown platform", "training.optimize.time_to_train", ["PLATFORM=nope"],
+         "PLATFORM"),
+    Case("references: missing file", "training.optimize.references",
+         ["--references", "{tmp}/none.json"], "none.json"),
     # -- training.numerics, training.versions ------------------------------------------
     Case("numerics table: missing JSON", "training.numerics", ["table", "{tmp}/none.json"], "none.json"),
     Case("numerics table: garbage JSON", "training.numerics", ["table", "{tmp}/g.json"], "g.json",

@@ -1,0 +1,86 @@
+"""Time to train the MLPerf llama31_8b recipe on N GPUs of a platform, on paper.
+
+    python -m training.optimize.time_to_train [--json] KEY=VALUE ...
+
+resolves the words as examples/mlperf/llama31_8b/run_llama31_8b.sh does (the recipe layer on
+top: its model, sequence, batch size, LR from the RCP), projects one step
+(training/optimize/project.py) and multiplies by the steps to converge: the samples to converge
+of mlperf-logging's reference convergence points (RCPs) for the global batch size (their mean,
+minimum and maximum; training/mlperf/rcp.py) over the batch size. Evaluation, the untimed
+index step and start-up are not counted (the MLPerf clock includes evaluation: say so).
+"""
+from __future__ import annotations
+
+import math
+import sys
+from statistics import mean
+from typing import Any
+
+
+
+def time_to_train(words: list[str], environ: dict[str, str] | None = None) -> dict[str, Any]:
+    from training.mlperf import rcp as rcp_mod
+    from training.mlperf import rules as rules_mod
+    from training.mlperf.launch import resolve_mlperf
+
+    from .project import project
+
+    env = dict(environ or {}, DRY_RUN="1", PREFLIGHT_MEMORY="off")
+    env.setdefault("MASTER_ADDR", "node0")
+    # closed division needs the C4 files on this machine; the step is the same without them
+    env.setdefault("MLPERF_DIVISION", "open")
+    rules = rules_mod.load()
+    launch, _values, _config = resolve_mlperf(env, words, rules)
+    run = launch.run
+    result = project(run)
+    bs = run.layout.global_batch
+    choice = rcp_mod.choose(bs, rcp_mod.load(rules.ruleset))
+    samples = choice.rcp.samples_to_converge
+    steps = {k: math.ceil(v / bs) for k, v in
+             (("mean", mean(samples)), ("min", min(samples)), ("max", max(samples)))}
+    step_s = result["step_s"]
+    return {"benchmark": rules.benchmark, "ruleset": rules.ruleset, "global_batch": bs,
+            "rcp": {"name": choice.rcp.name, "batch_size": choice.rcp.batch_size,
+                    "samples_to_converge": list(samples), "exact": choice.exact,
+                    "note": choice.note,
+                    "file": str(rcp_mod.rcp_file(rules.ruleset))},
+            "steps_to_converge": steps, "step_s": step_s,
+            "minutes": {k: v * step_s / 60 for k, v in steps.items()},
+            "projection": result,
+            "not_counted": "evaluation (every MLPERF_EVAL_EVERY samples), the untimed index "
+                           "step, start-up and checkpoint-free warm-up compilation"}
+
+
+def render(r: dict[str, Any]) -> str:
+    p = r["projection"]
+    lay = p["layout"]
+    m = r["minutes"]
+    rcp = r["rcp"]
+    lines = [f"time to train {r['benchmark']} (MLPerf {r['ruleset']}) on {lay['world_size']} "
+             f"{p['platform']}, GBS {r['global_batch']}, {p['precision']}:",
+             f"  samples to converge: RCP {rcp['name']} (BS {rcp['batch_size']}), "
+             f"{len(rcp['samples_to_converge'])} reference runs, mean "
+             f"{mean(rcp['samples_to_converge']):,.0f} ({rcp['file']})"]
+    if rcp["note"]:
+        lines.append(f"  note: {rcp['note']}")
+    steps = r["steps_to_converge"]
+    lines += [f"  steps: {steps['mean']:,} (min {steps['min']:,}, max {steps['max']:,}) x "
+              f"projected step {r['step_s']:.3f} s",
+              f"  time to train: {m['mean']:.1f} min (range {m['min']:.1f}-{m['max']:.1f} min; "
+              f"projected {p['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU)",
+              f"  not counted: {r['not_counted']}",
+              "  projection assumptions:"]
+    lines += [f"    - {a}" for a in p["assumptions"]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .project import run_cli, words_parser
+
+    parser = words_parser("python -m training.optimize.time_to_train", __doc__.split("\n\n")[0],
+                          family=False)
+    return run_cli(parser, argv, lambda a: time_to_train(a.words), render)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
