@@ -232,3 +232,31 @@ def test_a_damaged_report_is_left_out_not_a_traceback(tmp_path):
                    '"verdict": 7}], "fixed": "SEED"}')
     assert recipe_ab("fp8", [bad]) is None
     assert "not measured for PRECISION=fp8" in convergence_text("fp8", [bad])
+
+
+def test_a_recipe_measured_on_another_kind_of_model_is_not_recommended(tmp_path):
+    """Dense fp8 figures say nothing of an MoE model's GEMMs (and back): an MoE row of the same
+    recipe is needed. The same dense rows recommend fp8 for the dense run (tests above)."""
+    moe_row = dict(_recipe_row("fp8", 0.91, "within noise"),
+                   shape=dict(TE_SHAPE, model="qwen3-30B-A3B", seq_length=4096))
+    report = _recommend(tmp_path, rows=ROWS + [moe_row])   # the dense run: the dense rows count
+    [rec] = [r for r in report["recommendations"] if r["id"] == "precision_recipe"]
+    assert "x1.280 tokens/s" in rec["measured_text"]
+    assert not any("measured on MoE models only" in c for c in report["considered"])
+
+    from training.optimize import levers as levers_mod
+    from training.optimize.advisor import advise as _advise
+    from training.optimize.inputs import load_run
+
+    from .helpers import RUNS
+
+    run = copy_run(RUNS / "h200_l8_moe_lean", tmp_path / "moe")   # the MoE bench shape's run
+    edit_manifest(run, lambda m: m["capabilities"].update(transformer_engine=True))
+    for rows, quoted in ((ROWS, None), (ROWS + [moe_row], "x0.910 tokens/s")):
+        book = levers_mod.load(_levers(tmp_path, rows))
+        report = _advise(load_run(run), book, convergence=tmp_path / "none.json")
+        assert "precision_recipe" not in {r["id"] for r in report["recommendations"]}
+        assert any("measured on dense models only" in c for c in report["considered"])
+        dead = {d["id"]: d for d in report["dead_ends"]}
+        if quoted:   # the MoE row, within noise: a dead end quoting it
+            assert quoted in dead["precision_recipe"]["text"]

@@ -515,19 +515,36 @@ def throughput_flow(config: RunDescription, ctx: Context, book: LeverBook,
     return {"recommendations": recs, "unproductive": unproductive, "considered": considered}
 
 
+def _moe_shape(shape: dict) -> bool:
+    """Whether a lever row was measured on an MoE model (its preset has experts)."""
+    import training.moe.presets  # noqa: F401 - registers the MoE presets the rows may name
+    from training.launch.presets import PRESETS
+
+    preset = PRESETS.get(shape.get("model"))
+    return bool(getattr(preset, "num_experts", None))
+
+
 def _precision_recipe(config: RunDescription, book: LeverBook, consider, considered: list[str],
                       convergence) -> None:
     """The recipe of this GPU measured fastest against bf16, with its convergence A/B."""
     names = recipes_mod.platform_recipes(config)
     if not names:
         return
-    measured = []
+    measured, elsewhere = [], []
     for name in names:
         match = _match(book, {"PRECISION": name}, config, {"PRECISION": "bf16"}, measured=True)
         if match is not None and (match.exact or match.reverse):
+            if _moe_shape(match.entry.shape) != config.model.moe:
+                elsewhere.append(name)   # a dense figure says nothing of MoE, and back
+                continue
             measured.append((match.entry.ratio if not match.reverse else 1 / match.entry.ratio,
                              name))
-    if not measured:
+    if elsewhere:
+        considered.append(f"PRECISION={'/'.join(elsewhere)}: measured on "
+                          f"{'dense' if config.model.moe else 'MoE'} models only, which says "
+                          f"nothing of this {'MoE' if config.model.moe else 'dense'} model's "
+                          "GEMMs: not recommended from that figure")
+    if not measured and not elsewhere:
         considered.append(f"PRECISION: {config.platform} runs {', '.join(names)}; none is "
                           "measured against bf16 in the levers file, so none is recommended "
                           f"({recipes_mod.convergence_text(names[0], convergence)})")
