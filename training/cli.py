@@ -88,10 +88,17 @@ def read_json(path: str | Path, what: str) -> Any:
         raise BadFile(f"{path}: cannot read the {what} ({getattr(err, 'strerror', None) or err})") from None
     if not text.strip():
         raise BadFile(f"{path}: empty, not a {what}")
+    return loads(text, path, what)
+
+
+def loads(text: str, path: str | Path, what: str) -> Any:
+    """json.loads with BadFile for text that is not JSON, cut short, or nested too deep."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise BadFile(f"{path}: not a {what}: invalid or cut-short JSON ({err})") from None
+    except RecursionError:
+        raise BadFile(f"{path}: not a {what}: JSON nested too deep to read") from None
 
 
 def write_text(path: str | Path, text: str, what: str) -> None:

@@ -14,7 +14,7 @@ from training.versions import launcher_versions
 
 from .environment import shown
 from .resolve import Launch
-from .runfolder import git_sha, package_versions, write_json_atomic
+from .runfolder import git_sha, mark_ours, package_versions, write_json_atomic
 from .settings import fmt_value
 from .toggles import LAUNCHER
 
@@ -80,4 +80,5 @@ def launch_manifest(launch: Launch) -> dict:
 
 
 def write_launch_manifest(launch: Launch) -> None:
+    mark_ours(launch.log_dir)
     write_json_atomic(launch.log_dir / "manifest.json", launch_manifest(launch))
