@@ -52,6 +52,28 @@ class ImportRecord(Record):
     architecture: Optional[dict[str, Any]] = None
 
 
+# -- a Hugging Face Llama config.json, as the import reads it (training/checkpoint/layout.py) ---
+
+class HFConfig(Record):
+    num_hidden_layers: int = Field(ge=1)
+    hidden_size: int = Field(ge=1)
+    intermediate_size: int = Field(ge=1)
+    num_attention_heads: int = Field(ge=1)
+    vocab_size: int = Field(ge=1)
+    num_key_value_heads: Optional[int] = Field(None, ge=1)
+    max_position_embeddings: Optional[int] = Field(None, ge=1)
+    head_dim: Optional[int] = Field(None, ge=1)
+    rope_theta: Optional[float] = Field(None, gt=0)
+    rms_norm_eps: Optional[float] = Field(None, gt=0)
+    rope_scaling: Optional[dict[str, Any]] = None
+    rope_parameters: Optional[dict[str, Any]] = None
+    tie_word_embeddings: Optional[bool] = None
+    attention_bias: Optional[bool] = None
+    mlp_bias: Optional[bool] = None
+    hidden_act: Optional[str] = None
+    _finite = field_validator("rope_theta", "rms_norm_eps")(classmethod(lambda cls, v: _finite(v)))
+
+
 # -- the launch manifest: RUN/manifest.json (training/launch/manifest.py writes it) -----------
 
 class MlperfSection(Record):

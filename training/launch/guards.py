@@ -121,7 +121,18 @@ def strict_toggle_names(ctx: LaunchContext) -> None:
 @guard
 def megatron_flags(ctx: LaunchContext) -> None:
     """A Megatron flag after the script name that a toggle owns is the toggle's value, or refused."""
-    problems = ctx.flag_problems
+    from .megatron_flags import unknown_flags
+    from .megatron_info import STOCK
+
+    problems = list(ctx.flag_problems)
+    unknown = unknown_flags(ctx.user_args)
+    if unknown and ctx.megatron is not None and ctx.megatron.build is not STOCK:
+        ctx.settings.warn("megatron_flags", f"{', '.join(unknown)}: not a flag of megatron-core's "
+                          f"parser; {ctx.megatron.build.name} may have it, else Megatron stops "
+                          "at startup.")
+    elif unknown:
+        problems += [f"{u}: megatron-core's parser has no such flag, so Megatron would stop "
+                     "after torchrun started" for u in unknown]
     if len(problems) == 1:
         raise Refusal("megatron_flags", f"after the script name, {problems[0]}")
     if problems:

@@ -378,6 +378,13 @@ def _derive_run_folder(settings: Settings, name: str, tag: str,
         log_dir = run_dir(s["EXPERIMENT_DIR"], name, tag, s["RUN_ID"])
     if not log_dir.is_absolute():
         log_dir = Path.cwd() / log_dir
+    try:
+        return _check_run_folder(s, log_dir)
+    except OSError as err:   # a name too long for the file system, a folder we may not read
+        return log_dir, f"{log_dir} cannot be used: {err.strerror or err}"
+
+
+def _check_run_folder(s: Settings, log_dir: Path) -> tuple[Path, str | None]:
     taken = holds_run(log_dir, s["NNODES"], s["NODE_RANK"])
     if taken and not s.get("LOG_DIR") and s.setting("RUN_ID").source == "derived":
         stamp = s["RUN_ID"]
