@@ -42,6 +42,8 @@ _KNOWN_TOKENS = re.compile(r"(?P<head>)(?P<secret>\b(?:hf_[A-Za-z0-9]{16,}|gh[po
 _VALUE_PATTERNS = (_URL_USERINFO, _BARE_USERINFO, _QUERY, _KNOWN_TOKENS)
 # NAME=value in a text (a shell line, a message); the value shell-quoted or one word.
 _ASSIGNMENT = re.compile(r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)=(?P<value>'[^']*'|\"[^\"]*\"|[^\s,;)'\"]*)")
+# A placeholder in a message (KEY=VALUE, HF_TOKEN=...), not a value.
+_PLACEHOLDER = re.compile(r"[A-Z_]+|\.\.\.|<[^>]*>|\*+")
 # --some-token VALUE / --some-token=VALUE on a command line.
 _FLAG = re.compile(r"(?P<flag>--[A-Za-z0-9-]+)(?P<sep>[ =])(?P<value>'[^']*'|\"[^\"]*\"|[^\s]+)")
 
@@ -84,8 +86,10 @@ def mask_text(text: str) -> str:
     """A line for a human or a file (an error message, a shell line): every secret-named
     NAME=value and --secret-flag value masked, and every credential inside a value."""
     def assignment(m: re.Match) -> str:
-        return f"{m.group('name')}={MASK}" if is_secret(m.group("name")) and m.group("value") \
-            else m.group(0)
+        value = m.group("value")
+        if not is_secret(m.group("name")) or not value or _PLACEHOLDER.fullmatch(value):
+            return m.group(0)
+        return f"{m.group('name')}={MASK}"
 
     def flag(m: re.Match) -> str:
         return f"{m.group('flag')}{m.group('sep')}{MASK}" if is_secret(m.group("flag")) \

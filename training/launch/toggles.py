@@ -986,7 +986,7 @@ def _parse(toggle: Toggle, raw: str) -> Any:
         except ValueError:
             raise BadInput(f"{toggle.name}={raw!r} is not a number: use e.g. "
                            f"{toggle.name}={toggle.default if toggle.default is not None else 1.0}.") from None
-    if toggle.kind == "path" and not text:
+    if toggle.kind == "path" and toggle.flag and not text:
         raise BadInput(f"{toggle.name}= is empty, which Megatron would take as a folder named '': "
                        f"leave {toggle.name} out, or give a folder.")
     if toggle.kind == "choice":
