@@ -31,8 +31,8 @@ from .layers import (LayerEntry, RecipeLayer, RecipeValue, apply_layers, entry_e
                      registry_with)
 from .presets import FAMILIES, preset_for
 from .recipes import Recipe, derive_precision
-from .runfolder import (default_run_name, folder_problem, holds_run, new_run_id, ownership_problem,
-                        run_dir)
+from .runfolder import (default_run_name, folder_problem, holds_run, is_system_folder, new_run_id,
+                        ownership_problem, run_dir)
 from .settings import USER_SOURCES, BadInput, Setting, Settings, fmt_value
 from .toggles import (CLOSING_WORDS, DISTRIBUTED_ARGS, MEGATRON_BUCKETS, OUTPUT_ARGS, Toggle,
                       auto_backend, auto_native_kernels, closest_toggle,
@@ -376,6 +376,9 @@ def _derive_run_folder(settings: Settings, name: str, tag: str,
         if s.get("RUN_ID") is None:
             s.put("RUN_ID", stamp or new_run_id(), "derived", "timestamp of this launch")
         log_dir = run_dir(s["EXPERIMENT_DIR"], name, tag, s["RUN_ID"])
+        if is_system_folder(Path(s["EXPERIMENT_DIR"])):
+            return log_dir, (f"EXPERIMENT_DIR={s['EXPERIMENT_DIR']} is a system folder (or your "
+                             "home folder itself)")
     if not log_dir.is_absolute():
         log_dir = Path.cwd() / log_dir
     try:

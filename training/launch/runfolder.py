@@ -53,7 +53,7 @@ def holds_run(folder: Path, nnodes: int, node_rank: int) -> str | None:
         return "metrics.jsonl is there"
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     if isinstance(manifest, dict) and manifest.get("dry_run") is False:
         return f"manifest.json of a launch at {manifest.get('created', 'an unknown time')}"
@@ -80,15 +80,21 @@ def is_ours(folder: Path) -> bool:
     return isinstance(manifest, dict) and {"schema", "toggles", "command"} <= set(manifest)
 
 
+def is_system_folder(folder: Path) -> bool:
+    """/, a folder of the system (SYSTEM_FOLDERS or below, links followed) or your home folder."""
+    real = Path(os.path.realpath(folder))
+    text = str(real)
+    return real == Path("/") or real == Path.home() or (
+        any(text == d or text.startswith(d + "/") for d in SYSTEM_FOLDERS)
+        and not any(text == d or text.startswith(d + "/") for d in SYSTEM_ALLOWED))
+
+
 def ownership_problem(folder: Path) -> str | None:
     """Why the launcher may not write into `folder`: it is a system folder, or it holds files
     and is not a run folder of ours. None: missing, empty, or ours."""
-    real = Path(os.path.realpath(folder))
-    text = str(real)
-    if real == Path("/") or real == Path.home() or (
-            any(text == d or text.startswith(d + "/") for d in SYSTEM_FOLDERS)
-            and not any(text == d or text.startswith(d + "/") for d in SYSTEM_ALLOWED)):
+    if is_system_folder(folder):
         return f"{folder} is a system folder (or your home folder itself)"
+    real = Path(os.path.realpath(folder))
     try:
         entries = next(os.walk(real))[1:] if real.is_dir() else ([], [])
     except StopIteration:

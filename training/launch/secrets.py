@@ -33,7 +33,7 @@ _NOT_SECRET = frozenset({"PWD", "OLDPWD"})
 # A URL's user:password@ (the password group is masked), a bare user:password@host, a query
 # parameter that names a credential, tokens with a well-known prefix.
 _URL_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@'\"]*:)(?P<secret>[^\s/@'\"]+)(?=@)")
-_BARE_USERINFO = re.compile(r"(?P<head>(?:^|(?<=[\s='\"]))[A-Za-z0-9._~-]+:)(?P<secret>[^\s/:@'\"]+)(?=@[A-Za-z0-9\[])")
+_BARE_USERINFO = re.compile(r"(?P<head>(?:^|(?<=[\s='\"/]))[A-Za-z0-9._~-]+:)(?P<secret>[^\s/:@'\"]+)(?=@[A-Za-z0-9\[])")
 _QUERY = re.compile(r"(?P<head>[?&;](?:[A-Za-z_-]*(?:token|key|password|passwd|pass|secret|sig|"
                     r"signature|auth|credential|pat))=)(?P<secret>[^&\s'\"#]+)", re.IGNORECASE)
 _KNOWN_TOKENS = re.compile(r"(?P<head>)(?P<secret>\b(?:hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{16,}"

@@ -88,7 +88,7 @@ def _events(log: Path) -> dict:
 def _manifest(run: Path) -> dict:
     try:
         return json.loads((run / "manifest.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
 
 
