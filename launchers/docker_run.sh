@@ -9,16 +9,9 @@
 # Toggles you set (TP=2, DATA_PATH=..., NNODES=...) reach the script inside; the repository and
 # the data, tokenizer and checkpoint folders are mounted at the same paths. DOCKER_IMAGE picks the
 # image (default training:cuda / training:rocm, built from docker/), DOCKER_ENV names extra
-# variables to pass (e.g. DOCKER_ENV=HF_TOKEN). training/deploy/docker.py builds the command;
-# docs/launch.md explains every flag.
+# variables to pass (e.g. DOCKER_ENV=HF_TOKEN). training/deploy/docker.py builds the command and
+# runs it (secrets by environment, never on the command line); docs/launch.md explains every flag.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../examples/lib/launch.sh"   # PYTHON, PYTHONPATH
 
-plan=$("$PYTHON" -m training.deploy.docker "$@") || exit $?
-eval "$plan"   # DOCKER_CMD (array), DOCKER_LINE, DRY_RUN
-
-if [ "$DRY_RUN" = 1 ]; then
-    echo "$DOCKER_LINE"
-    exit 0
-fi
-exec "${DOCKER_CMD[@]}"
+exec "$PYTHON" -m training.deploy.docker "$@"   # DRY_RUN=1: prints the command, runs nothing

@@ -107,3 +107,64 @@ def check_case(case: Case, tmp: Path, monkeypatch, subs: dict[str, str] | None =
     assert fill(case.needle, tmp, subs) in lines[0], lines[0]
     if quiet_stdout:
         assert not out.strip(), "nothing for the script to eval after a refusal"
+
+
+# ----------------------------------------------------------------------------- issue 38's classes
+# tests/test_bad_input_hardening.py runs these: shell injection, secrets, data loss, tracebacks
+# where a tool reads a file the project writes, and silent acceptances.
+
+SECRET = "S3CRETPW"        # a secret's value: never on stdout/stderr, in a file or on an argv
+MARKER = "PWNED"           # a payload that runs creates this file
+PAYLOADS = ("$(touch PWNED)", "`touch PWNED`", "x;touch PWNED", "x\ntouch PWNED", "'; touch PWNED; '",
+            'x" ; touch PWNED ; "')
+RECORDER = '#!/usr/bin/env bash\nprintf "%s\\0" "$@" > "$REC/{name}.args"\nenv -0 > "$REC/{name}.env"\n'
+SCONTROL = "#!/usr/bin/env bash\necho gpu001\necho gpu002\n"
+SLURM = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[001-002]", "SLURM_JOB_NUM_NODES": "2",
+         "SLURM_NODEID": "0", "SLURM_SUBMIT_DIR": str(REPO)}
+
+
+def fake_tools(tmp: Path, nvidia: bool = True) -> dict[str, str]:
+    """docker and srun that record their argv and environment (NUL-separated) into tmp/rec,
+    scontrol for a two-node allocation, nvidia-smi: the environment to run a launcher with."""
+    bin_, rec = tmp / "bin", tmp / "rec"
+    bin_.mkdir(exist_ok=True)
+    rec.mkdir(exist_ok=True)
+    tools = {"docker": RECORDER.format(name="docker"), "srun": RECORDER.format(name="srun"),
+             "scontrol": SCONTROL}
+    if nvidia:
+        tools["nvidia-smi"] = "#!/usr/bin/env bash\necho 'NVIDIA H200'\n"
+    for name, text in tools.items():
+        (bin_ / name).write_text(text)
+        (bin_ / name).chmod(0o755)
+    return {"PATH": f"{bin_}:{os.environ['PATH']}", "REC": str(rec)}
+
+
+def recorded(tmp: Path, name: str) -> tuple[list[str], dict[str, str]]:
+    """(argv, environment) a fake tool recorded; ([], {}) when it did not run."""
+    args, env = tmp / "rec" / f"{name}.args", tmp / "rec" / f"{name}.env"
+    if not args.exists():
+        return [], {}
+    pairs = [p.split("=", 1) for p in env.read_text().split("\0") if "=" in p]
+    return args.read_text().split("\0")[:-1], dict(pairs)
+
+
+def everything_written(tmp: Path) -> str:
+    """The text of every file under tmp (manifests, logs, recorded argv), for a secret search."""
+    return "".join(p.read_text(errors="replace") for p in tmp.rglob("*")
+                   if p.is_file() and p.stat().st_size < 2_000_000)
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def mlperf_log(eval_loss: object = 3.1, stop_after_ms: int = 60_000, status: str = "success") -> str:
+    """A small :::MLLOG log: run_start, one evaluation, run_stop."""
+    import json
+
+    events = [("run_start", None, {}, 1000), ("submission_benchmark", "llama31_8b", {}, 1000),
+              ("eval_accuracy", eval_loss, {"samples_count": 100}, 1000 + stop_after_ms // 2),
+              ("run_stop", None, {"status": status, "samples_count": 100}, 1000 + stop_after_ms)]
+    return "".join(":::MLLOG " + json.dumps({"key": k, "value": v, "time_ms": t, "metadata": m,
+                                             "event_type": "POINT_IN_TIME"}) + "\n"
+                   for k, v, m, t in events)

@@ -534,6 +534,7 @@ NOT_CATALOGUED = {
     "training.pretrain_gpt": "run by the launcher under torchrun; Megatron's own parser takes its arguments",
     "training.launch.environment": "takes no arguments (prints the preset table)",
     "training.deploy.gpu_check": "takes no arguments (make train's GPU check)",
+    "training.launch.megatron_flags": "takes no arguments (rewrites the recorded Megatron parser)",
     "examples/lib/launch.sh": "sourced by the train scripts, not run",
     "launchers/slurm/train.sbatch": "needs a Slurm allocation; its checks are python -m training.deploy.cluster's",
     "launchers/slurm/node.sh": "run by train.sbatch on each node; python -m training.deploy.cluster checks",

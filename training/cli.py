@@ -62,8 +62,11 @@ def finite_float(text: str) -> float:
 
 
 def fail(message: str, code: int = 2) -> int:
-    """Print `error: message` on stderr; return the exit status (for `return fail(...)`)."""
-    print(f"error: {message}", file=sys.stderr)
+    """Print `error: message` (secrets masked) on stderr; return the exit status (for
+    `return fail(...)`)."""
+    from training.launch.secrets import mask_text
+
+    print(f"error: {mask_text(message)}", file=sys.stderr)
     return code
 
 
@@ -85,10 +88,17 @@ def read_json(path: str | Path, what: str) -> Any:
         raise BadFile(f"{path}: cannot read the {what} ({getattr(err, 'strerror', None) or err})") from None
     if not text.strip():
         raise BadFile(f"{path}: empty, not a {what}")
+    return loads(text, path, what)
+
+
+def loads(text: str, path: str | Path, what: str) -> Any:
+    """json.loads with BadFile for text that is not JSON, cut short, or nested too deep."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
         raise BadFile(f"{path}: not a {what}: invalid or cut-short JSON ({err})") from None
+    except RecursionError:
+        raise BadFile(f"{path}: not a {what}: JSON nested too deep to read") from None
 
 
 def write_text(path: str | Path, text: str, what: str) -> None:

@@ -10,13 +10,5 @@ if [ $# -eq 0 ]; then
     echo "usage: launchers/slurm/node.sh examples/<family>/train_<model>.sh [KEY=VALUE ...]" >&2
     exit 2
 fi
-SCRIPT=$1
-shift
-
-exports=$("$PYTHON" -m training.deploy.cluster slurm-env) || exit $?
-eval "$exports"
-
-if [ -n "${DOCKER_IMAGE:-}" ]; then
-    exec bash "$REPO_ROOT/launchers/docker_run.sh" "$SCRIPT" "$@"
-fi
-exec bash "$SCRIPT" "$@"
+# This node's values, then the script (training/deploy/cluster.py: nothing is evaluated by bash).
+exec "$PYTHON" -m training.deploy.cluster node "$@"

@@ -416,6 +416,8 @@ def test_empty_load_is_refused_unless_resume_auto(base_env, tmp_path):
     result = launch(base_env, LOAD=empty, RESUME="auto")
     assert notices(result, "load_checkpoint")
     (empty / CHECKPOINT_TRACKER).write_text("10")
+    assert "iter_0000010/" in refused(base_env, "load_checkpoint", LOAD=empty)  # named, not there
+    (empty / "iter_0000010").mkdir()
     assert "--load" in launch(base_env, LOAD=empty).buckets["OUTPUT_ARGS"]
 
 

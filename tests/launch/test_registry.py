@@ -1,6 +1,8 @@
 """The toggle registry against megatron-core's own parser and torchrun's."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from training.launch.toggles import (BY_NAME, DISTRIBUTED_ARGS, GROUP_TO_BUCKET,
@@ -135,3 +137,12 @@ def test_the_bucket_builder_has_no_toggle_specific_case():
     source = inspect.getsource(resolve.build_buckets)
     assert [name for name in BY_NAME if f'"{name}"' in source] == []
 
+
+
+def test_the_recorded_megatron_flags_are_the_installed_parsers():
+    """training/launch/megatron_flags.json (what a user's --flags are checked against before
+    torchrun) is what megatron-core's parser with ours accepts: rerun
+    `python -m training.launch.megatron_flags` after a Megatron or training/arguments.py change."""
+    from training.launch.megatron_flags import RECORD, from_parser
+
+    assert json.loads(RECORD.read_text())["flags"] == from_parser()["flags"]

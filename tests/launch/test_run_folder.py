@@ -12,6 +12,7 @@ import pytest
 
 from training.launch import resolve as resolve_mod
 from training.launch.__main__ import shell_assignments
+from training.launch.runfolder import mark_ours
 from training.launch.guards import SCRIPT_VARIABLES, Refusals
 from training.launch.manifest import write_launch_manifest
 from training.launch.settings import Settings, Setting
@@ -40,6 +41,7 @@ def test_run_id_and_exp_name_are_single_folder_names(base_env, tmp_path, word):
 
 def _a_run_in(folder: Path, what: str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
+    mark_ours(folder)   # the launcher's marker: what a launch leaves beside its manifest
     if what == "manifest":
         (folder / "manifest.json").write_text(json.dumps({"dry_run": False,
                                                           "created": "2026-12-01T10:00:00"}))

@@ -143,7 +143,7 @@ def test_docker_image_and_shm_size_can_be_chosen():
 def test_scripts_outside_the_repository_are_refused(tmp_path):
     outside = tmp_path / "train_x.sh"
     outside.write_text("echo hi\n")
-    with pytest.raises(LaunchError, match="outside the repository"):
+    with pytest.raises(LaunchError, match="not an example entry point"):
         D.docker_plan({"DRY_RUN": "1"}, [str(outside)], NVIDIA)
 
 
@@ -201,7 +201,7 @@ def test_runs_with_the_standard_library_only(tmp_path):
     proc = subprocess.run([sys.executable, "-S", "-m", "training.deploy.docker"], env=env,
                           cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert "DOCKER_CMD=(docker run" in proc.stdout
+    assert proc.stdout.startswith("docker run ")
 
 
 def test_secrets_never_ride_on_the_docker_command_line():
@@ -217,9 +217,6 @@ def test_secrets_never_ride_on_the_docker_command_line():
         assert plan.argv[i - 1] == "-e"
     assert plan.exports == {"WANDB_API_KEY": "wk_word"}
     assert "TP=1" in plan.argv and "--log-params-norm" in plan.argv
-    text = D.shell_assignments(plan)
-    assert "export WANDB_API_KEY=wk_word" in text
-    assert "wk_word" not in text.split("DOCKER_LINE=", 1)[1]
 
 
 def test_the_rocm_forks_variables_reach_the_container():

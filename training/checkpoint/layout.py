@@ -120,6 +120,12 @@ class Architecture:
         if missing:
             raise ArchitectureError(f"config.json lacks {', '.join(missing)}: not a complete "
                                     "Llama config")
+        from training.records import HFConfig, RecordError, validate
+
+        try:
+            validate(config, HFConfig, "config.json")
+        except RecordError as err:
+            raise ArchitectureError(str(err)) from None
         rope = config.get("rope_parameters") or {}
         theta = config.get("rope_theta", rope.get("rope_theta", 10000.0))
         heads = config["num_attention_heads"]

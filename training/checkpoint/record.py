@@ -48,6 +48,6 @@ def read_record(folder: Path) -> dict | None:
     try:
         record = json.loads(path.read_text())
         record["architecture"] = Architecture(**record["architecture"])
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as err:
+    except (ValueError, KeyError, TypeError, RecursionError) as err:   # JSON, fields, nesting
         raise RecordError(f"{path} is not a readable import record ({err})") from None
     return record

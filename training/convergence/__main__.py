@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from training.cli import ArgumentParser, positive_float
+from training.cli import ArgumentParser, fail, positive_float
 
 from . import report, runner
 from training import REPO_ROOT
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         grid = load(args.grid)
     except (GridError, OSError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        fail(str(err))
         return 2
     budget = args.budget_s if args.budget_s is not None else grid.budget_s
     experiment_dir = args.experiment_dir.resolve()

@@ -112,6 +112,9 @@ def load(path: Path) -> Grid:
         raise GridError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as err:
         raise GridError(f"{path}: cannot read it ({getattr(err, 'strerror', None) or err})") from None
+    except RecursionError:
+        raise GridError(f"{path}: nested too deep to read; a grid is a mapping with name, fixed, "
+                        "axes") from None
     except yaml.YAMLError as err:
         where = getattr(err, "problem_mark", None)
         at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""

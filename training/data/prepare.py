@@ -98,13 +98,15 @@ class Summary:
                 self.skip_examples.append(s)
 
 
-def resolve_tokenizer(path: str, prefix: str, eod_token: str | None) -> tokmod.TokenizerInfo:
-    """Load the tokenizer; wrap a bare tokenizer.json into PREFIX.tokenizer/ (needs eod_token)."""
+def resolve_tokenizer(path: str, prefix: str, eod_token: str | None,
+                      overwrite: bool = False) -> tokmod.TokenizerInfo:
+    """Load the tokenizer; wrap a bare tokenizer.json into PREFIX.tokenizer/ (needs eod_token;
+    another tokenizer there is replaced only with overwrite)."""
     directory, loadable = tokmod.locate(path)
     if not loadable:
         if eod_token is None:
             raise tokmod.bare_file_error(path)
-        return tokmod.wrap(path, eod_token, prefix + ".tokenizer")
+        return tokmod.wrap(path, eod_token, prefix + ".tokenizer", overwrite=overwrite)
     info = tokmod.load(directory)
     if eod_token is not None and eod_token != info.eod_token:
         raise InputError(
@@ -311,7 +313,7 @@ def prepare(
     with Publisher(output_prefix) as pub:
         if not skip_complete:
             pub.check_existing(overwrite)
-        info = resolve_tokenizer(tokenizer, output_prefix, eod_token)
+        info = resolve_tokenizer(tokenizer, output_prefix, eod_token, overwrite)
         tokmod.check_library_agrees(info, add_special_tokens)
         settings = {"add_special_tokens": add_special_tokens, "append_eod": append_eod, "text_key": text_key,
                     "text_unit": text_unit}

@@ -78,6 +78,8 @@ def read_record(prefix: str) -> dict[str, Any]:
         raise RecordError(f"{path}: no such file") from None
     except (OSError, json.JSONDecodeError) as e:
         raise RecordError(f"{path}: unreadable ({e})") from None
+    except RecursionError:
+        raise RecordError(f"{path}: unreadable (JSON nested too deep)") from None
     if not isinstance(record, dict) or record.get("format") != FORMAT:
         raise RecordError(f"{path}: not a {FORMAT} record")
     tok = record.get("tokenizer")

@@ -216,10 +216,13 @@ def check_library_agrees(info: TokenizerInfo, add_special_tokens: bool = True) -
         )
 
 
-def wrap(tokenizer_file: str, eod_token: str, out_dir: str, bos_token: str | None = None) -> TokenizerInfo:
+def wrap(tokenizer_file: str, eod_token: str, out_dir: str, bos_token: str | None = None,
+         overwrite: bool = False) -> TokenizerInfo:
     """Make a directory Megatron can load from a bare tokenizer.json, naming its eos token.
 
-    tokenizer.json is copied byte for byte (so its hash, the identity, is unchanged).
+    tokenizer.json is copied byte for byte (so its hash, the identity, is unchanged). OUT must
+    be missing, empty, or a wrap of the same tokenizer.json; anything else is replaced only with
+    overwrite (--overwrite).
     """
     from tokenizers import Tokenizer
 
@@ -231,8 +234,10 @@ def wrap(tokenizer_file: str, eod_token: str, out_dir: str, bos_token: str | Non
         if token is not None and tok.token_to_id(token) is None:
             raise InputError(f"{name} {token!r} is not in the vocabulary of {tokenizer_file}")
     check_out_dir(out_dir)
-    os.makedirs(out_dir, exist_ok=True)
     target = os.path.join(out_dir, TOKENIZER_JSON)
+    if not overwrite:
+        _check_wrap_target(tokenizer_file, out_dir, target)
+    os.makedirs(out_dir, exist_ok=True)
     if os.path.abspath(tokenizer_file) != os.path.abspath(target):
         shutil.copyfile(tokenizer_file, target)
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eod_token}
@@ -242,6 +247,20 @@ def wrap(tokenizer_file: str, eod_token: str, out_dir: str, bos_token: str | Non
         json.dump(config, f, indent=2)
         f.write("\n")
     return load(out_dir)
+
+
+def _check_wrap_target(tokenizer_file: str, out_dir: str, target: str) -> None:
+    """InputError unless OUT is missing, empty, or holds only a wrap of this very tokenizer."""
+    if not os.path.isdir(out_dir) or not os.listdir(out_dir):
+        return
+    ours = set(os.listdir(out_dir)) <= {TOKENIZER_JSON, *CONFIG_FILES}
+    if ours and os.path.isfile(target):
+        with open(tokenizer_file, "rb") as a, open(target, "rb") as b:
+            if a.read() == b.read():
+                return
+    raise InputError(f"--out {out_dir} already holds "
+                     + ("another tokenizer" if ours else "other files")
+                     + ": name a new folder, or pass --overwrite to replace it")
 
 
 def check_train_settings(vocab_size: int, min_frequency: int = 2) -> None:
@@ -359,7 +378,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
 
 
 def _cmd_wrap(args: argparse.Namespace) -> int:
-    _print_info(wrap(args.tokenizer_file, args.eod_token, args.out, args.bos_token))
+    _print_info(wrap(args.tokenizer_file, args.eod_token, args.out, args.bos_token,
+                     args.overwrite))
     return 0
 
 
@@ -390,6 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--eod-token", required=True, help="token that ends a document, e.g. '<|end_of_text|>'")
     w.add_argument("--bos-token", default=None, help="beginning-of-text token, if any")
     w.add_argument("--out", required=True, help="directory to write")
+    w.add_argument("--overwrite", action="store_true",
+                   help="replace another tokenizer (or other files) in --out")
     w.set_defaults(func=_cmd_wrap)
     return parser
 

@@ -7,6 +7,16 @@ them from the allocation with this module:
     python -m training.deploy.cluster slurm-env                  this node's `export` lines
     python -m training.deploy.cluster slurm-plan SCRIPT [WORDS]   what every node would run
     python -m training.deploy.cluster srun-command SCRIPT [WORDS] the srun line (bash words)
+    python -m training.deploy.cluster sbatch SCRIPT [WORDS]       train.sbatch: runs srun (or,
+                                                                  DRY_RUN=1, prints the plan
+                                                                  and node 0's launch table)
+    python -m training.deploy.cluster node SCRIPT [WORDS]         node.sh: this node's values,
+                                                                  then the script (in docker
+                                                                  when DOCKER_IMAGE is set)
+
+The bash launchers exec these: nothing a user typed is evaluated by a shell. A secret word
+after the script (HF_TOKEN=..., a value with user:password@) is moved into srun's environment,
+which Slurm hands every node, and never rides on the srun line; printed lines are masked.
 
 Values (what the table on stderr shows, with where each came from):
     NNODES       SLURM_JOB_NUM_NODES (a different NNODES in your environment is refused)
@@ -23,6 +33,7 @@ have no project environment.
 """
 from __future__ import annotations
 
+import os
 import shlex
 import shutil
 import subprocess
@@ -33,9 +44,12 @@ from typing import Callable
 
 from training import REPO_ROOT
 from training.cli import ArgumentParser
+from training.deploy.scripts import example_script
 from training.launch.guards import is_loopback
 from training.launch.runfolder import node_log_name
+from training.launch.secrets import mask_text, secret_pair
 from training.launch.settings import BadInput, LaunchError
+from training.launch.toggles import host_problem
 
 PORT_BASE, PORT_SPAN = 29500, 1000
 
@@ -94,8 +108,8 @@ class NodeEnv:
 
     def table(self) -> str:
         width = max((len(k) for k in self.values), default=0)
-        return "".join(f"  {k:<{width}} = {v:<20} {self.why[k][0]:<6} {self.why[k][1]}\n"
-                       for k, v in self.values.items())
+        return mask_text("".join(f"  {k:<{width}} = {v:<20} {self.why[k][0]:<6} {self.why[k][1]}\n"
+                                 for k, v in self.values.items()))
 
 
 def _int(environ: dict[str, str], *names: str) -> int | None:
@@ -166,6 +180,8 @@ def slurm_env(environ: dict[str, str], node_rank: int | None = None,
     env.set("NODE_RANK", node_rank, "slurm", f"SLURM_NODEID on {job.hosts[node_rank]}")
 
     user_addr = environ.get("MASTER_ADDR", "").strip()
+    if user_addr and host_problem(user_addr):
+        raise BadInput(f"MASTER_ADDR={user_addr!r}: {host_problem(user_addr)}.")
     if user_addr:
         if job.nnodes > 1 and is_loopback(user_addr):
             raise ClusterError(f"MASTER_ADDR={user_addr} is set in your environment, but the "
@@ -193,13 +209,8 @@ def slurm_env(environ: dict[str, str], node_rank: int | None = None,
 
 
 def resolve_script(script: str, repo: Path = REPO_ROOT) -> Path:
-    """The example script a node runs, as an absolute path inside the repository."""
-    path = Path(script)
-    path = path if path.is_absolute() else repo / path
-    if not path.is_file():
-        raise BadInput(f"no script {script!r} in {repo}: give one of "
-                       f"{', '.join(sorted(str(p.relative_to(repo)) for p in (repo / 'examples').glob('*/train_*.sh')))}.")
-    return path.resolve()
+    """The example script a node runs, as an absolute path inside the repository's examples."""
+    return example_script(script, repo)
 
 
 def srun_command(environ: dict[str, str], script: str, words: list[str],
@@ -224,7 +235,24 @@ def srun_command(environ: dict[str, str], script: str, words: list[str],
         mounts = ",".join(m for m in (f"{repo}:{repo}", environ.get("CONTAINER_MOUNTS", "")) if m)
         argv += [f"--container-image={image}", f"--container-mounts={mounts}",
                  f"--container-workdir={repo}", "--export=ALL,PYTHON=python3"]
-    return argv + ["bash", str(repo / "launchers" / "slurm" / "node.sh"), str(path), *words]
+    return argv + ["bash", str(repo / "launchers" / "slurm" / "node.sh"), str(path),
+                   *public_words(words)[0]]
+
+
+def public_words(words: list[str]) -> tuple[list[str], dict[str, str]]:
+    """(the words that may ride on a command line, the secret KEY=VALUE words before the first
+    --flag: passed by environment instead)."""
+    public, secrets = [], {}
+    for i, word in enumerate(words):
+        if word.startswith("--"):
+            public += words[i:]
+            break
+        key, eq, value = word.partition("=")
+        if eq and key.isidentifier() and secret_pair(key, value):
+            secrets[key] = value
+        else:
+            public.append(word)
+    return public, secrets
 
 
 def slurm_plan(environ: dict[str, str], script: str, words: list[str],
@@ -241,16 +269,50 @@ def slurm_plan(environ: dict[str, str], script: str, words: list[str],
         assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.values.items())
         log = node_log_name(job.nnodes, rank)
         lines.append(f"node {rank} ({host}, log {log}): {assigns} {shlex.join(runner + words)}")
-    return "\n".join(lines) + "\n"
+    return mask_text("\n".join(lines)) + "\n"
+
+
+def _runner(environ: dict[str, str], script: Path, repo: Path) -> list[str]:
+    if environ.get("DOCKER_IMAGE"):
+        return ["bash", str(repo / "launchers" / "docker_run.sh"), str(script)]
+    return ["bash", str(script)]
+
+
+def run_node(environ: dict[str, str], script: str, words: list[str],
+             node_rank: int | None = None, repo: Path = REPO_ROOT) -> None:
+    """node.sh (and a DRY_RUN's node 0): this node's values on stderr, then the script with
+    them in its environment; replaces this process."""
+    path = resolve_script(script, repo)
+    env = slurm_env(environ, node_rank)
+    sys.stderr.write(f"node {env.values['NODE_RANK']} of {env.values['NNODES']}:\n" + env.table())
+    sys.stderr.flush()
+    sys.stdout.flush()
+    argv = _runner(environ, path, repo) + words
+    os.execvpe(argv[0], argv, {**environ, **env.values})
+
+
+def run_sbatch(environ: dict[str, str], script: str, words: list[str],
+               repo: Path = REPO_ROOT) -> None:
+    """train.sbatch: srun over every node (secret words in its environment), or with DRY_RUN=1
+    the srun line, every node's plan and node 0's own launch (which prints, runs nothing)."""
+    argv = srun_command(environ, script, words, repo)
+    public, secrets = public_words(words)
+    if environ.get("DRY_RUN", "0").strip() == "1":
+        print(mask_text(shlex.join(argv)))
+        sys.stdout.write(slurm_plan(environ, script, public, repo=repo))
+        run_node({**environ, **secrets}, script, public, node_rank=0, repo=repo)
+        return
+    sys.stdout.flush()
+    os.execvpe(argv[0], argv, {**environ, **secrets})
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
-    import os
 
     parser = ArgumentParser(prog="python -m training.deploy.cluster",
                             description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=("slurm-env", "slurm-plan", "srun-command"))
+    parser.add_argument("action", choices=("slurm-env", "slurm-plan", "srun-command", "sbatch",
+                                           "node"))
     parser.add_argument("--node-rank", type=int, default=None,
                         help="slurm-env for this node rank instead of SLURM_NODEID (DRY_RUN "
                              "on the batch host)")
@@ -269,12 +331,21 @@ def main(argv: list[str] | None = None) -> int:
             raise BadInput(f"{args.action} needs the example script, e.g. "
                            "examples/llama/train_llama3.sh.")
         if args.action == "slurm-plan":
-            sys.stdout.write(slurm_plan(environ, args.script, args.words))
+            sys.stdout.write(slurm_plan(environ, args.script, public_words(args.words)[0]))
+        elif args.action == "srun-command":
+            sys.stdout.write(mask_text(shlex.join(srun_command(environ, args.script,
+                                                               args.words))) + "\n")
+        elif args.action == "sbatch":
+            run_sbatch(environ, args.script, args.words)
         else:
-            sys.stdout.write(shlex.join(srun_command(environ, args.script, args.words)) + "\n")
+            run_node(environ, args.script, args.words)
     except LaunchError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {mask_text(str(err))}", file=sys.stderr)
         return err.exit_code
+    except OSError as err:   # exec: srun or bash missing
+        print(f"error: cannot start {err.filename or 'the command'}: {err.strerror or err}.",
+              file=sys.stderr)
+        return 2
     return 0
 
 

@@ -2,8 +2,9 @@
 
     python -m training.deploy.docker [SCRIPT] [KEY=VALUE ...] [--megatron-flags]
 
-prints shell assignments for launchers/docker_run.sh to `eval`: DOCKER_CMD (a bash array),
-DOCKER_LINE (the same, one shell-quoted line) and DRY_RUN. What the command holds:
+runs that command (launchers/docker_run.sh execs this module; nothing a user typed is
+evaluated by a shell: the command is an argument list, the secrets ride in docker's own
+environment). What the command holds:
 
   vendor    from PLATFORM (env or word), else this host: nvidia-smi or /dev/nvidiactl -> NVIDIA,
             /dev/kfd -> AMD
@@ -17,11 +18,12 @@ DOCKER_LINE (the same, one shell-quoted line) and DRY_RUN. What the command hold
             TEE_OUTPUT, ...), the launcher's environment presets and
             NCCL_/RCCL_/HSA_/HIP_/NVTE_ variables you set; names in DOCKER_ENV are passed by
             name (-e NAME: the value stays out of the printed command, e.g. HF_TOKEN), and so
-            is every secret (a name with TOKEN, KEY, SECRET or PASSWORD): a KEY=VALUE word
-            of one is exported for docker to read instead of riding on the command line
+            is every secret (training/launch/secrets.py: a name such as DB_PASS or GITHUB_PAT,
+            or a value holding user:password@ or ?token=): a KEY=VALUE word of one is put in
+            docker's environment for `-e NAME` to read instead of riding on the command line
   image     DOCKER_IMAGE, else training:cuda / training:rocm (built from docker/, docs/launch.md)
 
-DRY_RUN=1 in the environment prints the command and runs nothing; a DRY_RUN=1 word is passed
+DRY_RUN=1 in the environment prints the command (secrets masked) and runs nothing; a DRY_RUN=1 word is passed
 to the script inside (the container prints the launch table). Standard library only: the host
 that drives docker may have no project environment.
 """
@@ -35,7 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from training import REPO_ROOT
-from training.launch.environment import PRESETS, USER_FAMILIES, is_secret
+from training.launch.environment import PRESETS, SHELL_NAME, USER_FAMILIES
+from training.launch.secrets import mask_text, secret_pair
+from training.deploy.scripts import example_script
 from training.launch.runfolder import git_sha
 from training.launch.settings import BadInput, LaunchError
 from training.launch.fork_vars import BY_NAME as FORK_VARIABLES
@@ -87,7 +91,8 @@ class DockerPlan:
 
     @property
     def line(self) -> str:
-        return shlex.join(self.argv)
+        """The command as printed: no secret's value is in argv; masked once more for safety."""
+        return mask_text(shlex.join(self.argv))
 
 
 def split_args(args: list[str]) -> tuple[str, dict[str, str], list[str]]:
@@ -101,6 +106,11 @@ def split_args(args: list[str]) -> tuple[str, dict[str, str], list[str]]:
             break
         if "=" in word:
             key, value = word.split("=", 1)
+            if not SHELL_NAME.fullmatch(key):
+                raise BadInput(f"{mask_text(word)!r}: {key!r} is not a variable name (letters, "
+                               "digits and _): give KEY=VALUE words, e.g. TP=2.")
+            if key in assignments:
+                raise BadInput(f"{key} is given twice after the script name: give it once.")
             assignments[key] = value
     return script, assignments, list(args)
 
@@ -195,12 +205,15 @@ def _env_words(environ: dict[str, str], facts: HostFacts, inner_dry_run: bool) -
             names.append(name)
     words = []
     for name in names:
-        words += ["-e", name if is_secret(name) else f"{name}={environ[name]}"]
+        words += ["-e", name if secret_pair(name, environ[name]) else f"{name}={environ[name]}"]
     words += ["-e", "PYTHON=python3"]  # the image's Python, never the host's .venv in the repo
     sha = environ.get("GIT_SHA") or facts.git_sha
     if sha and "GIT_SHA" not in names:
         words += ["-e", f"GIT_SHA={sha}"]  # the repo's .git may not be readable inside
     for name in environ.get("DOCKER_ENV", "").replace(",", " ").split():
+        if not SHELL_NAME.fullmatch(name):
+            raise BadInput(f"DOCKER_ENV names {name!r}, which is not a variable name: give "
+                           "names separated by spaces or commas, e.g. DOCKER_ENV=HF_TOKEN.")
         if name not in names:
             words += ["-e", name]
     return words
@@ -209,15 +222,7 @@ def _env_words(environ: dict[str, str], facts: HostFacts, inner_dry_run: bool) -
 def docker_plan(environ: dict[str, str], args: list[str], facts: HostFacts,
                 repo: Path = REPO_ROOT) -> DockerPlan:
     script, assignments, words = split_args(args)
-    script_path = _absolute(script, facts.cwd)
-    if not script_path.is_file():
-        script_path = repo / script
-    if not script_path.is_file():
-        raise BadInput(f"no script {script!r}: give an example script such as {DEFAULT_SCRIPT}.")
-    script_path = script_path.resolve()
-    if repo.resolve() not in script_path.parents:
-        raise BadInput(f"{script} is outside the repository {repo}: only the repository is "
-                       "mounted into the container.")
+    script_path = example_script(script, repo, facts.cwd)
     dry_run = environ.get("DRY_RUN", "0").strip() == "1"
     vendor = _vendor(environ, assignments, facts)
     platform = assignments.get("PLATFORM") or environ.get("PLATFORM") or "auto"
@@ -241,7 +246,7 @@ def docker_plan(environ: dict[str, str], args: list[str], facts: HostFacts,
     for m in mounts:
         argv += ["-v", f"{m}:{m}"]
     # a secret given as a word after the script: by name, its value exported for docker
-    exports = {k: v for k, v in assignments.items() if is_secret(k)}
+    exports = {k: v for k, v in assignments.items() if secret_pair(k, v)}
     first_flag = next((i for i, w in enumerate(words) if w.startswith("--")), len(words))
     words = [w for i, w in enumerate(words)
              if i >= first_flag or w.split("=", 1)[0] not in exports]
@@ -270,11 +275,9 @@ def create_writable_dirs(plan: DockerPlan, environ: dict[str, str], args: list[s
                 path.mkdir(parents=True, exist_ok=True)
 
 
-def shell_assignments(plan: DockerPlan) -> str:
-    q = shlex.quote
-    exports = "".join(f"export {name}={q(value)}\n" for name, value in plan.exports.items())
-    return (exports + f"DOCKER_CMD=({' '.join(q(w) for w in plan.argv)})\n"
-            f"DOCKER_LINE={q(plan.line)}\nDRY_RUN={1 if plan.dry_run else 0}\n")
+def run(plan: DockerPlan, environ: dict[str, str]) -> None:
+    """Replace this process with docker: the secret words in its environment (read by -e NAME)."""
+    os.execvpe(plan.argv[0], plan.argv, {**environ, **plan.exports})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,12 +292,21 @@ def main(argv: list[str] | None = None) -> int:
         if not plan.dry_run:
             create_writable_dirs(plan, environ, args, facts)
     except LaunchError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {mask_text(str(err))}", file=sys.stderr)
         return err.exit_code
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr)
-    sys.stdout.write(shell_assignments(plan))
-    return 0
+    if plan.dry_run:
+        print(plan.line)
+        return 0
+    sys.stdout.flush()
+    try:
+        run(plan, environ)
+    except OSError as err:
+        print(f"error: cannot run {plan.argv[0]}: {err.strerror or err}: install docker or "
+              "put it on PATH.", file=sys.stderr)
+        return 2
+    return 0  # not reached: exec replaced this process
 
 
 if __name__ == "__main__":

@@ -15,7 +15,9 @@ import sys
 
 from training.cli import ArgumentParser
 
-from .settings import LaunchError
+from .environment import SHELL_NAME
+from .secrets import mask_text
+from .settings import BadInput, LaunchError
 
 
 def shell_assignments(launch) -> str:
@@ -31,12 +33,14 @@ def shell_assignments(launch) -> str:
     lines.append(f"LOG_DIR={q(str(launch.log_dir))}")
     log_name = node_log_name(launch.settings["NNODES"], launch.settings["NODE_RANK"])
     lines.append(f"LOG_FILE={q(str(launch.log_dir / log_name))}")
-    lines.append(f"LAUNCH_LINE={q(launch.command_line)}")
+    lines.append(f"LAUNCH_LINE={q(mask_text(launch.command_line))}")   # printed, never run
     lines.append(f"DRY_RUN={1 if launch.settings['DRY_RUN'] else 0}")
     lines.append(f"TEE_OUTPUT={1 if launch.settings['TEE_OUTPUT'] else 0}")
-    for name, (value, _source, _reason) in launch.env.items():
-        lines.append(f"export {name}={q(value)}")
-    for name, value in launch.passthrough_env.items():
+    exports = [*((name, value) for name, (value, _s, _r) in launch.env.items()),
+               *launch.passthrough_env.items()]
+    for name, value in exports:
+        if not SHELL_NAME.fullmatch(name):   # resolve admits none; never hand bash another
+            raise BadInput(f"{name!r} is not a variable name bash can export.")
         lines.append(f"export {name}={q(value)}")
     return "\n".join(lines) + "\n"
 
@@ -81,8 +85,9 @@ def main(argv: list[str] | None = None, layers=(), checks=()) -> int:
         launch = resolve(args.family, dict(os.environ), words, layers=layers)
         for check in checks:
             check(launch)
+        shell_text = shell_assignments(launch)
     except LaunchError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {mask_text(str(err))}", file=sys.stderr)
         return err.exit_code
     print_report(launch)
     if not args.no_manifest and launch.settings["NODE_RANK"] == 0:
@@ -92,7 +97,7 @@ def main(argv: list[str] | None = None, layers=(), checks=()) -> int:
             print(f"error: cannot write {launch.log_dir / 'manifest.json'}: "
                   f"{err.strerror or err}", file=sys.stderr)
             return 2
-    sys.stdout.write(shell_assignments(launch))
+    sys.stdout.write(shell_text)
     return 0
 
 

@@ -17,10 +17,13 @@ machine; some machines (e.g. a shared GPU host) must keep it as their administra
 """
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 
 ALL_VENDORS = ("nvidia", "amd")
+# A name bash can export (anything else in the environment is never passed on).
+SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 @dataclass(frozen=True)
@@ -85,21 +88,8 @@ USER_FAMILIES = ("NCCL_", "RCCL_", "TORCH_NCCL_", "HSA_", "HIP_", "GPU_MAX_", "N
                  "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "CUDA_DEVICE_MAX_CONNECTIONS",
                  "HF_TOKEN")
 
-# A variable is a secret when a part of its name (split at "_") ends with one of these:
-# HF_TOKEN, WANDB_API_KEY, NCCL_IB_..._SECRET; TOKENIZER_MODEL is not one.
-SECRET_PARTS = ("TOKEN", "KEY", "SECRET", "PASSWORD", "PASSWD", "CREDENTIALS")
-MASK = "****"
-
-
-def is_secret(name: str) -> bool:
-    """Whether a variable's value must never be printed or recorded (tables, manifest.json,
-    the docker command line): its name says it holds a token, key, secret or password."""
-    return any(part.endswith(SECRET_PARTS) for part in name.upper().split("_"))
-
-
-def shown(name: str, value: str) -> str:
-    """A variable's value as tables and manifest.json show it (a secret's is masked)."""
-    return MASK if is_secret(name) and value else value
+# Secrets (what is one, how it is masked) are decided in one place: training/launch/secrets.py.
+from .secrets import MASK, is_secret, shown  # noqa: E402,F401  (the names the readers import)
 
 
 def applies(preset: EnvPreset, vendor: str | None, platform: str | None, backend: str | None,
@@ -136,7 +126,7 @@ def resolve_environment(vendor: str | None, environ: dict[str, str], fsdp: bool,
         else:
             out[preset.name] = (preset.value, "platform", preset.reason)
     for name in sorted(environ):
-        if name not in out and name.startswith(USER_FAMILIES):
+        if name not in out and name.startswith(USER_FAMILIES) and SHELL_NAME.fullmatch(name):
             out[name] = (environ[name], "env", "set in your environment: passed through unchanged")
     return out
 

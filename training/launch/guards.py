@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -120,7 +121,18 @@ def strict_toggle_names(ctx: LaunchContext) -> None:
 @guard
 def megatron_flags(ctx: LaunchContext) -> None:
     """A Megatron flag after the script name that a toggle owns is the toggle's value, or refused."""
-    problems = ctx.flag_problems
+    from .megatron_flags import unknown_flags
+    from .megatron_info import STOCK
+
+    problems = list(ctx.flag_problems)
+    unknown = unknown_flags(ctx.user_args)
+    if unknown and ctx.megatron is not None and ctx.megatron.build is not STOCK:
+        ctx.settings.warn("megatron_flags", f"{', '.join(unknown)}: not a flag of megatron-core's "
+                          f"parser; {ctx.megatron.build.name} may have it, else Megatron stops "
+                          "at startup.")
+    elif unknown:
+        problems += [f"{u}: megatron-core's parser has no such flag, so Megatron would stop "
+                     "after torchrun started" for u in unknown]
     if len(problems) == 1:
         raise Refusal("megatron_flags", f"after the script name, {problems[0]}")
     if problems:
@@ -753,10 +765,51 @@ def schedule(ctx: LaunchContext) -> None:
                                   f"TOTAL_ITERS={iters}.")
     if s["MIN_LR"] > s["LR"]:
         raise Refusal("schedule", f"MIN_LR={s['MIN_LR']:g} is above LR={s['LR']:g}.")
+    decay = s.get("LR_DECAY_ITERS")
+    if decay is not None and decay <= s["WARMUP_ITERS"]:
+        raise Refusal("schedule", f"LR_DECAY_ITERS={decay} is not above WARMUP_ITERS="
+                                  f"{s['WARMUP_ITERS']}: the decay would end before the warm-up "
+                                  "does (Megatron asserts it at startup). Give LR_DECAY_ITERS "
+                                  "above the warm-up, or leave it unset (TOTAL_ITERS).")
     if s["METRICS_WARMUP_ITERS"] >= iters:
         s.warn("schedule", f"METRICS_WARMUP_ITERS={s['METRICS_WARMUP_ITERS']} >= TOTAL_ITERS="
                            f"{iters}: no steady-state window, throughput will be reported as "
                            "unmeasured.")
+
+
+# Values that parse and that Megatron takes, but that no recipe we know uses: a warning names
+# them (a typo such as WEIGHT_DECAY=1000 for 0.1 trains, badly).
+PLAUSIBLE = {"WEIGHT_DECAY": (0.0, 1.0), "LR": (0.0, 0.1), "MIN_LR": (0.0, 0.1),
+             "ADAM_EPS": (0.0, 1e-3), "CLIP_GRAD": (0.0, 100.0)}
+
+
+@guard
+def implausible_values(ctx: LaunchContext) -> None:
+    """A value far outside what pretraining recipes use (WEIGHT_DECAY=1000, LR=5) is warned about."""
+    s = ctx.settings
+    for name, (low, high) in PLAUSIBLE.items():
+        value = s.get(name)
+        if s.is_explicit(name) and value is not None and not low <= value <= high:
+            s.warn("implausible_values", f"{name}={value:g} is outside {low:g}..{high:g}, where "
+                                         "pretraining recipes put it: check for a typo.")
+
+
+@guard
+def visible_devices(ctx: LaunchContext) -> None:
+    """CUDA/HIP/ROCR_VISIBLE_DEVICES list each device once, without empty entries."""
+    for var in ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
+        value = ctx.environ.get(var)
+        if value is None or value == "":
+            continue
+        ids = [d.strip() for d in value.split(",")]
+        if "" in ids:
+            raise Refusal("visible_devices", f"{var}={value!r} has an empty entry: list device "
+                                             "ids separated by single commas, e.g. 0,1,2,3.")
+        twice = sorted({d for d in ids if ids.count(d) > 1})
+        if twice:
+            raise Refusal("visible_devices", f"{var}={value!r} names device {', '.join(twice)} "
+                                             "more than once, so two processes would share one "
+                                             "GPU: list each device once.")
 
 
 @guard
@@ -838,6 +891,11 @@ def load_checkpoint(ctx: LaunchContext) -> None:
                                          "folder (the SAVE of an earlier run).")
     has_checkpoint = (Path(load) / CHECKPOINT_TRACKER).is_file()
     if has_checkpoint:
+        problem = tracker_problem(Path(load))
+        if problem:
+            raise Refusal("load_checkpoint", f"LOAD={load}: {problem}, so Megatron's load would "
+                                             "stop after torchrun started. Point LOAD at a "
+                                             "complete checkpoint folder.")
         return
     if s["RESUME"] == "auto":
         s.info("load_checkpoint", f"LOAD={load} holds no checkpoint yet: RESUME=auto starts "
@@ -897,6 +955,26 @@ def pretrained_checkpoint(ctx: LaunchContext) -> None:
            + (f"; a checkpoint in LOAD={load} is resumed instead" if load else "") + ".")
 
 
+def tracker_problem(folder: Path) -> str | None:
+    """What is wrong with a checkpoint folder's tracker (Megatron's
+    latest_checkpointed_iteration.txt: an iteration number, or `release`): it must name a
+    folder that is there (iter_0000100/, release/). None when it does."""
+    try:
+        text = (folder / CHECKPOINT_TRACKER).read_text(errors="replace").strip()
+    except OSError as err:
+        return f"{CHECKPOINT_TRACKER} cannot be read ({err.strerror or err})"
+    if text == "release":
+        sub = "release"
+    elif text.isdigit():
+        sub = f"iter_{int(text):07d}"
+    else:
+        return (f"{CHECKPOINT_TRACKER} says {text[:40]!r}, which is neither an iteration number "
+                "nor 'release'")
+    if not (folder / sub).is_dir():
+        return f"{CHECKPOINT_TRACKER} names {sub}/, which is not there"
+    return None
+
+
 def _import_record(path: Path) -> dict:
     """The record `python -m training.checkpoint import` writes beside its checkpoint (read
     here as JSON: the launcher imports no feature family)."""
@@ -906,14 +984,16 @@ def _import_record(path: Path) -> dict:
         raise Refusal("pretrained_checkpoint",
                       f"{what}: make one with `python -m training.checkpoint import HF_DIR OUT`; "
                       "a run's own checkpoints are resumed with LOAD.")
+    problem = tracker_problem(path)
+    if problem:
+        raise Refusal("pretrained_checkpoint", f"PRETRAINED_CHECKPOINT={path}: {problem}: "
+                                               "import the checkpoint again.")
+    from training.records import ImportRecord, RecordError, read_record
+
     try:
-        record = json.loads((path / IMPORT_RECORD).read_text())
-        record["preset"], record["num_layers"], dict(record["preset_fields"])
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise Refusal("pretrained_checkpoint",
-                      f"{path / IMPORT_RECORD} is not a readable import record ({err}): import "
-                      "the checkpoint again") from None
-    return record
+        return read_record(path / IMPORT_RECORD, ImportRecord).model_dump()
+    except RecordError as err:
+        raise Refusal("pretrained_checkpoint", f"{err}: import the checkpoint again.") from None
 
 
 @guard
@@ -929,6 +1009,23 @@ def save_checkpoint(ctx: LaunchContext) -> None:
         raise Refusal("save_checkpoint", f"SAVE={save}: {problem}, so the first checkpoint "
                                          "would fail after training has run. Point SAVE at a "
                                          "writable folder.")
+    folder, load = Path(save), ctx.settings.get("LOAD")
+    same_as_load = bool(load) and Path(os.path.realpath(load)) == Path(os.path.realpath(save))
+    if (folder / IMPORT_RECORD).is_file():
+        raise Refusal("save_checkpoint", f"SAVE={save} is an imported checkpoint: the run would "
+                                         "write its own checkpoints into it. Start from it with "
+                                         f"PRETRAINED_CHECKPOINT={save} and give SAVE a folder "
+                                         "of its own.")
+    if (folder / CHECKPOINT_TRACKER).is_file() and not same_as_load:
+        raise Refusal("save_checkpoint", f"SAVE={save} holds another run's checkpoints: this run "
+                                         "would save beside them and move their tracker. To "
+                                         f"resume that run, set LOAD={save} too; otherwise give "
+                                         "SAVE a new folder.")
+    if folder.is_dir() and not same_as_load and any(
+            not p.name.startswith(("iter_", "release", ".")) for p in folder.iterdir()):
+        raise Refusal("save_checkpoint", f"SAVE={save} holds files that are not checkpoints: "
+                                         "give SAVE an empty or new folder (or the folder of "
+                                         "this run's earlier checkpoints, with LOAD set to it).")
 
 
 @guard

@@ -13,8 +13,9 @@ from training import REPO_ROOT
 from training.versions import launcher_versions
 
 from .environment import shown
+from .secrets import mask_text
 from .resolve import Launch
-from .runfolder import git_sha, package_versions, write_json_atomic
+from .runfolder import git_sha, mark_ours, package_versions, write_json_atomic
 from .settings import fmt_value
 from .toggles import LAUNCHER
 
@@ -34,7 +35,7 @@ def toggle_rows(launch: Launch) -> list[dict[str, str]]:
             flag = "" if toggle.bucket == LAUNCHER or toggle.built else "-"
         else:
             flag = " ".join(words) if words else "(megatron default)"
-        rows.append({"toggle": toggle.name, "value": fmt_value(setting.value),
+        rows.append({"toggle": toggle.name, "value": shown(toggle.name, fmt_value(setting.value)),
                      "source": setting.source, "flag": flag, "bucket": toggle.bucket,
                      "reason": setting.reason, "group": toggle.group,
                      "requested": fmt_value(setting.requested) if setting.requested is not None
@@ -71,7 +72,7 @@ def launch_manifest(launch: Launch) -> dict:
         "buckets": launch.buckets,
         "user_args": launch.user_args,
         "command": launch.command,
-        "command_line": launch.command_line,
+        "command_line": mask_text(launch.command_line),
         "log_dir": str(launch.log_dir),
         "megatron": launch.ctx.megatron.to_dict() if launch.ctx.megatron else None,
         "git_sha": git_sha(REPO_ROOT),
@@ -80,4 +81,5 @@ def launch_manifest(launch: Launch) -> dict:
 
 
 def write_launch_manifest(launch: Launch) -> None:
+    mark_ours(launch.log_dir)
     write_json_atomic(launch.log_dir / "manifest.json", launch_manifest(launch))

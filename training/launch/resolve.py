@@ -25,12 +25,14 @@ from training.run_description import Model, RunDescription
 from . import capabilities as capabilities_mod
 from . import megatron_info
 from .environment import resolve_environment
+from .secrets import carries_credentials, is_secret, mask_text, mask_value
 from .guards import GUARDS, LaunchContext, run_guards, visible_gpu_count
 from .layers import (LayerEntry, RecipeLayer, RecipeValue, apply_layers, entry_elsewhere,
                      registry_with)
 from .presets import FAMILIES, preset_for
 from .recipes import Recipe, derive_precision
-from .runfolder import default_run_name, folder_problem, holds_run, new_run_id, run_dir
+from .runfolder import (default_run_name, folder_problem, holds_run, is_system_folder, new_run_id,
+                        ownership_problem, run_dir)
 from .settings import USER_SOURCES, BadInput, Setting, Settings, fmt_value
 from .toggles import (CLOSING_WORDS, DISTRIBUTED_ARGS, MEGATRON_BUCKETS, OUTPUT_ARGS, Toggle,
                       auto_backend, auto_native_kernels, closest_toggle,
@@ -87,6 +89,9 @@ def split_words(words: list[str]) -> tuple[dict[str, str], list[str]]:
             flags.append(word)
         elif "=" in word and _ENV_NAME.match(word.split("=", 1)[0]):
             key, value = word.split("=", 1)
+            if key in assignments:
+                raise BadInput(f"{key} is given twice after the script name ({key}="
+                               f"{assignments[key]} and {key}={value}): give it once.")
             assignments[key] = value
         else:
             raise BadInput(f"unexpected word {word!r} after the script name: use KEY=VALUE "
@@ -170,6 +175,25 @@ def _initial_settings(family: str, toggles: tuple[Toggle, ...], environ: dict[st
             settings.info("passthrough_env", f"{name} is not a toggle: exported to the run's "
                                              "environment as given.")
     return given
+
+
+def _refuse_credentials_on_the_command_line(settings: Settings, user_args: list[str]) -> None:
+    """A toggle's value becomes a torchrun argument (seen by every user of the node through
+    ps) and a manifest entry: one that carries a password or token is refused, and so is a
+    --flag after the script whose name says it holds one (training/launch/secrets.py)."""
+    for name, setting in settings.values.items():
+        value = setting.value
+        if setting.source in USER_SOURCES and isinstance(value, str) and carries_credentials(value):
+            raise BadInput(f"{name}={mask_value(value)!r} carries a credential, which would be "
+                           "written on torchrun's command line and into manifest.json: give the "
+                           "address or model name alone and the credential through the "
+                           "environment (e.g. HF_TOKEN, or ~/.netrc).")
+    for i, word in enumerate(user_args):
+        flag = word.split("=", 1)[0]
+        if (word.startswith("--") and is_secret(flag)) or carries_credentials(word):
+            raise BadInput(f"{mask_text(word)} after the script name carries a credential, "
+                           "which would be written on torchrun's command line and into "
+                           "manifest.json: pass it through the environment instead.")
 
 
 def _spelled(toggle: Toggle, alias, raw: str) -> str:
@@ -344,13 +368,26 @@ def _derive_run_folder(settings: Settings, name: str, tag: str,
     s = settings
     if s.get("LOG_DIR"):
         log_dir = Path(s["LOG_DIR"])
+        if ".." in log_dir.parts:
+            raise BadInput(f"LOG_DIR={s['LOG_DIR']} climbs out with '..': name the run folder "
+                           "by a path without '..'.")
         s.put("RUN_ID", log_dir.name, "derived", "the last folder of LOG_DIR")
     else:
         if s.get("RUN_ID") is None:
             s.put("RUN_ID", stamp or new_run_id(), "derived", "timestamp of this launch")
         log_dir = run_dir(s["EXPERIMENT_DIR"], name, tag, s["RUN_ID"])
+        if is_system_folder(Path(s["EXPERIMENT_DIR"])):
+            return log_dir, (f"EXPERIMENT_DIR={s['EXPERIMENT_DIR']} is a system folder (or your "
+                             "home folder itself)")
     if not log_dir.is_absolute():
         log_dir = Path.cwd() / log_dir
+    try:
+        return _check_run_folder(s, log_dir)
+    except OSError as err:   # a name too long for the file system, a folder we may not read
+        return log_dir, f"{log_dir} cannot be used: {err.strerror or err}"
+
+
+def _check_run_folder(s: Settings, log_dir: Path) -> tuple[Path, str | None]:
     taken = holds_run(log_dir, s["NNODES"], s["NODE_RANK"])
     if taken and not s.get("LOG_DIR") and s.setting("RUN_ID").source == "derived":
         stamp = s["RUN_ID"]
@@ -363,7 +400,7 @@ def _derive_run_folder(settings: Settings, name: str, tag: str,
         log_dir, taken = candidate, None
     if taken:
         return log_dir, f"{log_dir} already holds a run ({taken})"
-    return log_dir, folder_problem(log_dir)
+    return log_dir, ownership_problem(log_dir) or folder_problem(log_dir)
 
 
 def prepare(family: str, environ: dict[str, str], words: list[str] | None = None,
@@ -388,6 +425,7 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
     user = _initial_settings(family, toggles, environ, assignments,
                              extra.values + after.values)
     settings = user.settings
+    _refuse_credentials_on_the_command_line(settings, extra.kept + after.kept)
     applied = apply_layers(layers, settings, toggles)
 
     preset = preset_for(family, settings["MODEL_SIZE"])

@@ -53,10 +53,55 @@ def holds_run(folder: Path, nnodes: int, node_rank: int) -> str | None:
         return "metrics.jsonl is there"
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     if isinstance(manifest, dict) and manifest.get("dry_run") is False:
         return f"manifest.json of a launch at {manifest.get('created', 'an unknown time')}"
+    return None
+
+
+# Written beside manifest.json by the launcher: the folder is a run folder of ours, which a
+# later launch (a DRY_RUN's folder, another node of the run) may write into.
+MARKER = ".launcher-run"
+# Folders a run folder never lands in (nor anywhere below them).
+SYSTEM_FOLDERS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc",
+                  "/run", "/sbin", "/sys", "/usr", "/var", "/snap")
+SYSTEM_ALLOWED = ("/var/tmp",)
+
+
+def is_ours(folder: Path) -> bool:
+    """The folder holds our marker, or a manifest.json an earlier launcher wrote (its sections)."""
+    if (folder / MARKER).is_file():
+        return True
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(manifest, dict) and {"schema", "toggles", "command"} <= set(manifest)
+
+
+def is_system_folder(folder: Path) -> bool:
+    """/, a folder of the system (SYSTEM_FOLDERS or below, links followed) or your home folder."""
+    real = Path(os.path.realpath(folder))
+    text = str(real)
+    return real == Path("/") or real == Path.home() or (
+        any(text == d or text.startswith(d + "/") for d in SYSTEM_FOLDERS)
+        and not any(text == d or text.startswith(d + "/") for d in SYSTEM_ALLOWED))
+
+
+def ownership_problem(folder: Path) -> str | None:
+    """Why the launcher may not write into `folder`: it is a system folder, or it holds files
+    and is not a run folder of ours. None: missing, empty, or ours."""
+    if is_system_folder(folder):
+        return f"{folder} is a system folder (or your home folder itself)"
+    real = Path(os.path.realpath(folder))
+    try:
+        entries = next(os.walk(real))[1:] if real.is_dir() else ([], [])
+    except StopIteration:
+        entries = ([], [])
+    if (entries[0] or entries[1]) and not is_ours(real):
+        return (f"{folder} holds files and is not a run folder of this launcher (no {MARKER} "
+                "or launcher manifest.json in it)")
     return None
 
 
@@ -104,6 +149,12 @@ def git_sha(repo: Path) -> str | None:
     dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"],
                            capture_output=True, text=True, timeout=10).stdout.strip()
     return sha + ("-dirty" if dirty else "")
+
+
+def mark_ours(folder: Path) -> None:
+    """Leave the marker that makes `folder` a run folder of this launcher."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / MARKER).write_text("a run folder of python -m training.launch (manifest.json)\n")
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:

@@ -126,11 +126,23 @@ class Form:
     problem: Callable[[str], str | None]
 
 
-def _one_word(value: str) -> str | None:
+def host_problem(value: str) -> str | None:
+    """Why VALUE is not a bare host name or address (what torchrun's --master-addr takes)."""
+    import ipaddress
+
     if not value.strip():
         return "empty: give a host name or address"
-    return ("a host name or address is one word, without spaces"
-            if any(c.isspace() for c in value) else None)
+    if any(c.isspace() for c in value):
+        return "a host name or address is one word, without spaces"
+    if "://" in value or "@" in value or "/" in value:
+        return ("a host name or address only, without a scheme, user or path "
+                "(e.g. node0 or 10.0.0.1)")
+    if ":" in value:
+        try:
+            ipaddress.IPv6Address(value.strip("[]"))
+        except ValueError:
+            return "a host name or address without a port: give the port as MASTER_PORT"
+    return None
 
 
 def _split_form(value: str) -> str | None:
@@ -143,7 +155,7 @@ def _split_form(value: str) -> str | None:
     return None
 
 
-ONE_WORD = Form("one word, no spaces", _one_word)
+HOST = Form("a host name or address", host_problem)
 SPLIT_FORM = Form("train,valid,test proportions", _split_form)
 POSITIVE = Range(0, low_open=True)          # > 0
 AT_LEAST_0 = Range(0)
@@ -725,7 +737,7 @@ REGISTRY: tuple[Toggle, ...] = (
     Toggle("NODE_RANK", "int", 0, DISTRIBUTED_ARGS, "This node's rank.", flag="--node-rank",
            group="cluster", check=Range(0, 65535)),
     Toggle("MASTER_ADDR", "str", "localhost", DISTRIBUTED_ARGS, "Rendezvous host (node 0).",
-           flag="--master-addr", group="cluster", check=ONE_WORD),
+           flag="--master-addr", group="cluster", check=HOST),
     Toggle("MASTER_PORT", "int", 29500, DISTRIBUTED_ARGS, "Rendezvous port.",
            flag="--master-port", group="cluster", check=Range(1, 65535)),
     Toggle("GPUS_PER_NODE", "int", None, DISTRIBUTED_ARGS,
@@ -974,6 +986,9 @@ def _parse(toggle: Toggle, raw: str) -> Any:
         except ValueError:
             raise BadInput(f"{toggle.name}={raw!r} is not a number: use e.g. "
                            f"{toggle.name}={toggle.default if toggle.default is not None else 1.0}.") from None
+    if toggle.kind == "path" and toggle.flag and not text:
+        raise BadInput(f"{toggle.name}= is empty, which Megatron would take as a folder named '': "
+                       f"leave {toggle.name} out, or give a folder.")
     if toggle.kind == "choice":
         if text in toggle.choices:
             return text

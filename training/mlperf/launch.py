@@ -22,6 +22,7 @@ import sys
 from dataclasses import asdict
 from typing import Any
 
+from training.cli import fail
 from training.launch.settings import BadInput, LaunchError
 
 from . import rules as rules_mod
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         launch, recipe, config = resolve_mlperf(dict(os.environ), words)
     except LaunchError as err:
-        print(f"error: {err}", file=sys.stderr)
+        fail(str(err))
         return err.exit_code
     except (OSError, KeyError, ValueError) as err:  # a broken config.yaml
         print(f"error: {rules_mod.CONFIG}: {err}", file=sys.stderr)

@@ -42,7 +42,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from training.cli import ArgumentParser, positive_int, read_json
+from training.cli import ArgumentParser, fail, positive_int, read_json
 
 from . import rules as rules_mod
 
@@ -88,7 +88,7 @@ def _events(log: Path) -> dict:
 def _manifest(run: Path) -> dict:
     try:
         return json.loads((run / "manifest.json").read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
 
 
@@ -342,10 +342,10 @@ def main(argv: list[str] | None = None) -> int:
             for line in unfilled(root):
                 print(f"  to fill in before submitting: {line}")
     except (BadInput, OSError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
+        fail(str(err))
         return 2
     except RuntimeError as err:
-        print(f"error: {err}", file=sys.stderr)
+        fail(str(err))
         return 1
     checks = check(root, args.ruleset)
     print(render(checks))

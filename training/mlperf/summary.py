@@ -13,11 +13,14 @@ run folder has one) next to the log, or into --out.
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from training.cli import ArgumentParser, fail, positive_float
+from training.records import (EvalAccuracy, ManifestHead, MlperfEvent, RecordError, read_record,
+                              validate)
 
 
 def read_events(log: Path) -> list[dict[str, Any]]:
@@ -35,11 +38,12 @@ def read_events(log: Path) -> list[dict[str, Any]]:
             if number == len(lines) and not text.endswith("\n"):
                 break
             raise ValueError(f"{log}:{number}: not an MLLOG event (invalid JSON)") from None
+        except RecursionError:
+            raise ValueError(f"{log}:{number}: not an MLLOG event (JSON nested too deep)") from None
         if not isinstance(event, dict) or not {"key", "value", "time_ms"} <= set(event):
             raise ValueError(f"{log}:{number}: not an MLLOG event (no key, value and time_ms)")
-        event.setdefault("metadata", {})
-        event.setdefault("event_type", "POINT_IN_TIME")
-        events.append(event)
+        model = EvalAccuracy if event.get("key") == "eval_accuracy" else MlperfEvent
+        events.append(validate(event, model, f"{log}:{number}").model_dump())
     if not events:
         raise ValueError(f"{log}: no :::MLLOG events; not an mlperf.log (the run writes one with "
                          "MLPERF=1, examples/mlperf)")
@@ -60,6 +64,8 @@ def summarize(log: Path, target: float | None = None) -> dict[str, Any]:
     values = {e["key"]: e["value"] for e in events if e["event_type"] == "POINT_IN_TIME"}
     minutes = ((run_stop["time_ms"] - run_start["time_ms"]) / 60000.0
                if run_start and run_stop else None)
+    if status == "success":
+        _check_success(log, run_start, run_stop, evals, minutes, target)
     converged = status == "success" and evals
     return {
         "log": str(log),
@@ -80,11 +86,30 @@ def summarize(log: Path, target: float | None = None) -> dict[str, Any]:
     }
 
 
+def _check_success(log: Path, run_start, run_stop, evals, minutes, target) -> None:
+    """A log that says success means something: a timed region of positive length, at least
+    one evaluation, and (when the target is known) the last one at or below it. RecordError
+    otherwise: a meaningless log is never reported as a success."""
+    why = None
+    if run_start is None:
+        why = "no run_start"
+    elif minutes is None or minutes <= 0:
+        why = f"its time to train is {minutes:g} min (run_stop not after run_start)"
+    elif not evals:
+        why = "no eval_accuracy before run_stop"
+    elif not math.isfinite(evals[-1][1]):
+        why = f"its last eval loss is {evals[-1][1]}"
+    elif target is not None and evals[-1][1] > target:
+        why = f"its last eval loss {evals[-1][1]:g} is above the target {target:g}"
+    if why:
+        raise RecordError(f"{log}: run_stop says success but {why}: not a valid result")
+
+
 def _target_from_manifest(run: Path) -> float | None:
     manifest = run / "manifest.json"
     if manifest.is_file():
-        section = json.loads(manifest.read_text()).get("mlperf") or {}
-        return section.get("target_eval_loss")
+        head = read_record(manifest, ManifestHead, "launcher manifest")
+        return head.mlperf.target_eval_loss if head.mlperf else None
     return None
 
 
@@ -155,16 +180,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no mlperf.log at {args.path}", file=sys.stderr)
         return 2
     run = log.parent
-    target = args.target if args.target is not None else _target_from_manifest(run)
     try:
+        target = args.target if args.target is not None else _target_from_manifest(run)
         s = summarize(log, target)
     except ValueError as err:
         return fail(str(err))
     out = args.out or run
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "mlperf_summary.json").write_text(json.dumps(s, indent=2) + "\n")
-    (out / "mlperf_summary.md").write_text(markdown(s))
-    plot(s, out / "eval_loss.png", _train_curve(run, s["global_batch_size"]))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "mlperf_summary.json").write_text(json.dumps(s, indent=2) + "\n")
+        (out / "mlperf_summary.md").write_text(markdown(s))
+        plot(s, out / "eval_loss.png", _train_curve(run, s["global_batch_size"]))
+    except OSError as err:
+        return fail(f"cannot write the summary into {out}: {err.strerror or err}: give --out a "
+                    "folder you can write")
     print(markdown(s), end="")
     print(f"wrote {out / 'mlperf_summary.json'}, mlperf_summary.md, eval_loss.png")
     return 0

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from training import REPO_ROOT
-from training.cli import ArgumentParser, positive_int
+from training.cli import ArgumentParser, fail, positive_int
 
 from .inputs import BadInput
 
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise BadInput(f"{json_path}: cannot write the JSON report "
                                f"({err.strerror or err}); pass --json PATH or --no-json") from None
     except BadInput as err:
-        print(f"error: {err}", file=sys.stderr)
+        fail(str(err))
         return err.exit_code
     if not args.quiet:
         render(report)

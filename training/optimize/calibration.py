@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from training import REPO_ROOT
-from training.cli import ArgumentParser
+from training.cli import ArgumentParser, fail
 
 from .config import from_manifest
 from .inputs import BadInput, load_run
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rows = [calibrate(r) for r in runs]
     except BadInput as err:
-        print(f"error: {err}", file=sys.stderr)
+        fail(str(err))
         return err.exit_code
     if args.json:
         print(json.dumps(rows, indent=2))

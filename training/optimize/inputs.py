@@ -71,6 +71,8 @@ def _read_json(path: Path, what: str) -> Any:
         raise BadInput(f"{path}: cannot read the {what}: {err.strerror or err}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise BadInput(f"{path}: the {what} is not valid JSON ({err})") from None
+    except RecursionError:
+        raise BadInput(f"{path}: the {what} is JSON nested too deep to read") from None
 
 
 def _find_manifest(path: Path) -> Path:

@@ -256,7 +256,7 @@ def load(path: str | Path) -> LeverBook:
                        "levers`, or pass --levers PATH)")
     try:
         data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
         raise BadInput(f"{path}: not a readable JSON levers file ({err})") from None
     _require(isinstance(data, dict), path, "not a JSON object")
     _require(data.get("schema") == SCHEMA, path,

@@ -28,7 +28,7 @@ import sys
 from typing import Any
 
 from training import REPO_ROOT
-from training.cli import ArgumentParser
+from training.cli import ArgumentParser, fail
 
 from .config import device_gib
 from .memory import MEMORY_BOUND_FRACTION, Estimate
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sets = recommended(family, dict(os.environ), words)
     except LaunchError as err:
-        print(f"error: {err}", file=sys.stderr)
+        fail(str(err))
         return err.exit_code
     print(",".join(f"{k}={v}" for k, v in sets.items()))
     return 0

@@ -114,7 +114,7 @@ def _read(path: Path) -> dict | None:
     """A report, or None where it cannot be read."""
     try:
         data = json.loads(Path(path).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
 

@@ -105,6 +105,8 @@ def _check_readable(path: Path) -> str | None:
         return f"{path.name} is truncated or not a gzip file ({e})"
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         return f"{path.name} is truncated or not valid JSON ({e})"
+    except RecursionError:
+        return f"{path.name} is JSON nested too deep to read, not a chrome trace"
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         return f"{path.name} is not a chrome trace (no traceEvents list)"
     if not data["traceEvents"]:
@@ -148,7 +150,8 @@ def load(files: list[Path]):
     try:
         with quiet_hta():
             return TraceAnalysis(trace_files=ranks, trace_dir=str(files[0].parent))
-    except (ValueError, EOFError, OSError, zlib.error, KeyError, IndexError, TypeError, AttributeError) as e:
+    except (ValueError, EOFError, OSError, zlib.error, KeyError, IndexError, TypeError, AttributeError,
+            RecursionError) as e:
         # Only now read each file again, to name the one that is broken.
         for f in files:
             problem = _check_readable(f)

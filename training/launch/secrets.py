@@ -1,0 +1,98 @@
+"""What is a secret, decided once: by a variable's name, and by what a value carries.
+
+A name is a secret when one of its parts (split at "_" or "-") is a credential word:
+TOKEN(S), KEY(S), SECRET(S), PASS, PASSWD, PASSWORD, PASSPHRASE, PWD, PAT, CREDENTIAL(S),
+CRED(S), AUTH, COOKIE, SESSION, SIGNATURE, or ends with one of the long ones (HFTOKEN,
+APIKEY). So HF_TOKEN, WANDB_API_KEY, DB_PASS, API_KEYS, GITHUB_PAT, SSH_PASSPHRASE are;
+TOKENIZER_MODEL, DATA_PATH and PWD (the shell's folder) are not.
+
+A value carries a credential when it holds a URL's `user:password@`, a bare
+`user:password@host`, a query parameter such as `?token=...` / `&key=...`, or a token with a
+well-known prefix (hf_..., ghp_..., sk-..., AKIA...).
+
+Everything that renders a value (the launch table, manifest.json, the docker/srun/torchrun
+lines, error messages) goes through `shown` or `mask_text`; everything that hands a value to
+another process passes a secret through the environment, never on a command line
+(`secret_pair`). Standard library only (the docker and Slurm hosts may have no project
+environment).
+"""
+from __future__ import annotations
+
+import re
+
+MASK = "****"
+
+_EXACT = frozenset({
+    "TOKEN", "TOKENS", "KEY", "KEYS", "SECRET", "SECRETS", "PASS", "PASSWD", "PASSWORD",
+    "PASSWORDS", "PASSPHRASE", "PWD", "PAT", "CREDENTIAL", "CREDENTIALS", "CRED", "CREDS",
+    "AUTH", "COOKIE", "SESSION", "SIGNATURE", "APIKEY", "PRIVATE"})
+_ENDINGS = ("TOKEN", "TOKENS", "APIKEY", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE",
+            "CREDENTIALS", "ACCESSKEY")
+_NOT_SECRET = frozenset({"PWD", "OLDPWD"})
+
+# A URL's user:password@ (the password group is masked), a bare user:password@host, a query
+# parameter that names a credential, tokens with a well-known prefix.
+_URL_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@'\"]*:)(?P<secret>[^\s/@'\"]+)(?=@)")
+_BARE_USERINFO = re.compile(r"(?P<head>(?:^|(?<=[\s='\"/]))[A-Za-z0-9._~-]+:)(?P<secret>[^\s/:@'\"]+)(?=@[A-Za-z0-9\[])")
+_QUERY = re.compile(r"(?P<head>[?&;](?:[A-Za-z_-]*(?:token|key|password|passwd|pass|secret|sig|"
+                    r"signature|auth|credential|pat))=)(?P<secret>[^&\s'\"#]+)", re.IGNORECASE)
+_KNOWN_TOKENS = re.compile(r"(?P<head>)(?P<secret>\b(?:hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{16,}"
+                           r"|github_pat_[A-Za-z0-9_]{16,}|sk-[A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}"
+                           r"|xox[abpr]-[A-Za-z0-9-]{10,}))")
+_VALUE_PATTERNS = (_URL_USERINFO, _BARE_USERINFO, _QUERY, _KNOWN_TOKENS)
+# NAME=value in a text (a shell line, a message); the value shell-quoted or one word.
+_ASSIGNMENT = re.compile(r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)=(?P<value>'[^']*'|\"[^\"]*\"|[^\s,;)'\"]*)")
+# A placeholder in a message (KEY=VALUE, HF_TOKEN=...), not a value.
+_PLACEHOLDER = re.compile(r"[A-Z_]+|\.\.\.|<[^>]*>|\*+")
+# --some-token VALUE / --some-token=VALUE on a command line.
+_FLAG = re.compile(r"(?P<flag>--[A-Za-z0-9-]+)(?P<sep>[ =])(?P<value>'[^']*'|\"[^\"]*\"|[^\s]+)")
+
+
+def is_secret(name: str) -> bool:
+    """Whether a variable's (or a --flag's) value must never be printed, recorded or put on a
+    command line: a part of its name is a credential word."""
+    upper = name.upper().lstrip("-")
+    if upper in _NOT_SECRET:
+        return False
+    parts = [p for p in re.split(r"[_\-]", upper) if p]
+    return any(p in _EXACT or p.endswith(_ENDINGS) for p in parts)
+
+
+def carries_credentials(value: str) -> bool:
+    """Whether a value holds a password, token or key inside it (a URL's user:password@, ...)."""
+    return any(p.search(value) for p in _VALUE_PATTERNS)
+
+
+def secret_pair(name: str, value: str) -> bool:
+    """A variable that must travel by environment and be masked wherever shown."""
+    return is_secret(name) or carries_credentials(value)
+
+
+def mask_value(value: str) -> str:
+    """The value with the credentials inside it masked (user:****@host, ?token=****)."""
+    for pattern in _VALUE_PATTERNS:
+        value = pattern.sub(lambda m: m.group("head") + MASK, value)
+    return value
+
+
+def shown(name: str, value: str) -> str:
+    """A variable's value as tables, manifest.json and messages show it."""
+    if is_secret(name) and value:
+        return MASK
+    return mask_value(value)
+
+
+def mask_text(text: str) -> str:
+    """A line for a human or a file (an error message, a shell line): every secret-named
+    NAME=value and --secret-flag value masked, and every credential inside a value."""
+    def assignment(m: re.Match) -> str:
+        value = m.group("value")
+        if not is_secret(m.group("name")) or not value or _PLACEHOLDER.fullmatch(value):
+            return m.group(0)
+        return f"{m.group('name')}={MASK}"
+
+    def flag(m: re.Match) -> str:
+        return f"{m.group('flag')}{m.group('sep')}{MASK}" if is_secret(m.group("flag")) \
+            and not m.group("value").startswith("--") else m.group(0)
+
+    return mask_value(_FLAG.sub(flag, _ASSIGNMENT.sub(assignment, text)))
