@@ -64,17 +64,22 @@ def banded_causal_mask(seq: int, window: int | None, device) -> torch.Tensor:
     return allowed
 
 
+def _wide(t: torch.Tensor) -> torch.Tensor:
+    """At least fp32 (fp64 stays fp64: the tests' exact checks)."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
+
+
 def sink_attention_reference(q, k, v, sinks, window: int | None, scale: float):
     """The plain computation, in fp32. q [b, heads, s, d], k and v [b, groups, s, d], sinks
     [heads] (None: no sink column). Returns [b, heads, s, d] in q's dtype."""
     heads, groups = q.shape[1], k.shape[1]
-    k = k.repeat_interleave(heads // groups, dim=1).float()
-    v = v.repeat_interleave(heads // groups, dim=1).float()
-    scores = (q.float() @ k.transpose(-1, -2)) * scale
+    k = _wide(k.repeat_interleave(heads // groups, dim=1))
+    v = _wide(v.repeat_interleave(heads // groups, dim=1))
+    scores = (_wide(q) @ k.transpose(-1, -2)) * scale
     allowed = banded_causal_mask(q.shape[2], window, q.device)
     scores = scores.masked_fill(~allowed, float("-inf"))
     if sinks is not None:
-        column = sinks.float().view(1, heads, 1, 1).expand(*scores.shape[:3], 1)
+        column = _wide(sinks).view(1, heads, 1, 1).expand(*scores.shape[:3], 1)
         probs = torch.softmax(torch.cat([scores, column], dim=-1), dim=-1)[..., :-1]
     else:
         probs = torch.softmax(scores, dim=-1)
@@ -86,8 +91,8 @@ def apply_sinks(out, lse, sinks):
     sink column per head: out * sigmoid(lse - s), in fp32. Differentiable in all three."""
     if sinks is None:
         return out
-    factor = torch.sigmoid(lse.float() - sinks.float().view(1, -1, 1))
-    return (out.float() * factor.unsqueeze(-1)).to(out.dtype)
+    factor = torch.sigmoid(_wide(lse) - _wide(sinks).view(1, -1, 1))
+    return (_wide(out) * factor.unsqueeze(-1)).to(out.dtype)
 
 
 @functools.lru_cache(maxsize=None)
