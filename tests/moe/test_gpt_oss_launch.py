@@ -176,3 +176,21 @@ def test_gpt_oss_120b_is_sized_by_the_preflight(tmp_path):
         proc = _script(tmp_path, "MODEL_SIZE=120b", "EP=8", *words, PLATFORM="h200",
                        GPUS_PER_NODE=8, MASTER_ADDR="node0")
         assert proc.returncode == 0 and "fits" in proc.stderr, proc.stderr
+
+
+def test_the_bench_part_of_the_bar():
+    """gpt-oss-peers: gpt-oss-20b cut to 8 layers at seq 8192 (fits one H200 by the estimate),
+    ours on the native backend against Hugging Face's GptOssForCausalLM, which the HF peer
+    builds with flex attention and each decoder layer compiled."""
+    from training.bench import catalog
+    from training.bench.hf_peer import hf_model_config
+    from training.bench.ours import family_layers
+
+    shape = catalog.PART_SHAPES["gpt-oss-peers"]
+    assert (shape.preset, shape.num_layers, shape.seq_length) == ("gpt-oss-20b", 8, 8192)
+    assert ("gpt-oss-peers", "peers", ("native", "hf_compile")) in catalog.MOE_PARTS
+    assert family_layers("gpt_oss") == [MOE, GPT_OSS]
+    model_class, config = hf_model_config(gpt_oss.GPT_OSS_20B, 8, 8192)
+    assert model_class.__name__ == "GptOssForCausalLM"
+    assert (config.num_hidden_layers, config.num_local_experts, config.sliding_window) == (8, 32,
+                                                                                           128)
