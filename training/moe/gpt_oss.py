@@ -54,41 +54,58 @@ class GptOssPreset(MoEPreset):
     yarn_original_max_positions: int = 4096
     yarn_beta_fast: float = 32.0
     yarn_beta_slow: float = 1.0
+    clamped_swiglu: bool = True        # False: Megatron's plain SwiGLU (the MLPerf reference's)
+    yarn: bool = True                  # False: plain RoPE at rotary_base (the MLPerf reference's)
+    init_std: float = 0.02
 
     def gpt_args(self, num_layers: int, seq_length: int) -> list[str]:
         args = []
         for word in super().gpt_args(num_layers, seq_length):
             if word == "--disable-bias-linear":       # gpt-oss: biases on every linear
                 continue
-            if word == "--swiglu":
+            if word == "--swiglu" and self.clamped_swiglu:
                 args += ["--quick-geglu", "--glu-linear-offset", str(self.glu_linear_offset),
                          "--activation-func-clamp-value", str(self.swiglu_limit)]
                 continue
             args.append(word)
-        at = args.index("--position-embedding-type")
-        args[at + 1] = "yarn"
-        args += ["--rotary-scaling-factor", str(self.yarn_factor),
-                 "--yarn-original-max-position-embeddings", str(self.yarn_original_max_positions),
-                 "--yarn-beta-fast", str(self.yarn_beta_fast),
-                 "--yarn-beta-slow", str(self.yarn_beta_slow),
-                 "--no-yarn-correction-range-round-to-int",
-                 "--window-size", f"{self.sliding_window - 1},0",
+        args[args.index("--init-method-std") + 1] = str(self.init_std)
+        if self.yarn:
+            args[args.index("--position-embedding-type") + 1] = "yarn"
+            args += ["--rotary-scaling-factor", str(self.yarn_factor),
+                     "--yarn-original-max-position-embeddings",
+                     str(self.yarn_original_max_positions),
+                     "--yarn-beta-fast", str(self.yarn_beta_fast),
+                     "--yarn-beta-slow", str(self.yarn_beta_slow),
+                     "--no-yarn-correction-range-round-to-int"]
+        args += ["--window-size", f"{self.sliding_window - 1},0",
                  "--window-attn-skip-freq", str(self.window_skip_freq)]
         if self.attention_sinks:
             args += ["--softmax-type", "learnable"]
         return args
 
 
-def _gpt_oss(name, layers, experts, **kw):
+def _gpt_oss(name, layers, experts, vocab_size=201088, seq_length=4096, **kw):
     # openai/gpt-oss-{20b,120b} config.json; router_aux_loss_coef as transformers' GptOssConfig
     return GptOssPreset(
-        name, layers, 2880, 2880, 64, 8, 201088, 131072, 4096, 150000, norm_epsilon=1e-5,
+        name, layers, 2880, 2880, 64, 8, vocab_size, 131072, seq_length, 150000,
+        norm_epsilon=1e-5,
         num_experts=experts, router_topk=4, moe_ffn_hidden_size=2880, kv_channels=64,
         aux_loss_coeff=0.001, **kw)
 
 
 GPT_OSS_20B = _gpt_oss("gpt-oss-20b", 24, 32)
 GPT_OSS_120B = _gpt_oss("gpt-oss-120b", 36, 128)
+
+# MLPerf Training's gpt_oss_20b (examples/mlperf/gpt_oss_20b/config.yaml): gpt-oss-20b's shape as
+# the reference trains it from scratch (mlcommons/training gpt_oss_20b/primus/conf/
+# gpt_oss_20B-pretrain*.yaml's overrides): the Llama 3.1 8B tokenizer's vocabulary (128256: the
+# C4 files are llama31_8b's), plain RoPE at theta 150000 (no YaRN), Megatron's SwiGLU,
+# window_size (128, 0) on every other layer (129 keys in Hugging Face's count), init std 0.008,
+# no load-balancing loss. Sinks and biases stay gpt-oss's: the reference's overrides do not set
+# them and its base model file is Primus's main branch, not pinned (docs/gpt_oss.md).
+GPT_OSS_20B_MLPERF = _gpt_oss("gpt-oss-20b-mlperf", 24, 32, vocab_size=128256,
+                              seq_length=8192, clamped_swiglu=False, yarn=False,
+                              sliding_window=129, init_std=0.008)
 
 # Tests and smoke runs: the tiny MoE shape (2 layers: one banded, one full) with gpt-oss's
 # parts, a head dim of its own (4 heads of 32 in a width of 256 -> a 128-wide query), a window
@@ -99,8 +116,9 @@ TINY_GPT_OSS = GptOssPreset(
     sliding_window=16, train_defaults={"BS": 8, "TOTAL_ITERS": 30})
 
 PRESETS: dict[str, GptOssPreset] = {p.name: p for p in (GPT_OSS_20B, GPT_OSS_120B,
-                                                         TINY_GPT_OSS)}
-SIZES = {"20b": "gpt-oss-20b", "120b": "gpt-oss-120b", "tiny": "tiny-gpt-oss"}
+                                                         GPT_OSS_20B_MLPERF, TINY_GPT_OSS)}
+SIZES = {"20b": "gpt-oss-20b", "120b": "gpt-oss-120b", "20b-mlperf": "gpt-oss-20b-mlperf",
+         "tiny": "tiny-gpt-oss"}
 
 
 def hf_config(preset: GptOssPreset, num_layers: int | None = None, seq_length: int = 0):
@@ -110,8 +128,9 @@ def hf_config(preset: GptOssPreset, num_layers: int | None = None, seq_length: i
     from transformers import GptOssConfig
 
     layers = num_layers or preset.num_layers
-    if preset.window_skip_freq != 2:
-        raise ValueError("GptOssConfig alternates banded and full layers (skip frequency 2)")
+    if preset.window_skip_freq != 2 or not (preset.yarn and preset.clamped_swiglu):
+        raise ValueError(f"{preset.name}: GptOssConfig has YaRN, the clamped SwiGLU and "
+                         "alternating banded and full layers only")
     return GptOssConfig(
         num_hidden_layers=layers, num_local_experts=preset.num_experts,
         vocab_size=preset.vocab_size, hidden_size=preset.hidden_size,
@@ -174,10 +193,11 @@ def gpt_oss_kernels(ctx: LaunchContext) -> None:
     preset = ctx.preset
     if not isinstance(preset, GptOssPreset):
         return
-    _off_or_refuse(ctx, "FUSED_SINGLE_QKV_ROPE", "gpt_oss_kernels",
-                   "YaRN RoPE scales cos and sin by its attention factor (1 + 0.1 ln 32), which "
-                   "Megatron's fused QKV RoPE path does not apply (its split path does)",
-                   "Set FUSED_SINGLE_QKV_ROPE=0.")
+    if preset.yarn:
+        _off_or_refuse(ctx, "FUSED_SINGLE_QKV_ROPE", "gpt_oss_kernels",
+                       "YaRN RoPE scales cos and sin by its attention factor (1 + 0.1 ln 32), "
+                       "which Megatron's fused QKV RoPE path does not apply (its split path "
+                       "does)", "Set FUSED_SINGLE_QKV_ROPE=0.")
     if "BIAS_DROPOUT_FUSION" in ctx.settings.values:
         _off_or_refuse(ctx, "BIAS_DROPOUT_FUSION", "gpt_oss_kernels",
                        "megatron-core's TEGroupedMLP asserts 'bias_dropout_fusion is not "
