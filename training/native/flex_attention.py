@@ -145,28 +145,27 @@ def sink_attention(q, k, v, sinks, window: int | None, scale: float, impl: str =
     return fn(q, k, v, sinks, window, scale)
 
 
-class FlexSinkAttention(torch.nn.Module):
-    """Megatron's core-attention slot (as SDPAttention, training/native/attention.py) for a
-    config with sinks (softmax_type learnable) and/or a window. The sinks are the parameter
-    `softmax_offset` [heads], as Megatron's DotProductAttention and TE's attention name it, so
-    checkpoints move between the backends. `impl` (IMPLS) is kept on the instance."""
+def _sdpa_attention():
+    from training.native.attention import SDPAttention
+
+    return SDPAttention
+
+
+class FlexSinkAttention(_sdpa_attention()):
+    """Megatron's core-attention slot (SDPAttention's checks: causal self-attention, no context
+    parallelism) for a config with sinks (softmax_type learnable) and/or a window. The sinks are
+    the parameter `softmax_offset` [heads], as Megatron's DotProductAttention and TE's attention
+    name it, so checkpoints move between the backends. `impl` (IMPLS) is kept on the instance."""
 
     def __init__(self, config, layer_number: int, attn_mask_type, attention_type: str,
                  attention_dropout: float | None = None, softmax_scale: float | None = None,
                  cp_comm_type: str | None = None, pg_collection=None, impl: str = "auto"):
-        super().__init__()
         import math
 
-        from megatron.core.transformer.enums import AttnMaskType
-
-        if config.context_parallel_size != 1:
-            raise ValueError("FlexSinkAttention does not implement context parallelism (use TE)")
-        if attn_mask_type != AttnMaskType.causal or attention_type != "self":
-            raise ValueError(f"FlexSinkAttention implements causal self-attention only, got "
-                             f"{attn_mask_type} / {attention_type}")
-        dropout = config.attention_dropout if attention_dropout is None else attention_dropout
-        if dropout:
-            raise ValueError(f"FlexSinkAttention has no attention dropout (got {dropout})")
+        super().__init__(config, layer_number, attn_mask_type, attention_type,
+                         attention_dropout, softmax_scale, cp_comm_type, pg_collection)
+        if self.dropout:
+            raise ValueError(f"FlexSinkAttention has no attention dropout (got {self.dropout})")
         if config.softmax_type not in ("vanilla", "learnable"):
             raise ValueError(f"softmax_type={config.softmax_type!r}: the native attention runs "
                              "vanilla or learnable")
@@ -217,11 +216,7 @@ class FlexSinkAttention(torch.nn.Module):
 
 def core_attention_for(config):
     """The native backend's core attention for this config: SDPA, or flex for sinks/window."""
-    if needs_flex(config):
-        return FlexSinkAttention
-    from training.native.attention import SDPAttention
-
-    return SDPAttention
+    return FlexSinkAttention if needs_flex(config) else _sdpa_attention()
 
 
 def describe(config) -> str:

@@ -5,20 +5,11 @@
 #   DATA_PATH=/data/c4_llama31/c4-train.en_6 VALID_DATA_PATH=/data/c4_llama31/c4-validation-91205 \
 #       TOKENIZER_MODEL=meta-llama/Llama-3.1-8B EP=8 bash examples/mlperf/gpt_oss_20b/run_gpt_oss_20b.sh
 #   ... BS=32 ...                          # free choice, still closed: LR and warm-up from BS 32's RCP
-#   DRY_RUN=1 PLATFORM=mi355x GPUS_PER_NODE=8 EP=8 bash examples/mlperf/gpt_oss_20b/run_gpt_oss_20b.sh
+#   DRY_RUN=1 PLATFORM=mi355x GPUS_PER_NODE=8 bash examples/mlperf/gpt_oss_20b/run_gpt_oss_20b.sh EP=8
 #
 # The data are llama31_8b's (examples/mlperf/llama31_8b/prepare_c4.sh, or the reference's files);
-# config.yaml beside this script holds the closed rules and the reference's choices. The rest is
-# llama31_8b's flow: the recipe's values, its guards, MLPERF_RUN, the untimed index step.
+# config.yaml beside this script holds the closed rules and the reference's choices. The flow is
+# llama31_8b's (its script: the recipe's values and guards, MLPERF_RUN, the untimed index step,
+# torchrun) with this benchmark's recipe.
 set -euo pipefail
-source "$(dirname "${BASH_SOURCE[0]}")/../../lib/launch.sh"
-
-resolved=$("$PYTHON" -m training.mlperf.launch --benchmark gpt_oss_20b "$@") || exit $?
-eval "$resolved"
-print_buckets   # exits here when DRY_RUN=1
-if [ "${#MLPERF_INDEX[@]}" -gt 0 ]; then   # node 0: the untimed index step
-    "$PYTHON" -m training.mlperf.index "${MLPERF_INDEX[@]}" "${GPT_ARGS[@]}" "${TRAIN_ARGS[@]}" \
-        "${DATA_ARGS[@]}" "${OUTPUT_ARGS[@]}" "${EXTRA_ARGS[@]}" "${USER_ARGS[@]}" 2>&1 \
-        | tee -a "$LOG_FILE"
-fi
-exec_torchrun   # torchrun ... pretrain_gpt.py GPT_ARGS TRAIN_ARGS DATA_ARGS OUTPUT_ARGS EXTRA_ARGS
+exec bash "$(dirname "${BASH_SOURCE[0]}")/../llama31_8b/run_llama31_8b.sh" --benchmark gpt_oss_20b "$@"
