@@ -39,7 +39,8 @@ def _after(words, flag):
 
 def test_the_family_is_registered_with_its_entry_script():
     assert FAMILIES["gpt_oss"] == ({"20b": "gpt-oss-20b", "120b": "gpt-oss-120b",
-                                    "tiny": "tiny-gpt-oss"}, "20b")
+                                    "20b-mlperf": "gpt-oss-20b-mlperf", "tiny": "tiny-gpt-oss"},
+                                   "20b")
     assert SCRIPTS["gpt_oss"] == "examples/moe/train_gpt_oss.sh"
     assert (REPO / SCRIPTS["gpt_oss"]).exists()
 
