@@ -146,3 +146,14 @@ def test_data_less_dry_run_of_the_closed_launch_on_mi355x(tmp_path):
     assert after("--transformer-impl") == "transformer_engine"      # the MI355X image's TE
     assert "MLPerf gpt_oss_20b (closed division)" in proc.stderr
     assert "mock data" in proc.stderr
+
+
+def test_without_a_named_platform_a_data_less_closed_launch_is_still_refused(mlperf_env):
+    from training.launch.guards import Refusals
+
+    env = {k: v for k, v in mlperf_env.items()
+           if k not in ("DATA_PATH", "VALID_DATA_PATH", "TOKENIZER_MODEL")}
+    with pytest.raises(Refusals, match="C4 training set"):
+        resolve_mlperf(_env(env), [], RULES)
+    launch, _, _ = resolve_mlperf(_env(env, PLATFORM="mi355x"), [], RULES)
+    assert "--mock-data" in launch.buckets["DATA_ARGS"]
