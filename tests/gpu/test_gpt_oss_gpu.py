@@ -5,6 +5,7 @@ preset training through examples/moe/train_gpt_oss.sh on Shakespeare with fallin
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 
 import pytest
@@ -42,16 +43,22 @@ def test_flex_sink_attention_forward_and_backward_against_the_reference(window, 
         assert err <= 2e-2 * max(scale, 1.0), name
 
 
-PARITY = [(TINY_GPT_OSS, 2, 1024),
-          (dataclasses.replace(GPT_OSS_20B, vocab_size=8192), 2, 1024)]
+HAVE_TE = importlib.util.find_spec("transformer_engine") is not None
+PARITY = [(TINY_GPT_OSS, 2, 1024, "native"),
+          (dataclasses.replace(GPT_OSS_20B, vocab_size=8192), 2, 1024, "native")] + (
+    [(TINY_GPT_OSS, 2, 1024, "transformer_engine")] if HAVE_TE else [])
 
 
-@pytest.mark.parametrize("preset,layers,seq", PARITY, ids=["tiny", "20b-width-2-layers"])
-def test_bf16_parity_with_hf_gpt_oss(preset, layers, seq):
+@pytest.mark.parametrize("preset,layers,seq,backend", PARITY,
+                         ids=["tiny", "20b-width-2-layers", "tiny-te"][:len(PARITY)])
+def test_bf16_parity_with_hf_gpt_oss(preset, layers, seq, backend):
+    """Native: flex attention; TE (where installed): TE's fused attention with
+    softmax_type learnable and the window, the native grouped experts beside it."""
     from tests.moe.gpt_oss_model import gpt_oss_parity
 
-    result, _, _ = gpt_oss_parity(preset, layers, "cuda", torch.bfloat16, batch=1, seq=seq)
-    report(f"{preset.name}/native/bf16/cuda", result)
+    result, _, _ = gpt_oss_parity(preset, layers, "cuda", torch.bfloat16, batch=1, seq=seq,
+                                  backend=backend)
+    report(f"{preset.name}/{backend}/bf16/cuda", result)
     check_bf16_parity(result)
     torch.cuda.empty_cache()
 

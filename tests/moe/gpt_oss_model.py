@@ -38,8 +38,8 @@ def hf_gpt_oss(preset, num_layers: int, device: str = "cpu", dtype=torch.float32
 
 
 def build_gpt_oss(preset, num_layers: int, device: str = "cpu", dtype=torch.float32,
-                  seq: int = 64, **build):
-    gpt, config = build_moe_gpt(preset, num_layers, "native", "torch", device, dtype, seq=seq,
+                  seq: int = 64, backend: str = "native", **build):
+    gpt, config = build_moe_gpt(preset, num_layers, backend, "torch", device, dtype, seq=seq,
                                 extra=EXTRA + tuple(build.pop("extra", ())), **build)
     return gpt.eval(), config
 

@@ -50,3 +50,12 @@ def test_a_mismatched_shape_is_refused_in_words():
     config["num_key_value_heads"] = 4
     with pytest.raises(table.GptOssShapeError, match="linear_qkv is"):
         table.hf_to_megatron(hf_model.state_dict(), config)
+
+
+def test_the_te_specs_fused_input_norm_takes_the_input_norm():
+    """Under Transformer Engine's spec the attention's input norm is linear_qkv's
+    layer_norm_weight (the GPU parity test copies into that model)."""
+    te = {"decoder.layers.1.self_attention.linear_qkv.layer_norm_weight": None}
+    assert table._te_name("decoder.layers.1.input_layernorm.weight", te) == next(iter(te))
+    native = {"decoder.layers.1.input_layernorm.weight": None}
+    assert table._te_name("decoder.layers.1.input_layernorm.weight", native) == next(iter(native))

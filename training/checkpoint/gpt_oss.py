@@ -150,13 +150,27 @@ def _experts_tensors(experts, name: str, kind: str) -> list[torch.Tensor]:
     return [getattr(linear, f"{kind}{i}") for i in range(linear.num_gemms)]  # TE grouped
 
 
+# Transformer Engine's spec fuses the attention's input norm into linear_qkv
+TE_NAMES = {"input_layernorm.weight": "self_attention.linear_qkv.layer_norm_weight"}
+
+
+def _te_name(key: str, params: dict) -> str:
+    """The TE spec's name of a native-spec key, where the model has that one instead."""
+    for native, te in TE_NAMES.items():
+        if key.endswith(native) and key not in params:
+            return key[: -len(native)] + te
+    return key
+
+
 @torch.no_grad()
 def copy_into(gpt_model, ours: dict) -> None:
-    """Copy hf_to_megatron's tensors into a built GPTModel (any experts module); every
-    tensor of the table lands somewhere, and every parameter of the model gets one."""
+    """Copy hf_to_megatron's tensors into a built GPTModel (any experts module, the native or
+    the TE spec's names); every tensor of the table lands somewhere, and every parameter of
+    the model gets one."""
     params = dict(gpt_model.named_parameters())
     done = set()
     for key, value in ours.items():
+        key = _te_name(key, params)
         if ".mlp.experts." in key:
             layer = int(key.split(".")[2])
             name, kind = key.rsplit(".", 2)[-2:]
@@ -184,8 +198,12 @@ def native_state(gpt_model) -> dict:
     """Our model's tensors under hf_to_megatron's names (the native grouped experts as
     built; others stacked into [E, out, in])."""
     state = {}
+    te_to_native = {te: native for native, te in TE_NAMES.items()}
     for name, param in gpt_model.named_parameters():
         if ".mlp.experts." not in name:
+            for te, native in te_to_native.items():
+                if name.endswith(te):
+                    name = name[: -len(te)] + native
             state[name] = param.detach()
     for i, layer in enumerate(gpt_model.decoder.layers):
         for name in ("linear_fc1", "linear_fc2"):
