@@ -59,3 +59,22 @@ def test_the_te_specs_fused_input_norm_takes_the_input_norm():
     assert table._te_name("decoder.layers.1.input_layernorm.weight", te) == next(iter(te))
     native = {"decoder.layers.1.input_layernorm.weight": None}
     assert table._te_name("decoder.layers.1.input_layernorm.weight", native) == next(iter(native))
+
+
+def test_megatrons_sharded_state_dict_holds_the_sinks_and_the_expert_biases():
+    """What a Megatron distributed checkpoint of our gpt-oss saves: the sinks under the key
+    Megatron's attentions use (core_attention.softmax_offset; the layers stacked along a leading
+    axis, as Megatron saves every layer tensor), the experts' biases as global [experts, out]
+    tensors beside their weights."""
+    from megatron.core.dist_checkpointing.mapping import ShardedTensor, ShardedTensorFactory
+
+    gpt, _ = build_gpt_oss(TINY_GPT_OSS, 2)
+    sharded = gpt.sharded_state_dict()
+    sinks = sharded["decoder.layers.1.self_attention.core_attention.softmax_offset"]
+    assert isinstance(sinks, ShardedTensor) and tuple(sinks.global_shape) == (2, 4)
+    assert sinks.key == "decoder.layers.self_attention.core_attention.softmax_offset"
+    bias = sharded["decoder.layers.0.mlp.experts.linear_fc2.bias"]
+    assert isinstance(bias, ShardedTensor) and tuple(bias.global_shape) == (2, 8, 256)
+    assert bias.key == "decoder.layers.mlp.experts.experts.linear_fc2.bias"   # SequentialMLP's
+    assert isinstance(sharded["decoder.layers.0.mlp.experts.linear_fc1.bias"],
+                      ShardedTensorFactory)
