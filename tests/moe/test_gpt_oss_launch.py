@@ -64,7 +64,7 @@ def test_gpt_oss_20b_words(base_env):
     {"NUM_LAYERS": 4},
     {"MODEL_SIZE": "tiny"},
     {"NUM_LAYERS": 4, "EP": 8, "GPUS_PER_NODE": 8},
-    {"NUM_LAYERS": 4, "PLATFORM": "h200"},                     # the TE backend
+    {"NUM_LAYERS": 4, "PLATFORM": "h200", "TRANSFORMER_IMPL": "transformer_engine"},
     {"NUM_LAYERS": 4, "PLATFORM": "mi355x", "EP": 8, "GPUS_PER_NODE": 8},
 ])
 def test_launches_pass_megatrons_validation(base_env, toggles):
@@ -97,10 +97,12 @@ def test_yarn_turns_the_fused_qkv_rope_off_with_why_or_refuses(base_env):
 
 
 def test_bias_dropout_fusion_is_refused_with_biased_experts(base_env):
-    result = oss(base_env, NUM_LAYERS=4, PLATFORM="h200")     # TE: on by default there
+    te = {"PLATFORM": "h200", "TRANSFORMER_IMPL": "transformer_engine"}   # on by default there
+    result = oss(base_env, NUM_LAYERS=4, **te)
     assert not result.settings["BIAS_DROPOUT_FUSION"]
+    assert notices(result, "gpt_oss_kernels")
     assert "BIAS_DROPOUT_FUSION=0" in refused(base_env, "gpt_oss_kernels", NUM_LAYERS=4,
-                                              PLATFORM="h200", BIAS_DROPOUT_FUSION=1)
+                                              BIAS_DROPOUT_FUSION=1, **te)
 
 
 @pytest.mark.parametrize("toggles,needle", [
@@ -113,10 +115,12 @@ def test_sequential_experts_are_refused(base_env, toggles, needle):
 
 
 def test_context_parallel_needs_te_for_sinks_and_window(base_env):
-    msg = refused(base_env, "gpt_oss_attention", NUM_LAYERS=4, CP=2, GPUS_PER_NODE=2)
-    assert "flex attention" in msg and "CP=1" in msg
-    # TE runs it (its fused attention's softmax_type and window with context parallelism)
-    oss(base_env, NUM_LAYERS=4, CP=2, GPUS_PER_NODE=2, PLATFORM="h200")
+    """The native backend (SDPA or flex attention) has no context parallelism: the core's
+    guard refuses it; TE runs it (its fused attention's softmax_type and window)."""
+    msg = refused(base_env, "context_parallel_backend", NUM_LAYERS=4, CP=2, GPUS_PER_NODE=2)
+    assert "CP=1" in msg
+    oss(base_env, NUM_LAYERS=4, CP=2, GPUS_PER_NODE=2, PLATFORM="h200",
+        TRANSFORMER_IMPL="transformer_engine")
 
 
 def test_transformer_engine_before_2_8_has_no_sinks():

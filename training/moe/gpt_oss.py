@@ -164,11 +164,11 @@ def _te_version(ctx) -> tuple[int, ...] | None:
 
 
 def gpt_oss_attention(ctx: LaunchContext) -> None:
-    """Sinks and the sliding window need a backend that runs them: TE >= 2.8 (softmax_type),
-    or the native backend's flex attention without context parallelism (Megatron's local
-    unfused attention runs them too, but the local backend is refused for the experts:
-    gpt_oss_kernels)."""
-    preset, s = ctx.preset, ctx.settings
+    """Sinks need Transformer Engine 2.8 on the TE backend (softmax_type); the native backend
+    runs sinks and the window in flex attention (context parallelism there is refused by the
+    core's context_parallel_backend, as for SDPA; Megatron's local unfused attention runs them
+    too, but the local backend is refused for the experts: gpt_oss_kernels)."""
+    preset = ctx.preset
     if not isinstance(preset, GptOssPreset):
         return
     if ctx.backend == "transformer_engine" and preset.attention_sinks:
@@ -179,11 +179,6 @@ def gpt_oss_attention(ctx: LaunchContext) -> None:
                           f"attention from TE 2.8 (softmax_type); this one is "
                           f"{ctx.caps.te_version} (megatron-core would assert). Use "
                           "TRANSFORMER_IMPL=native, or TE >= 2.8.")
-    if ctx.backend == "native" and s["CP"] > 1:
-        raise Refusal("gpt_oss_attention",
-                      f"CP={s['CP']}: the native backend's attention with sinks and a sliding "
-                      "window (flex attention) has no context parallelism. Use CP=1, or "
-                      "TRANSFORMER_IMPL=transformer_engine.")
 
 
 def gpt_oss_kernels(ctx: LaunchContext) -> None:
