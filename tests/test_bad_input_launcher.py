@@ -101,6 +101,11 @@ CASES: list[Case] = [
          env=DRY),
     Case("train_qwen3_moe.sh: MLPERF_DIVISION=open", MOE, ["MLPERF_DIVISION=open"],
          "run_llama31_8b.sh", env=DRY),
+    Case("train_gpt_oss.sh: MOE_GROUPED_GEMM=0", "examples/moe/train_gpt_oss.sh",
+         ["MOE_GROUPED_GEMM=0"], "MOE_GROUPED_GEMM=1", env=DRY),
+    Case("run_gpt_oss_20b.sh: MOE_AUX_LOSS_COEFF=0.01", "examples/mlperf/gpt_oss_20b/run_gpt_oss_20b.sh",
+         ["MOE_AUX_LOSS_COEFF=0.01", "MLPERF_CACHE_CLEAR_CMD=true"], "MOE_AUX_LOSS_COEFF=0.01 (rule: 0)",
+         env=DRY),
     Case("launch: two spellings of one knob", LAUNCH,
          _l3("SEQ_PARALLEL=1", "SEQUENCE_PARALLEL=0"), "two values", env=DRY),
     # -- the bash entry points, as a user types them --------------------------------------------

@@ -56,9 +56,10 @@ def norm_class(kernels: str):
     return norm.LigerRMSNorm
 
 
-def _with_native_experts(spec):
+def _with_native_experts(spec, config):
     """The spec with its MoE layer's experts on the native grouped experts (TEGroupedMLP on
-    torch's grouped GEMM, native/grouped_experts.py)."""
+    torch's grouped GEMM, native/grouped_experts.py; with biases where the config's linears
+    have them: gpt-oss)."""
     from training.native.grouped_experts import grouped_experts_builder
 
     spec = copy.deepcopy(spec)
@@ -66,7 +67,8 @@ def _with_native_experts(spec):
     moe_layer = sub.mlp  # partial(MoELayer, submodules=MoESubmodules(...))
     sub.mlp = functools.partial(moe_layer.func, *moe_layer.args, **{
         **moe_layer.keywords, "submodules": dataclasses.replace(
-            moe_layer.keywords["submodules"], experts=grouped_experts_builder())})
+            moe_layer.keywords["submodules"],
+            experts=grouped_experts_builder(bias=config.add_bias_linear))})
     return spec
 
 
@@ -84,7 +86,8 @@ def layer_spec(backend: str, config, kernels: str = "torch", experts: str = "nat
     if backend == "transformer_engine":
         spec = get_gpt_layer_with_transformer_engine_spec(
             qk_layernorm=config.qk_layernorm, fp8=None, **moe)
-        return _with_native_experts(spec) if moe["moe_grouped_gemm"] and experts == "native" \
+        return _with_native_experts(spec, config) if moe["moe_grouped_gemm"] and \
+            experts == "native" \
             else spec
     spec = get_gpt_layer_local_spec(normalization=config.normalization,
                                     qk_layernorm=config.qk_layernorm, **moe)
@@ -92,17 +95,18 @@ def layer_spec(backend: str, config, kernels: str = "torch", experts: str = "nat
         return spec
     if backend != "native":
         raise ValueError(f"unknown backend {backend!r}")
-    from training.native.attention import SDPAttention
+    from training.native.flex_attention import core_attention_for
 
     spec = copy.deepcopy(spec)
     sub = spec.submodules
     sub.input_layernorm = norm_class(kernels)
     sub.pre_mlp_layernorm = norm_class(kernels)
-    sub.self_attention.submodules.core_attention = SDPAttention
+    # SDPA; flex attention where the config has sinks or a sliding window (gpt-oss)
+    sub.self_attention.submodules.core_attention = core_attention_for(config)
     if config.qk_layernorm:  # Qwen3: RMSNorm over each head's query and key
         sub.self_attention.submodules.q_layernorm = norm_class(kernels)
         sub.self_attention.submodules.k_layernorm = norm_class(kernels)
-    return _with_native_experts(spec) if moe["moe_grouped_gemm"] else spec
+    return _with_native_experts(spec, config) if moe["moe_grouped_gemm"] else spec
 
 
 def install_native(run) -> NativeSetup:
@@ -121,6 +125,12 @@ def install_native(run) -> NativeSetup:
     setup.parts["rmsnorm"] = f"{describe(norm)} ({kernel})"
     setup.parts["attention"] = f"{describe(SDPAttention)} (torch SDPA, cuDNN > flash > " \
                                "memory-efficient)"
+    if getattr(args, "softmax_type", "vanilla") != "vanilla" or getattr(args, "window_size",
+                                                                       None):
+        from training.native.flex_attention import FlexSinkAttention
+
+        setup.parts["attention"] = f"{describe(FlexSinkAttention)} (torch flex attention: " \
+                                   "sinks and the sliding window; gpt-oss)"
     setup.parts["qkv_rope"] = (in_place("native_qkv_rope") if args.fused_single_qkv_rope
                                else "Megatron's unfused RoPE (--no-fused-single-qkv-rope)")
     setup.parts["swiglu"] = in_place("native_swiglu")

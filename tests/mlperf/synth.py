@@ -39,13 +39,14 @@ def losses_reaching(target: float, at: int) -> list[float]:
     return [target + 0.05 * (at - k) for k in range(1, at)] + [target - 0.01]
 
 
-def run_fake(env, losses, save=None, words=(), datasets=None, **toggles):
-    """Resolve the recipe, parse its Megatron args, and run the stand-in loop with mllog.
-    `datasets`: (train, valid) stand-ins whose counts the run logs when it reads the data."""
+def run_fake(env, losses, save=None, words=(), datasets=None, rules=None, **toggles):
+    """Resolve the recipe (llama31_8b's, or `rules`'), parse its Megatron args, and run the
+    stand-in loop with mllog. `datasets`: (train, valid) stand-ins whose counts the run logs
+    when it reads the data."""
     from tests.launch.helpers import megatron_args
 
     launch, _, config = resolve_mlperf(dict(env, **{k: str(v) for k, v in toggles.items()}),
-                                       list(words))
+                                       list(words), rules)
     args = megatron_args(launch)
     args.consumed_train_samples, args.do_valid = 0, True
     args.save, args.save_interval = save, (10**6 if save else None)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import training.moe.gpt_oss  # noqa: F401 - registers gpt_oss (GPT_OSS_SHAPE)
 import training.moe.presets  # noqa: F401 - registers the MoE families (the MoE parts' shape)
 from training.launch.recipes import RECIPES
 from training.launch.toggles import LAUNCHER, PERF_TOGGLES, REGISTRY
@@ -503,6 +504,14 @@ MOE_PARTS = (
     # the lean step on the other MoE family (few wide experts, top-2: MIXTRAL_SHAPE)
     ("moe-levers-lean-mixtral", "toggles", ("MOE_LEAN_STEP",)),
 )
+# gpt-oss-20b cut to 8 layers (same width, 32 experts, top-4, sinks, the alternating window; the
+# lean step's estimate 90.6 GiB on one H200), seq 8192, global batch 8: ours at the gpt-oss
+# launch's default against transformers' GptOssForCausalLM (its flex attention, each decoder
+# layer torch.compile'd: the hf_compile side, training/bench/hf_peer.py), issue 41's bar.
+GPT_OSS_SHAPE = BenchShape(family="gpt_oss", model_size="20b", num_layers=8, seq_length=8192,
+                           mbs=1, global_batch=8, warmup=2, steps=3, repeats=2, backend="native")
+MOE_PARTS = MOE_PARTS + (("gpt-oss-peers", "peers", ("native", "hf_compile")),)
+
 # Mixtral-8x7B cut to 4 layers (same width, 8 experts, top-2; the core defaults' estimate
 # 114 GiB on one H200, the lean step's smaller), the MoE shape's sequence and batch.
 MIXTRAL_SHAPE = replace(MOE_SHAPE, family="mixtral", model_size="8x7B", num_layers=4,
@@ -532,6 +541,7 @@ PART_SHAPES: dict[str, BenchShape] = {
     **{name: replace(MIXTRAL_SHAPE if "mixtral" in name else MOE_SHAPE,
                      backend="transformer_engine")
        for _kind, name, _keys in MOE_TE_PARTS},
+    "gpt-oss-peers": GPT_OSS_SHAPE,
     "scale-x1": full_shape(1, backend="native", toggles=_scale_state()),
     "full-x2": full_shape(2, backend="native"),
     "full-x8": full_shape(8, backend="native"),

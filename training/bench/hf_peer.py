@@ -20,6 +20,14 @@ from .peer_common import add_peer_arguments, preset_named, write_result
 
 def hf_model_config(preset, num_layers: int, seq_length: int):
     """The transformers class and config of a preset's shape at num_layers."""
+    if hasattr(preset, "attention_sinks"):     # gpt-oss (training/moe/gpt_oss.py)
+        from transformers import GptOssForCausalLM
+
+        from training.moe.gpt_oss import hf_config
+
+        config = hf_config(preset, num_layers, seq_length)
+        config.output_router_logits = True      # its router's aux loss each step, as ours
+        return GptOssForCausalLM, config
     common = dict(vocab_size=preset.vocab_size, hidden_size=preset.hidden_size,
                   num_hidden_layers=num_layers, num_attention_heads=preset.num_attention_heads,
                   num_key_value_heads=preset.num_query_groups,
@@ -89,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     preset = preset_named(args.model)
     torch.manual_seed(1234)
     model_class, config = hf_model_config(preset, args.num_layers, args.seq_length)
-    config._attn_implementation = "sdpa"
+    gpt_oss = model_class.__name__ == "GptOssForCausalLM"
+    # gpt-oss has no SDPA path in transformers (sinks): its flex attention, which applies the
+    # sinks through flex's log-sum-exp
+    config._attn_implementation = "flex_attention" if gpt_oss else "sdpa"
     with torch.device("cuda"):
         model = model_class(config).to(torch.bfloat16)
     if args.liger:
@@ -127,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         profiler.stop()
     write_result(args, times, losses,
                  "bf16 params, bf16 AdamW moments (torch fused AdamW), no fp32 master",
-                 liger=args.liger, compiled=args.compile)
+                 liger=args.liger, compiled=args.compile,
+                 **({"attention": "flex_attention"} if gpt_oss else {}))
     return 0
 
 

@@ -39,6 +39,11 @@ def family_layers(family: str) -> list:
     guards: training/moe/layer.py); none for the core's families."""
     from training.moe.presets import MOE_FAMILIES
 
+    if family == "gpt_oss":
+        from training.moe.gpt_oss import GPT_OSS
+        from training.moe.layer import MOE
+
+        return [MOE, GPT_OSS]
     if family in MOE_FAMILIES:
         from training.moe.layer import MOE
 

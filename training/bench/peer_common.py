@@ -10,9 +10,10 @@ def preset_named(name: str):
     """A model preset by name: the dense ones (training/launch/presets.py) or the MoE family's
     (training/moe/presets.py)."""
     from training.launch.presets import PRESETS
+    from training.moe.gpt_oss import PRESETS as GPT_OSS_PRESETS
     from training.moe.presets import MOE_PRESETS
 
-    return {**PRESETS, **MOE_PRESETS}[name]
+    return {**PRESETS, **MOE_PRESETS, **GPT_OSS_PRESETS}[name]
 
 
 def add_peer_arguments(parser: argparse.ArgumentParser, steps: int, warmup: int) -> None:

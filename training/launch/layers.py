@@ -75,7 +75,7 @@ ENTRIES: tuple[LayerEntry, ...] = (
                "examples/mlperf/llama31_8b/run_llama31_8b.sh",
                machine=("MLPERF_CACHE_CLEAR_CMD",)),
     LayerEntry("MOE_", "the mixture-of-experts family",
-               "examples/moe/train_qwen3_moe.sh or examples/moe/train_mixtral.sh",
+               "examples/moe/train_qwen3_moe.sh, train_mixtral.sh or train_gpt_oss.sh",
                names=("EP", "ETP")),
 )
 

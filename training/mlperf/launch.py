@@ -1,8 +1,10 @@
-"""`python -m training.mlperf.launch [KEY=VALUE ...] [--megatron-flags ...]`
+"""`python -m training.mlperf.launch [--benchmark gpt_oss_20b] [KEY=VALUE ...] [--megatron-flags ...]`
 
 Called by examples/mlperf/llama31_8b/run_llama31_8b.sh in place of `python -m training.launch`:
 the same launcher (registry, guards, run folder, manifest, startup table, shell assignments on
-stdout) with the llama31_8b recipe layer (training/mlperf/layer.py) on top of it:
+stdout) with the llama31_8b recipe layer (training/mlperf/layer.py) on top of it (with
+`--benchmark gpt_oss_20b`, examples/mlperf/gpt_oss_20b/run_gpt_oss_20b.sh: that benchmark's
+config.yaml, on the gpt_oss family with the MoE family's layers under the recipe's):
 
   1. recipe values: every knob of config.yaml you did not set (environment or KEY=VALUE word)
      gets the recipe's value, with its reason (the rule, or the arithmetic from BS/LR); the
@@ -28,7 +30,6 @@ from training.launch.settings import BadInput, LaunchError
 from . import rules as rules_mod
 from .layer import llama31_8b
 
-FAMILY = "llama3"
 RUN_ENV = "MLPERF_RUN"
 
 
@@ -55,14 +56,35 @@ def cache_plan(settings) -> dict[str, Any]:
             "cache_clear_why": how.detail}
 
 
+def family_layers(family: str) -> list:
+    """The layers a benchmark's model family brings under the recipe's (gpt_oss: the MoE
+    family's toggles and guards, and gpt-oss's guards)."""
+    if family != "gpt_oss":
+        return []
+    from training.moe.gpt_oss import GPT_OSS
+    from training.moe.layer import MOE
+
+    return [MOE, GPT_OSS]
+
+
 def resolve_mlperf(environ: dict[str, str], words: list[str],
                    rules: rules_mod.Rules | None = None):
     """(launch, recipe values, run config); raises LaunchError like training.launch.resolve."""
     from training.launch.resolve import resolve
 
     rules = rules or rules_mod.load()
-    launch = resolve(FAMILY, environ, list(words), layers=[llama31_8b(rules)])
+    launch = resolve(rules.family, environ, list(words),
+                     layers=[llama31_8b(rules), *family_layers(rules.family)])
     return launch, launch.recipe_values, run_config(launch, rules)
+
+
+def _benchmark(words: list[str]) -> tuple[str, list[str]]:
+    """A leading `--benchmark NAME` (the entry script's), else llama31_8b."""
+    if words[:1] == ["--benchmark"] and len(words) > 1:
+        return words[1], words[2:]
+    if words[:1] and words[0].startswith("--benchmark="):
+        return words[0].split("=", 1)[1], words[1:]
+    return "llama31_8b", words
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,13 +97,19 @@ def main(argv: list[str] | None = None) -> int:
     from training.launch.report import print_report
     from training.launch.runfolder import update_manifest
 
+    benchmark, words = _benchmark(words)
     try:
-        launch, recipe, config = resolve_mlperf(dict(os.environ), words)
+        rules = rules_mod.load_benchmark(benchmark)
+    except KeyError as err:
+        print(f"error: --benchmark: {err.args[0]}", file=sys.stderr)
+        return BadInput.exit_code
+    try:
+        launch, recipe, config = resolve_mlperf(dict(os.environ), words, rules)
     except LaunchError as err:
         fail(str(err))
         return err.exit_code
     except (OSError, KeyError, ValueError) as err:  # a broken config.yaml
-        print(f"error: {rules_mod.CONFIG}: {err}", file=sys.stderr)
+        print(f"error: {rules.path}: {err}", file=sys.stderr)
         return BadInput.exit_code
     print(f"MLPerf {config['benchmark']} ({config['division']} division): "
           f"{len(recipe)} values from {config['config_filename']} (source 'recipe' below); "

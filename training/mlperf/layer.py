@@ -70,12 +70,12 @@ def recipe_values(rules: rules_mod.Rules, settings: Settings) -> list[RecipeValu
             out.append(RecipeValue(name, value, why))
 
     put("MLPERF_DIVISION", "closed", "the benchmark's closed division (open: MLPERF_DIVISION=open)")
-    put("MODEL_SIZE", rules.model["MODEL_SIZE"], "Llama 3.1 8B (closed rule)")
+    put("MODEL_SIZE", rules.model["MODEL_SIZE"], f"{rules.model_name} (closed rule)")
     for name, value in rules.closed.items():
         put(name, value, "closed rule")
     free = rules.free
     bs = given("BS", free["BS"])
-    choice = rcp_mod.choose(bs, rcp_mod.load(rules.ruleset))
+    choice = rcp_mod.choose(bs, rcp_mod.load(rules.ruleset, rules.benchmark))
     source = (f"the RCP of BS {bs}" if choice.exact else
               f"no RCP for BS {bs}: BS {choice.rcp.batch_size}'s RCP")
     lr = given("LR", choice.lr)
@@ -155,7 +155,7 @@ def rcp_guard(rules: rules_mod.Rules):
         """MLPerf: a batch size without an RCP (or another LR / warm-up than its RCP's) is named."""
         s = ctx.settings
         bs = s["BS"]
-        choice = rcp_mod.choose(bs, rcp_mod.load(rules.ruleset))
+        choice = rcp_mod.choose(bs, rcp_mod.load(rules.ruleset, rules.benchmark))
         if not choice.exact:
             s.warn("mlperf_rcp", choice.note)
         for name, want in (("LR", choice.lr), ("WARMUP_ITERS", choice.warmup_iters)):
@@ -198,7 +198,8 @@ def _not_reference_valid(prefix: str, tokenizer: str | None, rules: rules_mod.Ru
 
 
 def llama31_8b(rules: rules_mod.Rules | None = None) -> RecipeLayer:
-    """The recipe layer of MLPerf Training's llama31_8b (examples/mlperf/llama31_8b/config.yaml)."""
+    """The recipe layer of MLPerf Training's llama31_8b (examples/mlperf/llama31_8b/config.yaml),
+    or of the benchmark whose rules are given (gpt_oss_20b: examples/mlperf/gpt_oss_20b/)."""
     rules = rules or rules_mod.load()
     return RecipeLayer(name=f"MLPerf {rules.benchmark}",
                        values=lambda settings: recipe_values(rules, settings),

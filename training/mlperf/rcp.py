@@ -8,7 +8,7 @@ warm-up of the RCP of the run's batch size, so the run converges like the runs t
 compares it with; where no RCP exists for the batch size it says so and takes the nearest RCP
 below (the smallest above, below the smallest).
 
-    python -m training.mlperf.rcp [--ruleset 6.1.0]     # the table
+    python -m training.mlperf.rcp [--ruleset 6.1.0] [--benchmark gpt_oss_20b]     # the table
 """
 from __future__ import annotations
 
@@ -106,20 +106,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m training.mlperf.rcp",
                             description=__doc__.split("\n\n")[0])
     parser.add_argument("--ruleset", default="6.1.0")
+    parser.add_argument("--benchmark", default=BENCHMARK, choices=("llama31_8b", "gpt_oss_20b"))
     args = parser.parse_args(argv)
     try:
-        path = rcp_file(args.ruleset)
+        path = rcp_file(args.ruleset, args.benchmark)
     except FileNotFoundError as err:
         return fail(str(err))
     if not path.is_file():
         have = sorted(p.parent.name.removeprefix("training_")
                       for p in path.parent.parent.glob(f"training_*/{path.name}"))
-        return fail(f"--ruleset {args.ruleset}: mlperf-logging has no {BENCHMARK} RCPs for it; "
+        return fail(f"--ruleset {args.ruleset}: mlperf-logging has no {args.benchmark} RCPs for it; "
                     f"use one of {', '.join(have) or '(none installed)'}")
     print(f"{path}")
     print("| BS | LR | warm-up samples | WARMUP_ITERS | samples to converge (min-max) |")
     print("|---|---|---|---|---|")
-    for r in load(args.ruleset):
+    for r in load(args.ruleset, args.benchmark):
         c = choose(r.batch_size, [r])
         print(f"| {r.batch_size} | {r.lr:g} | {r.warmup_samples} | {c.warmup_iters} | "
               f"{min(r.samples_to_converge)}-{max(r.samples_to_converge)} |")

@@ -21,6 +21,9 @@ from typing import Any
 from training import REPO_ROOT
 
 CONFIG = REPO_ROOT / "examples" / "mlperf" / "llama31_8b" / "config.yaml"
+# each benchmark's config.yaml (the recipe: training.mlperf.launch --benchmark NAME)
+CONFIGS = {"llama31_8b": CONFIG,
+           "gpt_oss_20b": REPO_ROOT / "examples" / "mlperf" / "gpt_oss_20b" / "config.yaml"}
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,13 @@ class Rules:
     free: dict[str, Any]
     path: Path = field(default=CONFIG)
     reference_data: dict[str, Any] = field(default_factory=dict)
+    family: str = "llama3"                              # the launcher's model family
+    model_name: str = "Llama 3.1 8B"                    # in the MODEL_SIZE row's reason
+    script: str = "examples/mlperf/llama31_8b/run_llama31_8b.sh"   # the entry point
+
+    @property
+    def script_name(self) -> str:
+        return Path(self.script).name
 
     @property
     def config_filename(self) -> str:
@@ -47,11 +57,19 @@ def load(path: Path = CONFIG) -> Rules:
     import yaml
 
     data = yaml.safe_load(Path(path).read_text())
+    own = {k: str(data[k]) for k in ("family", "model_name", "script") if k in data}
     return Rules(benchmark=data["benchmark"], ruleset=str(data["ruleset"]),
                  model=dict(data["model"]), closed=dict(data["closed"]),
                  min_lr_ratio=float(data["min_lr_ratio"]), dropout=float(data["dropout"]),
                  free=dict(data["free"]), path=Path(path),
-                 reference_data=dict(data.get("reference_data") or {}))
+                 reference_data=dict(data.get("reference_data") or {}), **own)
+
+
+def load_benchmark(name: str) -> Rules:
+    """The rules of a benchmark this project has a recipe for (CONFIGS)."""
+    if name not in CONFIGS:
+        raise KeyError(f"no MLPerf recipe for {name!r}: use one of {', '.join(CONFIGS)}")
+    return load(CONFIGS[name])
 
 
 # -- cadence arithmetic ------------------------------------------------------------------------
@@ -135,12 +153,20 @@ def findings(settings, rules: Rules | None = None) -> Findings:
     if breaks and division == "closed":
         out.refusals.append(
             f"MLPERF_DIVISION=closed, but {rules.benchmark}'s closed rules are broken: "
-            f"{'; '.join(breaks)}. Leave these unset (run_llama31_8b.sh sets the rule values; "
-            "examples/mlperf/llama31_8b/config.yaml lists them), or set MLPERF_DIVISION=open.")
+            f"{'; '.join(breaks)}. Leave these unset ({rules.script_name} sets the rule values; "
+            f"{rules.config_filename} lists them), or set MLPERF_DIVISION=open.")
     elif breaks:
         out.warnings.append(f"MLPERF_DIVISION=open: differs from the closed rules: "
                             f"{'; '.join(breaks)}.")
-    if division == "closed" and not (values.get("DATA_PATH") and values.get("VALID_DATA_PATH")):
+    # a DRY_RUN for a named platform (another machine's launch) may leave that machine's data out
+    dataless = not (values.get("DATA_PATH") or values.get("VALID_DATA_PATH"))
+    elsewhere = values.get("DRY_RUN") and values.get("PLATFORM") not in (None, "auto")
+    if division == "closed" and dataless and elsewhere:
+        out.warnings.append(
+            f"DRY_RUN=1 for PLATFORM={values['PLATFORM']} without DATA_PATH and "
+            "VALID_DATA_PATH: the closed launch is resolved on Megatron's mock data; a closed "
+            "run needs the C4 training and validation sets (docs/mlperf.md: data preparation).")
+    elif division == "closed" and not (values.get("DATA_PATH") and values.get("VALID_DATA_PATH")):
         out.refusals.append(
             "MLPERF_DIVISION=closed needs the C4 training set in DATA_PATH and the C4 validation "
             "set in VALID_DATA_PATH (docs/mlperf.md: data preparation); mock data or a SPLIT of "
@@ -152,8 +178,8 @@ def findings(settings, rules: Rules | None = None) -> Findings:
     unset = [n for n, v in (("MLPERF_EVAL_EVERY", every), ("MLPERF_EVAL_SAMPLES", samples),
                             ("MLPERF_TARGET_LOSS", target)) if v is None]
     if unset:
-        out.refusals.append(f"an MLPerf run needs {', '.join(unset)} (run_llama31_8b.sh sets "
-                            "them from examples/mlperf/llama31_8b/config.yaml).")
+        out.refusals.append(f"an MLPerf run needs {', '.join(unset)} ({rules.script_name} sets "
+                            f"them from {rules.config_filename}).")
     elif every < 1 or samples < 1:
         out.refusals.append(f"MLPERF_EVAL_EVERY={every} and MLPERF_EVAL_SAMPLES={samples} must "
                             "be at least 1.")

@@ -121,10 +121,30 @@ def system_description(org: str, platform: str, division: str, status: str,
     return desc
 
 
+def _rules_of(logs: list[Path]) -> rules_mod.Rules:
+    """The recipe of the runs' benchmark (their mlperf.log's submission_benchmark)."""
+    names = {(_events(log).get("submission_benchmark") or {}).get("value") for log in logs}
+    names.discard(None)
+    if len(names) > 1:
+        raise BadInput(f"the runs are of several benchmarks ({', '.join(sorted(names))}): one "
+                       "benchmark per assemble")
+    name = names.pop() if names else "llama31_8b"
+    if name not in rules_mod.CONFIGS:
+        raise BadInput(f"the runs' benchmark {name!r} has no recipe here "
+                       f"({', '.join(rules_mod.CONFIGS)})")
+    return rules_mod.load_benchmark(name)
+
+
+def _benchmarks_in(root: Path) -> list[rules_mod.Rules]:
+    """The recipes of the benchmarks with a results folder under root (llama31_8b's if none)."""
+    found = [rules_mod.load_benchmark(name) for name in rules_mod.CONFIGS
+             if any((root / "results").glob(f"*/{name}"))]
+    return found or [rules_mod.load()]
+
+
 def assemble(runs: list[Path], out: Path, org: str, platform: str, system: str | None = None,
              status: str = STATUSES[2], extra: dict | None = None) -> Path:
     """The submission folder DIR/<org>/ from run folders (each with mlperf.log); returns it."""
-    rules = rules_mod.load()
     if status not in STATUSES:
         raise BadInput(f"--status {status!r}: one of {', '.join(repr(s) for s in STATUSES)}")
     if not runs:
@@ -135,6 +155,7 @@ def assemble(runs: list[Path], out: Path, org: str, platform: str, system: str |
         if not log.is_file():
             raise BadInput(f"{run}: no mlperf.log")
         logs.append(log)
+    rules = _rules_of(logs)
     divisions = {(_events(log).get("submission_division") or {}).get("value") for log in logs}
     if len(divisions) != 1 or None in divisions:
         raise BadInput(f"the runs' mlperf.log name divisions {sorted(map(str, divisions))}: "
@@ -158,7 +179,7 @@ def assemble(runs: list[Path], out: Path, org: str, platform: str, system: str |
     shas = sorted({_manifest(log.parent).get("git_sha") or "unknown" for log in logs})
     (impl / "README.md").write_text(
         f"# {rules.benchmark}: Megatron-core pretraining launcher\n\n"
-        f"Logs made by examples/mlperf/llama31_8b/run_llama31_8b.sh at git {', '.join(shas)};\n"
+        f"Logs made by {rules.script} at git {', '.join(shas)};\n"
         "copy that commit's source tree here before submitting.\n")
     return root
 
@@ -222,7 +243,9 @@ def rcp_check(root: Path, ruleset: str) -> Check:
     from mlperf_logging.rcp_checker import rcp_checker
 
     messages, ok = [], True
-    for folder in sorted((root / "results").glob(f"*/{rules_mod.load().benchmark}")):
+    folders = [f for rules in _benchmarks_in(root)
+               for f in sorted((root / "results").glob(f"*/{rules.benchmark}"))]
+    for folder in folders:
         with _captured_logging():
             passed, msg, _ = rcp_checker.check_directory(str(folder), USAGE, ruleset, False,
                                                          False, rcp_pass="pruned_rcps")
@@ -245,23 +268,23 @@ def recipe_check(root: Path, ruleset: str) -> Check:
     """Closed division: each result through the compliance checker with this recipe's rules."""
     from .compliance import check as compliance_check, describe
 
-    rules = rules_mod.load()
     messages, ok = [], True
     with tempfile.TemporaryDirectory() as tmp:
-        config = Path(tmp) / f"closed_{rules.benchmark}_recipe.yaml"
-        config.write_text(recipe_rules_yaml(rules))
-        for result in sorted((root / "results").glob(f"*/{rules.benchmark}/result_*.txt")):
-            if (_events(result).get("submission_division") or {}).get("value") != "closed":
-                continue
-            report = compliance_check(result, ruleset, config=str(config))
-            for failure in report.failures:
-                messages.append(f"{result.name}: {failure.key}: {describe(failure.message)}")
-            ok = ok and report.valid
+        for rules in _benchmarks_in(root):
+            config = Path(tmp) / f"closed_{rules.benchmark}_recipe.yaml"
+            config.write_text(recipe_rules_yaml(rules))
+            for result in sorted((root / "results").glob(f"*/{rules.benchmark}/result_*.txt")):
+                if (_events(result).get("submission_division") or {}).get("value") != "closed":
+                    continue
+                report = compliance_check(result, ruleset, config=str(config))
+                for failure in report.failures:
+                    messages.append(f"{result.name}: {failure.key}: {describe(failure.message)}")
+                ok = ok and report.valid
     return Check("recipe_rules", ok, messages)
 
 
 def check(root: Path, ruleset: str | None = None) -> list[Check]:
-    ruleset = ruleset or rules_mod.load().ruleset
+    ruleset = ruleset or _benchmarks_in(root)[0].ruleset
     return [package_check(root, ruleset), rcp_check(root, ruleset), recipe_check(root, ruleset)]
 
 
@@ -277,9 +300,10 @@ def render(checks: list[Check]) -> str:
 # -- run ----------------------------------------------------------------------------------------
 
 def run_all(n: int, out: Path, org: str, platform: str, words: list[str],
-            environ: dict[str, str]) -> list[Path]:
-    """N runs of run_llama31_8b.sh, one after the other; their run folders."""
-    script = rules_mod.REPO_ROOT / "examples" / "mlperf" / "llama31_8b" / "run_llama31_8b.sh"
+            environ: dict[str, str], benchmark: str = "llama31_8b") -> list[Path]:
+    """N runs of the benchmark's entry script (run_llama31_8b.sh), one after the other; their
+    run folders."""
+    script = rules_mod.REPO_ROOT / rules_mod.load_benchmark(benchmark).script
     experiment = out / "runs"
     folders = []
     for i in range(n):
@@ -312,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="N runs, then assemble and check")
     common(r)
     r.add_argument("--runs", type=positive_int, default=10, help="runs (llama31_8b: 10)")
+    r.add_argument("--benchmark", default="llama31_8b", choices=tuple(rules_mod.CONFIGS),
+                   help="which recipe's entry script runs (assemble and check read the logs')")
     r.add_argument("words", nargs=argparse.REMAINDER, help="-- KEY=VALUE words for the runs")
     a = sub.add_parser("assemble", help="lay out run folders, then check")
     common(a)
@@ -333,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.command == "run":
                 words = args.words[1:] if args.words[:1] == ["--"] else args.words
                 runs = run_all(args.runs, args.out, args.org, args.platform, words,
-                               dict(os.environ))
+                               dict(os.environ), args.benchmark)
             else:
                 runs = args.runs
             root = assemble(runs, args.out, args.org, args.platform, args.system, args.status,

@@ -25,10 +25,11 @@ class SDPAttention(torch.nn.Module):
         super().__init__()
         from megatron.core.transformer.enums import AttnMaskType
 
+        name = type(self).__name__    # and its subclass, the flex attention for gpt-oss
         if config.context_parallel_size != 1:
-            raise ValueError("SDPAttention does not implement context parallelism (use TE)")
+            raise ValueError(f"{name} does not implement context parallelism (use TE)")
         if attn_mask_type != AttnMaskType.causal or attention_type != "self":
-            raise ValueError(f"SDPAttention implements causal self-attention only, got "
+            raise ValueError(f"{name} implements causal self-attention only, got "
                              f"{attn_mask_type} / {attention_type}")
         self.dropout = config.attention_dropout if attention_dropout is None else attention_dropout
         self.softmax_scale = softmax_scale

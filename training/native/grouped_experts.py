@@ -19,12 +19,19 @@ sharded like theirs), so checkpoints move between the three.
 Where grouped_mm has no fast kernel (the CPU, other dtypes, GPUs before Hopper) the same
 module runs a loop over the experts (`grouped_matmul(..., impl="loop")`), numerically the
 reference the tests compare against.
+
+Biased experts (gpt-oss: `--add-bias-linear`) keep each projection's biases in one parameter
+[experts, out] beside the weight. fc1's bias is added to each row by its expert (one gather);
+fc2's is returned, as TE's grouped linear returns it (TEGroupedMLP builds fc2 with
+skip_bias_add), for the experts module to add weighted by each row's routing probability:
+`BiasedGroupedMLP` does that in one gather too, where Megatron's TEGroupedMLP splits the rows
+by host counts (which MOE_DEVICE_COUNTS keeps on the GPU).
 """
 from __future__ import annotations
 
 import copy
 from contextlib import nullcontext
-from functools import partial
+from functools import lru_cache, partial
 from itertools import accumulate
 
 import torch
@@ -98,6 +105,17 @@ class DeviceCounts:
         return self._ends
 
 
+def expert_of_rows(counts: "list[int] | DeviceCounts", rows: int,
+                   device: torch.device) -> torch.Tensor:
+    """The local expert of each row of the grouped input (rows sorted by expert), on the
+    device: counts on the GPU stay there (repeat_interleave with its output size given reads
+    nothing back)."""
+    tokens = counts.counts if isinstance(counts, DeviceCounts) else torch.tensor(
+        list(counts), dtype=torch.long).to(device, non_blocking=True)
+    experts = torch.arange(tokens.numel(), device=tokens.device)
+    return torch.repeat_interleave(experts, tokens, output_size=rows)
+
+
 def grouped_matmul(x: torch.Tensor, weight: torch.Tensor, counts: "list[int] | DeviceCounts",
                    impl: str = "auto") -> torch.Tensor:
     """Rows of x grouped by expert (counts[e] rows for expert e, in order) times each expert's
@@ -145,9 +163,6 @@ class GroupedLinear(torch.nn.Module):
         from megatron.core.process_groups_config import ProcessGroupCollection
         from megatron.core.utils import get_pg_rank, get_pg_size
 
-        if bias:
-            raise ValueError("the native grouped experts have no bias (Qwen3-MoE and Mixtral "
-                             "experts are bias-free); use the sequential experts")
         if not is_expert:
             raise ValueError("GroupedLinear holds experts only")
         self.config = config
@@ -168,6 +183,13 @@ class GroupedLinear(torch.nn.Module):
             device="cpu" if config.use_cpu_initialization else torch.cuda.current_device()))
         if config.perform_initialization:
             self._initialize(init_method)
+        # fc1 adds its bias; fc2 returns it (skip_bias_add) for the routing-weighted add
+        self.skip_bias_add = skip_bias_add
+        self.bias = None
+        if bias:   # zeros, as Megatron's and TE's linears start their biases
+            self.bias = torch.nn.Parameter(torch.zeros(
+                num_local_experts, output_size, dtype=config.params_dtype,
+                device=self.weight.device))
         etp = config.expert_tensor_parallel_size or config.tensor_model_parallel_size
         expert_groups = (config.expert_model_parallel_size > 1
                          or etp != config.tensor_model_parallel_size)
@@ -178,6 +200,12 @@ class GroupedLinear(torch.nn.Module):
         self.weight.tensor_model_parallel = True
         self.weight.partition_dim = 1 if self.parallel_mode == "column" else 2
         self.weight.partition_stride = 1
+        if self.bias is not None:
+            self.bias.allreduce = self.weight.allreduce
+            # fc1's bias is split by ETP with its rows; fc2's is whole on every ETP rank
+            self.bias.tensor_model_parallel = self.parallel_mode == "column"
+            self.bias.partition_dim = 1
+            self.bias.partition_stride = 1
 
     @torch.no_grad()
     def _initialize(self, init_method) -> None:
@@ -194,7 +222,12 @@ class GroupedLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor, tokens_per_expert: "list[int] | DeviceCounts"):
         counts = tokens_per_expert if isinstance(tokens_per_expert, DeviceCounts) \
             else list(tokens_per_expert)
-        return grouped_matmul(x, self.weight, counts, self.impl), None
+        out = grouped_matmul(x, self.weight, counts, self.impl)
+        if self.bias is None:
+            return out, None
+        if self.skip_bias_add:
+            return out, self.bias
+        return out + self.bias[expert_of_rows(counts, x.shape[0], x.device)], None
 
     def backward_dw(self) -> None:
         """Delayed weight gradients (TE's delay_wgrad_compute) are not implemented: the
@@ -205,24 +238,36 @@ class GroupedLinear(torch.nn.Module):
         """The global tensor SequentialMLP and TEGroupedMLP save for this projection
         ([all experts, out, in]): experts along axis 0 (this EP rank's block), the ETP shard
         along out (fc1) or in (fc2); fc1's gate and up halves sharded apart as Megatron's
-        SwiGLU factory does."""
+        SwiGLU factory does. A bias is its own key ([all experts, out]) beside the weight."""
+        sharded = self._sharded(f"{prefix}weight", self.weight, sharded_offsets)
+        if self.bias is not None:
+            sharded.update(self._sharded(f"{prefix}bias", self.bias, sharded_offsets))
+        return sharded
+
+    def _sharded(self, key: str, tensor: torch.Tensor, sharded_offsets: tuple):
+        """One projection tensor (weight [experts, out, in] or bias [experts, out]) as its
+        global checkpoint tensor."""
         from megatron.core.dist_checkpointing.mapping import (ShardedTensor,
                                                               ShardedTensorFactory)
         from megatron.core.utils import get_pg_rank, get_pg_size
 
-        key = f"{prefix}weight"
         prepend = len(sharded_offsets)
         ep_rank, ep_size = get_pg_rank(self._ep_group), get_pg_size(self._ep_group)
         replica_id = (0, 0, get_pg_rank(self._dp_group))
         expert_axis = (prepend, ep_rank, ep_size)
+        if self.parallel_mode == "row" and tensor.dim() == 2:   # fc2's bias: whole on each
+            return {key: ShardedTensor.from_rank_offsets(         # ETP rank, one replica saved
+                key, tensor, *sharded_offsets, expert_axis,
+                replica_id=(0, self.tp_rank, get_pg_rank(self._dp_group)),
+                prepend_axis_num=prepend)}
         if self.parallel_mode == "row":
             return {key: ShardedTensor.from_rank_offsets(
-                key, self.weight, *sharded_offsets, expert_axis,
+                key, tensor, *sharded_offsets, expert_axis,
                 (prepend + 2, self.tp_rank, self.tp_size),
                 replica_id=replica_id, prepend_axis_num=prepend)}
         if not self.config.gated_linear_unit:
             return {key: ShardedTensor.from_rank_offsets(
-                key, self.weight, *sharded_offsets, expert_axis,
+                key, tensor, *sharded_offsets, expert_axis,
                 (prepend + 1, self.tp_rank, self.tp_size),
                 replica_id=replica_id, prepend_axis_num=prepend)}
         tp_rank, tp_size = self.tp_rank, self.tp_size
@@ -239,7 +284,7 @@ class GroupedLinear(torch.nn.Module):
         def merge(halves):
             return torch.cat(halves, dim=1)
 
-        return {key: ShardedTensorFactory(key, self.weight, build, merge, replica_id)}
+        return {key: ShardedTensorFactory(key, tensor, build, merge, replica_id)}
 
     def extra_repr(self) -> str:
         return (f"experts={self.num_local_experts}, in_features={self.in_features}, "
@@ -270,18 +315,44 @@ def bf16_config(config):
     return config
 
 
-def _native_grouped_mlp(num_local_experts, config, submodules, **kwargs):
+@lru_cache(maxsize=None)
+def biased_grouped_mlp():
+    """TEGroupedMLP whose fc2 bias is added as one gather per layer: each row gets its
+    expert's bias times its routing probability (Megatron's `_apply_bias` splits the rows by
+    host counts, one add per expert; with the counts on the GPU, MOE_DEVICE_COUNTS, it could
+    not run at all)."""
     from megatron.core.transformer.moe.experts import TEGroupedMLP
 
-    return TEGroupedMLP(num_local_experts, bf16_config(config), submodules, **kwargs)
+    class BiasedGroupedMLP(TEGroupedMLP):
+        @staticmethod
+        def _apply_bias(intermediate_parallel, bias_parallel, tokens_per_expert,
+                        permuted_probs):
+            if bias_parallel is None:
+                return intermediate_parallel
+            shape = intermediate_parallel.shape
+            flat = intermediate_parallel.reshape(-1, shape[-1])
+            rows = expert_of_rows(tokens_per_expert, flat.shape[0], flat.device)
+            biased = flat + bias_parallel[rows] * permuted_probs.reshape(-1, 1)
+            return biased.view(shape).to(intermediate_parallel.dtype)
+
+    return BiasedGroupedMLP
 
 
-def grouped_experts_builder(impl: str = "auto"):
+def _native_grouped_mlp(num_local_experts, config, submodules, *, bias: bool = False,
+                        **kwargs):
+    from megatron.core.transformer.moe.experts import TEGroupedMLP
+
+    cls = biased_grouped_mlp() if bias else TEGroupedMLP
+    return cls(num_local_experts, bf16_config(config), submodules, **kwargs)
+
+
+def grouped_experts_builder(impl: str = "auto", bias: bool = False):
     """The `experts` entry of Megatron's MoE submodules: TEGroupedMLP on these linears (with
-    the recipe-free config: bf16_config)."""
+    the recipe-free config: bf16_config; `bias`: the config has biased linears, gpt-oss, and
+    BiasedGroupedMLP adds fc2's)."""
     from megatron.core.transformer.moe.experts import GroupedMLPSubmodules
 
-    return partial(_native_grouped_mlp, submodules=GroupedMLPSubmodules(
+    return partial(_native_grouped_mlp, bias=bias, submodules=GroupedMLPSubmodules(
         linear_fc1=partial(ColumnGroupedLinear, impl=impl),
         linear_fc2=partial(RowGroupedLinear, impl=impl)))
 

@@ -1,0 +1,201 @@
+"""The gpt-oss launch: the family through the MoE launcher, its Megatron words through
+megatron-core 0.19.2's own parser, validate_args and TransformerConfig, its guards by name, the
+entry script's DRY_RUN and memory pre-flight."""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from training.launch.presets import FAMILIES, SCRIPTS
+from training.launch.settings import Refusal
+from training.moe import gpt_oss
+from training.moe.gpt_oss import GPT_OSS
+from training.moe.layer import MOE
+
+from tests.launch import test_guards
+from tests.launch.helpers import launch, megatron_args
+from tests.launch.test_guards import notices
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def oss(env, **toggles):
+    return launch(env, family="gpt_oss", layers=[MOE, GPT_OSS], **toggles)
+
+
+def refused(env, guard, **toggles) -> str:
+    return test_guards.refused(env, guard, family="gpt_oss", layers=[MOE, GPT_OSS], **toggles)
+
+
+def _after(words, flag):
+    return words[words.index(flag) + 1]
+
+
+def test_the_family_is_registered_with_its_entry_script():
+    assert FAMILIES["gpt_oss"] == ({"20b": "gpt-oss-20b", "120b": "gpt-oss-120b",
+                                    "20b-mlperf": "gpt-oss-20b-mlperf", "tiny": "tiny-gpt-oss"},
+                                   "20b")
+    assert SCRIPTS["gpt_oss"] == "examples/moe/train_gpt_oss.sh"
+    assert (REPO / SCRIPTS["gpt_oss"]).exists()
+
+
+def test_gpt_oss_20b_words(base_env):
+    gpt = oss(base_env, NUM_LAYERS=4).buckets["GPT_ARGS"]
+    for flag, value in (("--num-experts", "32"), ("--moe-router-topk", "4"),
+                        ("--moe-ffn-hidden-size", "2880"), ("--kv-channels", "64"),
+                        ("--num-query-groups", "8"), ("--position-embedding-type", "yarn"),
+                        ("--rotary-base", "150000"), ("--rotary-scaling-factor", "32.0"),
+                        ("--yarn-original-max-position-embeddings", "4096"),
+                        ("--window-size", "127,0"), ("--window-attn-skip-freq", "2"),
+                        ("--softmax-type", "learnable"), ("--glu-linear-offset", "1.0"),
+                        ("--activation-func-clamp-value", "7.0")):
+        assert _after(gpt, flag) == value, flag
+    assert "--quick-geglu" in gpt and "--no-yarn-correction-range-round-to-int" in gpt
+    assert "--swiglu" not in gpt and "--disable-bias-linear" not in gpt
+
+
+@pytest.mark.parametrize("toggles", [
+    {"NUM_LAYERS": 4},
+    {"MODEL_SIZE": "tiny"},
+    {"NUM_LAYERS": 4, "EP": 8, "GPUS_PER_NODE": 8},
+    {"NUM_LAYERS": 4, "PLATFORM": "h200", "TRANSFORMER_IMPL": "transformer_engine"},
+    {"NUM_LAYERS": 4, "PLATFORM": "mi355x", "EP": 8, "GPUS_PER_NODE": 8},
+])
+def test_launches_pass_megatrons_validation(base_env, toggles):
+    result = oss(base_env, **toggles)
+    args = megatron_args(result)
+    preset = result.ctx.preset
+    assert args.num_experts == preset.num_experts and args.add_bias_linear
+    assert args.window_size == (preset.sliding_window - 1, 0) and args.softmax_type == "learnable"
+    assert not args.fused_single_qkv_rope and not args.bias_dropout_fusion
+    if result.settings["TRANSFORMER_IMPL"] == "native":
+        from megatron.core.fusions.fused_bias_geglu import quick_gelu
+        from megatron.training.argument_utils import core_transformer_config_from_args
+
+        config = core_transformer_config_from_args(args)
+        assert config.activation_func is quick_gelu and config.gated_linear_unit
+        assert (config.glu_linear_offset, config.activation_func_clamp_value) == (1.0, 7.0)
+        assert config.add_bias_linear and config.add_qkv_bias
+        assert config.window_attn_skip_freq == 2 and config.softmax_type == "learnable"
+        assert config.yarn_rotary_scaling_factor == 32.0
+        assert config.yarn_correction_range_round_to_int is False
+
+
+def test_yarn_turns_the_fused_qkv_rope_off_with_why_or_refuses(base_env):
+    result = oss(base_env, NUM_LAYERS=4)
+    assert not result.settings["FUSED_SINGLE_QKV_ROPE"]
+    (notice,) = notices(result, "gpt_oss_kernels")
+    assert "attention factor" in notice.message
+    assert "FUSED_SINGLE_QKV_ROPE=0" in refused(base_env, "gpt_oss_kernels", NUM_LAYERS=4,
+                                                FUSED_SINGLE_QKV_ROPE=1)
+
+
+def test_bias_dropout_fusion_is_refused_with_biased_experts(base_env):
+    te = {"PLATFORM": "h200", "TRANSFORMER_IMPL": "transformer_engine"}   # on by default there
+    result = oss(base_env, NUM_LAYERS=4, **te)
+    assert not result.settings["BIAS_DROPOUT_FUSION"]
+    assert notices(result, "gpt_oss_kernels")
+    assert "BIAS_DROPOUT_FUSION=0" in refused(base_env, "gpt_oss_kernels", NUM_LAYERS=4,
+                                              BIAS_DROPOUT_FUSION=1, **te)
+
+
+@pytest.mark.parametrize("toggles,needle", [
+    ({"MOE_GROUPED_GEMM": 0}, "MOE_GROUPED_GEMM=1"),
+    ({"TRANSFORMER_IMPL": "local"}, "TRANSFORMER_IMPL=native or transformer_engine"),
+])
+def test_sequential_experts_are_refused(base_env, toggles, needle):
+    msg = refused(base_env, "gpt_oss_kernels", NUM_LAYERS=4, **toggles)
+    assert needle in msg and "SequentialMLP" in msg
+
+
+def test_context_parallel_needs_te_for_sinks_and_window(base_env):
+    """The native backend (SDPA or flex attention) has no context parallelism: the core's
+    guard refuses it; TE runs it (its fused attention's softmax_type and window)."""
+    msg = refused(base_env, "context_parallel_backend", NUM_LAYERS=4, CP=2, GPUS_PER_NODE=2)
+    assert "CP=1" in msg
+    oss(base_env, NUM_LAYERS=4, CP=2, GPUS_PER_NODE=2, PLATFORM="h200",
+        TRANSFORMER_IMPL="transformer_engine")
+
+
+def test_transformer_engine_before_2_8_has_no_sinks():
+    def ctx(te):
+        return SimpleNamespace(preset=gpt_oss.GPT_OSS_20B, backend="transformer_engine",
+                               settings={"CP": 1}, caps=SimpleNamespace(te_version=te))
+
+    with pytest.raises(Refusal, match="TE 2.8"):
+        gpt_oss.gpt_oss_attention(ctx("2.7.0+abc"))
+    gpt_oss.gpt_oss_attention(ctx("2.8.0"))
+    gpt_oss.gpt_oss_attention(ctx(None))             # a named platform: its image's TE
+
+
+def test_the_guards_leave_other_families_alone(base_env):
+    result = launch(base_env, family="mixtral", layers=[MOE, GPT_OSS], NUM_LAYERS=4,
+                    MOE_GROUPED_GEMM=0)
+    assert not notices(result, "gpt_oss_kernels") and result.settings["FUSED_SINGLE_QKV_ROPE"]
+
+
+def test_the_lean_step_applies_to_gpt_oss(base_env):
+    """The biased experts keep the tokens per expert on the GPU (BiasedGroupedMLP)."""
+    result = oss(base_env, NUM_LAYERS=4, TRANSFORMER_IMPL="native")
+    assert result.settings["MOE_LEAN_STEP"] and result.settings["MOE_DEVICE_COUNTS"]
+
+
+def _script(tmp_path, *words, **env):
+    full = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"),
+            "EXPERIMENT_DIR": str(tmp_path / "experiment"), "DRY_RUN": "1",
+            "PYTHON": sys.executable}
+    full.update({k: str(v) for k, v in env.items()})
+    return subprocess.run(["bash", str(REPO / "examples/moe/train_gpt_oss.sh"), *words],
+                          env=full, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+
+def test_entry_script_dry_run_and_preflight(tmp_path):
+    """gpt-oss-20b on 8 H200s with EP=8 passes the memory pre-flight; whole on one H200 it is
+    refused before torchrun (21B parameters with their Adam states)."""
+    proc = _script(tmp_path, "EP=8", PLATFORM="h200", GPUS_PER_NODE=8)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("torchrun ")]
+    words = shlex.split(line)
+    assert _after(words, "--num-experts") == "32" and _after(words, "--softmax-type") == "learnable"
+    assert "preflight_memory" in proc.stderr
+    proc = _script(tmp_path, PLATFORM="h200", GPUS_PER_NODE=1)
+    assert proc.returncode == 2 and "[preflight_memory]" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_gpt_oss_120b_is_sized_by_the_preflight(tmp_path):
+    """gpt-oss-120b: one node of 8 H200s at EP=8 keeps every expert's fp32 state on its one
+    expert-data-parallel rank and is refused; two nodes with the 16-bit optimizer state, or
+    four (expert DP 4), fit by the estimate."""
+    proc = _script(tmp_path, "MODEL_SIZE=120b", "EP=8", PLATFORM="h200", GPUS_PER_NODE=8)
+    assert proc.returncode == 2 and "[preflight_memory]" in proc.stderr
+    assert "expert DP = 1" in proc.stderr
+    for words in (["NNODES=4"], ["NNODES=2", "ADAM_MOMENTS_DTYPE=bf16",
+                                 "MASTER_WEIGHTS=remainder"]):
+        proc = _script(tmp_path, "MODEL_SIZE=120b", "EP=8", *words, PLATFORM="h200",
+                       GPUS_PER_NODE=8, MASTER_ADDR="node0")
+        assert proc.returncode == 0 and "fits" in proc.stderr, proc.stderr
+
+
+def test_the_bench_part_of_the_bar():
+    """gpt-oss-peers: gpt-oss-20b cut to 8 layers at seq 8192 (fits one H200 by the estimate),
+    ours on the native backend against Hugging Face's GptOssForCausalLM, which the HF peer
+    builds with flex attention and each decoder layer compiled."""
+    from training.bench import catalog
+    from training.bench.hf_peer import hf_model_config
+    from training.bench.ours import family_layers
+
+    shape = catalog.PART_SHAPES["gpt-oss-peers"]
+    assert (shape.preset, shape.num_layers, shape.seq_length) == ("gpt-oss-20b", 8, 8192)
+    assert ("gpt-oss-peers", "peers", ("native", "hf_compile")) in catalog.MOE_PARTS
+    assert family_layers("gpt_oss") == [MOE, GPT_OSS]
+    model_class, config = hf_model_config(gpt_oss.GPT_OSS_20B, 8, 8192)
+    assert model_class.__name__ == "GptOssForCausalLM"
+    assert (config.num_hidden_layers, config.num_local_experts, config.sliding_window) == (8, 32,
+                                                                                           128)

@@ -1,0 +1,215 @@
+"""gpt-oss as a family of the MoE launch: presets, their Megatron flags, and the guards.
+
+openai/gpt-oss-20b's config.json (transformers' GptOssConfig defaults are gpt-oss-120b's): 24
+layers, hidden 2880, 64 heads / 8 KV groups of head dim 64 (the query width, 4096, is not the
+hidden size), 32 experts of FFN 2880, top-4, biases on every linear (q, k, v, o, the router,
+each expert's two projections), a learnable attention sink per head, a 128-key sliding window
+on every other layer (the first banded), YaRN RoPE (theta 150000, factor 32 over an original
+4096, beta fast 32 / slow 1, correction range not truncated), RMSNorm eps 1e-5, vocabulary
+201088, untied embeddings. Its experts' activation is a clamped SwiGLU:
+
+    gate, up = clamp(gate, max=7), clamp(up, -7, 7);  out = gate * sigmoid(1.702 gate) * (up + 1)
+
+(transformers' GptOssExperts._apply_gate, its gate and up interleaved in gate_up_proj), which is
+megatron-core 0.19.2's quick_geglu (x sigmoid(1.702 x)) with glu_linear_offset 1 and
+activation_func_clamp_value 7 (TEGroupedMLP clamps the gate above and the linear half both
+ways). The routing is Megatron's default top-k: softmax over the chosen logits.
+
+In Megatron's words (GptOssPreset.gpt_args): --quick-geglu --glu-linear-offset 1
+--activation-func-clamp-value 7 (for --swiglu), biases on (no --disable-bias-linear),
+--softmax-type learnable, --window-size 127,0 --window-attn-skip-freq 2 (Hugging Face's window
+W counts the query itself: keys i-W < j <= i, Megatron's (left, right) = (W-1, 0); layer n,
+counted from 1, is banded when n % 2 != 0), --position-embedding-type yarn with its factors.
+
+Backends: TE runs sinks and the window in its fused attention (softmax_type needs TE >= 2.8,
+Megatron asserts); the native backend in training/native/flex_attention.py; Megatron's local
+backend in its unfused attention (s x s scores). The guards below refuse what none can run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from training.launch.guards import LaunchContext, _off_or_refuse
+from training.launch.layers import RecipeLayer
+from training.launch.presets import register_family
+from training.launch.settings import Refusal
+
+from .presets import MoEPreset
+
+FAMILY = "gpt_oss"
+SCRIPT = "examples/moe/train_gpt_oss.sh"
+TE_SOFTMAX_TYPE = (2, 8)     # megatron-core asserts TE >= 2.8 for softmax_type != vanilla
+
+
+@dataclass(frozen=True)
+class GptOssPreset(MoEPreset):
+    """An MoE preset with gpt-oss's attention (sinks, alternating window), biased linears, its
+    clamped SwiGLU and YaRN RoPE."""
+    sliding_window: int = 128          # keys a banded layer sees, itself included
+    window_skip_freq: int = 2          # every 2nd layer (counted from 1) sees everything
+    attention_sinks: bool = True
+    swiglu_limit: float = 7.0          # the clamp (quick_gelu's 1.702 is gpt-oss's alpha)
+    glu_linear_offset: float = 1.0     # (up + 1)
+    yarn_factor: float = 32.0
+    yarn_original_max_positions: int = 4096
+    yarn_beta_fast: float = 32.0
+    yarn_beta_slow: float = 1.0
+    clamped_swiglu: bool = True        # False: Megatron's plain SwiGLU (the MLPerf reference's)
+    yarn: bool = True                  # False: plain RoPE at rotary_base (the MLPerf reference's)
+    init_std: float = 0.02
+
+    def gpt_args(self, num_layers: int, seq_length: int) -> list[str]:
+        args = []
+        for word in super().gpt_args(num_layers, seq_length):
+            if word == "--disable-bias-linear":       # gpt-oss: biases on every linear
+                continue
+            if word == "--swiglu" and self.clamped_swiglu:
+                args += ["--quick-geglu", "--glu-linear-offset", str(self.glu_linear_offset),
+                         "--activation-func-clamp-value", str(self.swiglu_limit)]
+                continue
+            args.append(word)
+        args[args.index("--init-method-std") + 1] = str(self.init_std)
+        if self.yarn:
+            args[args.index("--position-embedding-type") + 1] = "yarn"
+            args += ["--rotary-scaling-factor", str(self.yarn_factor),
+                     "--yarn-original-max-position-embeddings",
+                     str(self.yarn_original_max_positions),
+                     "--yarn-beta-fast", str(self.yarn_beta_fast),
+                     "--yarn-beta-slow", str(self.yarn_beta_slow),
+                     "--no-yarn-correction-range-round-to-int"]
+        args += ["--window-size", f"{self.sliding_window - 1},0",
+                 "--window-attn-skip-freq", str(self.window_skip_freq)]
+        if self.attention_sinks:
+            args += ["--softmax-type", "learnable"]
+        return args
+
+
+def _gpt_oss(name, layers, experts, vocab_size=201088, seq_length=4096, **kw):
+    # openai/gpt-oss-{20b,120b} config.json; router_aux_loss_coef as transformers' GptOssConfig
+    return GptOssPreset(
+        name, layers, 2880, 2880, 64, 8, vocab_size, 131072, seq_length, 150000,
+        norm_epsilon=1e-5,
+        num_experts=experts, router_topk=4, moe_ffn_hidden_size=2880, kv_channels=64,
+        aux_loss_coeff=0.001, **kw)
+
+
+GPT_OSS_20B = _gpt_oss("gpt-oss-20b", 24, 32)
+GPT_OSS_120B = _gpt_oss("gpt-oss-120b", 36, 128)
+
+# MLPerf Training's gpt_oss_20b (examples/mlperf/gpt_oss_20b/config.yaml): gpt-oss-20b's shape as
+# the reference trains it from scratch (mlcommons/training gpt_oss_20b/primus/conf/
+# gpt_oss_20B-pretrain*.yaml's overrides): the Llama 3.1 8B tokenizer's vocabulary (128256: the
+# C4 files are llama31_8b's), plain RoPE at theta 150000 (no YaRN), Megatron's SwiGLU,
+# window_size (128, 0) on every other layer (129 keys in Hugging Face's count), init std 0.008,
+# no load-balancing loss. Sinks and biases stay gpt-oss's: the reference's overrides do not set
+# them and its base model file is Primus's main branch, not pinned (docs/gpt_oss.md).
+GPT_OSS_20B_MLPERF = _gpt_oss("gpt-oss-20b-mlperf", 24, 32, vocab_size=128256,
+                              seq_length=8192, clamped_swiglu=False, yarn=False,
+                              sliding_window=129, init_std=0.008)
+
+# Tests and smoke runs: the tiny MoE shape (2 layers: one banded, one full) with gpt-oss's
+# parts, a head dim of its own (4 heads of 32 in a width of 256 -> a 128-wide query), a window
+# short enough to matter at test lengths, the Shakespeare corpus' vocabulary.
+TINY_GPT_OSS = GptOssPreset(
+    "tiny-gpt-oss", 2, 256, 128, 4, 2, 8192, 131072, 256, 150000, norm_epsilon=1e-5,
+    num_experts=8, router_topk=2, moe_ffn_hidden_size=128, kv_channels=32, aux_loss_coeff=0.01,
+    sliding_window=16, train_defaults={"BS": 8, "TOTAL_ITERS": 30})
+
+PRESETS: dict[str, GptOssPreset] = {p.name: p for p in (GPT_OSS_20B, GPT_OSS_120B,
+                                                         GPT_OSS_20B_MLPERF, TINY_GPT_OSS)}
+SIZES = {"20b": "gpt-oss-20b", "120b": "gpt-oss-120b", "20b-mlperf": "gpt-oss-20b-mlperf",
+         "tiny": "tiny-gpt-oss"}
+
+
+def hf_config(preset: GptOssPreset, num_layers: int | None = None, seq_length: int = 0):
+    """transformers' GptOssConfig of a preset's shape (the parity tests and the bench's peer):
+    the same attention (sinks, the window, every other layer banded from the first), experts,
+    YaRN and biases as our flags build."""
+    from transformers import GptOssConfig
+
+    layers = num_layers or preset.num_layers
+    if preset.window_skip_freq != 2 or not (preset.yarn and preset.clamped_swiglu):
+        raise ValueError(f"{preset.name}: GptOssConfig has YaRN, the clamped SwiGLU and "
+                         "alternating banded and full layers only")
+    return GptOssConfig(
+        num_hidden_layers=layers, num_local_experts=preset.num_experts,
+        vocab_size=preset.vocab_size, hidden_size=preset.hidden_size,
+        intermediate_size=preset.moe_ffn_hidden_size, head_dim=preset.head_dim,
+        num_attention_heads=preset.num_attention_heads,
+        num_key_value_heads=preset.num_query_groups, sliding_window=preset.sliding_window,
+        max_position_embeddings=max(preset.max_position_embeddings, seq_length),
+        rms_norm_eps=preset.norm_epsilon, num_experts_per_tok=preset.router_topk,
+        swiglu_limit=preset.swiglu_limit, router_aux_loss_coef=preset.aux_loss_coeff,
+        tie_word_embeddings=False, attention_bias=True,
+        rope_parameters={"rope_type": "yarn", "rope_theta": float(preset.rotary_base),
+                         "factor": preset.yarn_factor, "beta_fast": preset.yarn_beta_fast,
+                         "beta_slow": preset.yarn_beta_slow, "truncate": False,
+                         "original_max_position_embeddings": preset.yarn_original_max_positions})
+
+
+def register() -> None:
+    register_family(FAMILY, SIZES, "20b", PRESETS, SCRIPT)
+
+
+register()
+
+
+# -- guards ----------------------------------------------------------------------------------
+
+def _te_version(ctx) -> tuple[int, ...] | None:
+    from training.launch.guards import _version
+
+    te = ctx.caps.te_version
+    return _version(te) if te and te != "unknown" else None
+
+
+def gpt_oss_attention(ctx: LaunchContext) -> None:
+    """Sinks need Transformer Engine 2.8 on the TE backend (softmax_type); the native backend
+    runs sinks and the window in flex attention (context parallelism there is refused by the
+    core's context_parallel_backend, as for SDPA; Megatron's local unfused attention runs them
+    too, but the local backend is refused for the experts: gpt_oss_kernels)."""
+    preset = ctx.preset
+    if not isinstance(preset, GptOssPreset):
+        return
+    if ctx.backend == "transformer_engine" and preset.attention_sinks:
+        te = _te_version(ctx)
+        if te is not None and (0,) < te < TE_SOFTMAX_TYPE:
+            raise Refusal("gpt_oss_attention",
+                          f"{preset.name}'s attention sinks run in Transformer Engine's fused "
+                          f"attention from TE 2.8 (softmax_type); this one is "
+                          f"{ctx.caps.te_version} (megatron-core would assert). Use "
+                          "TRANSFORMER_IMPL=native, or TE >= 2.8.")
+
+
+def gpt_oss_kernels(ctx: LaunchContext) -> None:
+    """What gpt-oss's parts rule out: Megatron's fused QKV RoPE skips YaRN's attention factor,
+    its SequentialMLP (MOE_GROUPED_GEMM=0, the local backend) cannot train biased experts, and
+    TEGroupedMLP asserts on the bias-dropout fusion with biases."""
+    preset = ctx.preset
+    if not isinstance(preset, GptOssPreset):
+        return
+    if preset.yarn:
+        _off_or_refuse(ctx, "FUSED_SINGLE_QKV_ROPE", "gpt_oss_kernels",
+                       "YaRN RoPE scales cos and sin by its attention factor (1 + 0.1 ln 32), "
+                       "which Megatron's fused QKV RoPE path does not apply (its split path "
+                       "does)", "Set FUSED_SINGLE_QKV_ROPE=0.")
+    if "BIAS_DROPOUT_FUSION" in ctx.settings.values:
+        _off_or_refuse(ctx, "BIAS_DROPOUT_FUSION", "gpt_oss_kernels",
+                       "megatron-core's TEGroupedMLP asserts 'bias_dropout_fusion is not "
+                       "supported ... when add_bias_linear=True'", "Set BIAS_DROPOUT_FUSION=0.")
+    sequential = ("its local spec always builds SequentialMLP" if ctx.backend == "local" else
+                  "MOE_GROUPED_GEMM=0 builds SequentialMLP"
+                  if not ctx.settings.get("MOE_GROUPED_GEMM", True) else None)
+    if sequential:
+        instead = ("Use TRANSFORMER_IMPL=native or transformer_engine." if ctx.backend == "local"
+                   else "Use MOE_GROUPED_GEMM=1.")
+        raise Refusal("gpt_oss_kernels",
+                      f"{preset.name}'s experts have biases, and Megatron's SequentialMLP "
+                      f"cannot train biased experts in megatron-core 0.19.2 (MLP.forward adds "
+                      f"the expert bias in place on a custom Function's output: autograd raises "
+                      f"at the first backward); here {sequential}. {instead}")
+
+
+GUARDS = (gpt_oss_attention, gpt_oss_kernels)
+
+GPT_OSS = RecipeLayer(FAMILY, values=lambda settings: [], guards=GUARDS)
