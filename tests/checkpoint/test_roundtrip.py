@@ -110,6 +110,21 @@ def test_a_run_without_an_import_record_is_described_by_its_saved_arguments(base
     assert config == {} and side is None
 
 
+def test_saved_arguments_give_their_own_rope_scaling_factor(base_env):
+    """At a factor that is not the default 8.0 (Llama 3.2 uses 32): the export's description
+    from saved arguments, and the config.json it writes, carry the run's factor."""
+    from tests.launch.helpers import launch, megatron_args
+    from training.checkpoint.convert import architecture_from_args
+
+    args = megatron_args(launch(base_env, MODEL_SIZE="3.1-8B", NUM_LAYERS=4))
+    assert args.rope_scaling_factor == 8.0
+    args.rope_scaling_factor = 32.0                # as a run saved with --rope-scaling-factor 32
+    fields = architecture_from_args(args).hf_config_fields()
+    assert fields["rope_scaling"] == {**layout.LLAMA31_ROPE_SCALING, "factor": 32.0}
+    args.use_rope_scaling = False
+    assert architecture_from_args(args).hf_config_fields()["rope_scaling"] is None
+
+
 def test_llama31_rope_scaling_survives_the_round_trip(tmp_path):
     from transformers import AutoConfig
 

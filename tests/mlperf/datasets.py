@@ -32,22 +32,29 @@ def make_datasets(root: Path) -> dict[str, str]:
 
 def make_large_valid(root: Path, tokenizer: str, sequences: int = 1100, seq: int = 8192,
                      documents: int = 64) -> str:
-    """A validation set big enough for `sequences` sequences of `seq` tokens (random ids
-    of the tokenizer's vocabulary, written directly and adopted): the closed division's
-    evaluation reads 1024 (1056 at BS 96) at sequence 8192."""
+    """A validation set big enough for `sequences` sequences of `seq` tokens: the closed
+    division's evaluation reads 1024 (1056 at BS 96) at sequence 8192."""
+    per_doc = -(-(sequences * seq + 1) // documents)
+    return make_valid(root, tokenizer, per_doc * documents, documents)
+
+
+def make_valid(root: Path, tokenizer: str, tokens: int, documents: int = 64,
+               name: str = "valid_large") -> str:
+    """A validation set of exactly `tokens` tokens in `documents` documents (random ids of the
+    tokenizer's vocabulary, written directly and adopted)."""
     import numpy
     import torch
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
     from training.data.check import adopt
 
-    prefix = root / "valid_large"
-    per_doc = -(-(sequences * seq + 1) // documents)
+    prefix = root / name
     rng = numpy.random.default_rng(0)
     builder = IndexedDatasetBuilder(str(prefix) + ".bin", dtype=numpy.uint16)
-    for _ in range(documents):
-        ids = rng.integers(3, 300, per_doc, dtype=numpy.int64)
-        builder.add_document(torch.from_numpy(ids.astype(numpy.int32)), [per_doc])
+    for d in range(documents):
+        size = tokens // documents + (d < tokens % documents)
+        ids = rng.integers(3, 300, size, dtype=numpy.int64)
+        builder.add_document(torch.from_numpy(ids.astype(numpy.int32)), [size])
     builder.finalize(str(prefix) + ".idx")
     adopt(str(prefix), tokenizer)
     return str(prefix)

@@ -217,3 +217,21 @@ def test_a_validation_set_smaller_than_one_evaluation_is_refused_before_the_run(
     launch, _, _ = mlperf(small, MLPERF_DIVISION="open", SEQ_LENGTH=128, MLPERF_EVAL_SAMPLES=16,
                           BS=8)
     assert launch.settings["EVAL_ITERS"] == 2
+
+
+def test_the_validation_size_check_sits_at_its_boundary(mlperf_env, mlperf_data, tmp_path):
+    """One evaluation here reads 16 sequences of 128 tokens, each with its next token
+    (consecutive sequences share one): 16 x 128 + 1 tokens. Exactly 16 x 128 is refused."""
+    from .datasets import make_valid
+
+    open_run = {"MLPERF_DIVISION": "open", "SEQ_LENGTH": 128, "MLPERF_EVAL_SAMPLES": 16, "BS": 8}
+    for tokens in (16 * 128, 16 * 128 + 1):
+        valid = make_valid(tmp_path, mlperf_data["TOKENIZER_MODEL"], tokens, documents=3,
+                           name=f"valid_{tokens}")
+        env = dict(mlperf_env, VALID_DATA_PATH=valid)
+        if tokens == 16 * 128:
+            message = refusal_of(env, **open_run)
+            assert "holds 15 sequences of 128 tokens (2,048 tokens)" in message
+        else:
+            launch, _, _ = mlperf(env, **open_run)
+            assert launch.settings["EVAL_ITERS"] == 2

@@ -190,6 +190,8 @@ def test_device_counts_only_where_the_counts_are_the_dispatchers_only_host_value
     assert megatron_args(moe(base_env, MOE_LEAN_STEP=0, **native)).moe_device_counts is False
     for toggles, why in (({"MOE_GROUPED_GEMM": 0}, "MOE_GROUPED_GEMM=0"),
                          ({"EP": 2, "GPUS_PER_NODE": 2}, "EP=2"),
+                         ({"TP": 2, "GPUS_PER_NODE": 2}, "TP=2"),
+                         ({"ETP": 2, "GPUS_PER_NODE": 2}, "ETP=2"),
                          ({"MOE_TOKEN_DISPATCHER": "allgather"},
                           "MOE_TOKEN_DISPATCHER=allgather"),
                          ({"MOE_CAPACITY_FACTOR": 1.25}, "MOE_CAPACITY_FACTOR"),
@@ -231,6 +233,8 @@ def test_the_lean_step_keeps_what_the_user_set(base_env):
 
 @pytest.mark.parametrize("toggles,why", [
     ({"EP": 2, "GPUS_PER_NODE": 2}, "EP=2"),
+    ({"TP": 2, "GPUS_PER_NODE": 2}, "TP=2"),
+    ({"ETP": 2, "GPUS_PER_NODE": 2}, "ETP=2"),
     ({"MOE_GROUPED_GEMM": 0}, "MOE_GROUPED_GEMM=0"),
     ({"MOE_CAPACITY_FACTOR": 1.25}, "MOE_CAPACITY_FACTOR"),
     ({"OPTIMIZER_CPU_OFFLOAD": 1}, "OPTIMIZER_CPU_OFFLOAD=1"),
@@ -249,6 +253,28 @@ def test_the_lean_step_steps_aside_with_a_reason_or_refuses_when_asked_for(base_
     assert result.settings["ADAM_MOMENTS_DTYPE"] == "fp32"
     msg = refused(base_env, "moe_lean_step", MOE_LEAN_STEP=1, **{**native, **toggles})
     assert why in msg and "MOE_LEAN_STEP=0" in msg
+
+
+@pytest.mark.parametrize("layout,why", [({"TP": 2}, "TP=2"), ({"ETP": 2}, "ETP=2")])
+def test_the_moe_launcher_keeps_the_counts_on_the_host_at_tp_or_etp_above_one(
+        tmp_path, monkeypatch, capsys, layout, why):
+    """Through the module examples/moe runs (training.moe.launch): MOE_DEVICE_COUNTS=1 at
+    TP or ETP > 1 exits 2 naming the guard; left to the lean step, the launch line has no
+    --moe-device-counts and MOE_LEAN_STEP is shown 0 with why."""
+    from training.moe.launch import main
+
+    monkeypatch.setenv("EXPERIMENT_DIR", str(tmp_path / "experiment"))
+    monkeypatch.setenv("DRY_RUN", "1")
+    words = ["--family", "qwen3_moe", "TRANSFORMER_IMPL=native", "NUM_LAYERS=4",
+             "GPUS_PER_NODE=2", *(f"{k}={v}" for k, v in layout.items())]
+    assert main([*words, "MOE_DEVICE_COUNTS=1"]) == 2
+    err = capsys.readouterr().err
+    assert "[moe_device_counts]" in err and why in err and "Set MOE_DEVICE_COUNTS=0" in err
+    assert main(words) == 0
+    out, err = capsys.readouterr()
+    assert "--moe-device-counts" not in out and "--expert-tensor-parallel-size" in out
+    (lean,) = [line for line in err.splitlines() if " MOE_LEAN_STEP " in line]
+    assert " 0 " in lean and "derived" in lean and f"not here: {why}" in lean
 
 
 def test_the_lean_step_runs_under_fp8_and_not_under_fp4(base_env):

@@ -231,6 +231,15 @@ def test_triton_kernel_tracks_float64_adamw_under_the_interpreter(scenario):
     assert got["error_vs_torch"] <= got["bound"]
 
 
+def test_triton_kernel_rebuilds_remainder_masters_under_the_interpreter():
+    """In the default run (seconds; the long interpreted runs above are slow): three steps of
+    the kernel's remainder mode agree with the torch path to fp32 rounding, with masters whose
+    remainders are negative (the bf16 high half rounded up) among them."""
+    got = _interpreted("short")
+    assert got["negative_remainders"] > got["elements"] // 4
+    assert got["error_vs_torch"] <= got["bound"]
+
+
 @pytest.mark.slow
 def test_triton_kernel_rounds_stochastically_without_bias_under_the_interpreter():
     got = _interpreted("stochastic")

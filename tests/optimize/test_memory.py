@@ -118,6 +118,19 @@ def test_distributed_optimizer_shards_main_params_and_moments_over_dp():
     assert replicated.term("weights").gib == pytest.approx(sharded.term("weights").gib)
 
 
+@pytest.mark.parametrize("cp", [2, 4])
+def test_distributed_optimizer_shards_over_dp_times_cp(cp):
+    """Megatron's distributed optimizer shards over the data-parallel ranks with the context-
+    parallel ones (DP x CP): at 8 GPUs each rank holds 1/8 of the state, whatever CP is."""
+    c = _native().with_values(GPUS_PER_NODE=8, NUM_LAYERS=32)
+    at_cp = estimate(c.with_values(CP=cp))
+    assert c.with_values(CP=cp).layout.dp == 8 // cp
+    per_rank = at_cp.params_on_rank / 8
+    assert at_cp.term("adam").gib == pytest.approx(per_rank * 8 / GIB)
+    assert at_cp.term("main_params").gib == pytest.approx(per_rank * 4 / GIB)
+    assert at_cp.term("adam").gib == pytest.approx(estimate(c).term("adam").gib)
+
+
 def test_fused_linear_cross_entropy_avoids_the_logits():
     c = _native()
     fused = estimate(c)

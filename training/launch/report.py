@@ -24,8 +24,8 @@ def _console(stream: TextIO) -> Console:
     return Console(file=stream, width=width, highlight=False, soft_wrap=False)
 
 
-def print_report(launch: Launch, stream: TextIO = sys.stderr) -> None:
-    console = _console(stream)
+def print_report(launch: Launch, stream: TextIO | None = None) -> None:
+    console = _console(stream or sys.stderr)   # read at the call: a test may have replaced it
     caps = launch.ctx.caps
     title = (f"{launch.family}: {launch.ctx.preset.name}, PRECISION={launch.ctx.recipe.name}, "
              f"backend={launch.settings['TRANSFORMER_IMPL']}, "

@@ -1,0 +1,234 @@
+"""Can the tests fail? One- or two-line changes a careless refactor could make (mutations), each
+run against the tests that should catch it, in a copy of the tree (the working tree is never
+touched). docs/testing.md explains; its table is generated from the record this writes.
+
+    python -m tests.mutations list
+    python -m tests.mutations run rope_factor            # one mutation, its named tests
+    python -m tests.mutations run --all --record         # every one; writes docs/mutations.json
+    python -m tests.mutations run rope_factor --before 106835d   # also: its tests as of then
+    python -m tests.mutations docs [--check]             # docs/testing.md's table
+
+A mutation is caught when pytest exits 1 (tests failed) on the mutated copy; exit 0 is a
+survivor; any other exit (a collection error, a syntax error) is neither and is reported so.
+The default selection is the fast suite (-m "not gpu and not slow"): a catch that needs a slow
+test is recorded with its marks.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RECORD = REPO / "docs" / "mutations.json"
+DOC = REPO / "docs" / "testing.md"
+FAST = "not gpu and not slow"
+
+
+@dataclass(frozen=True)
+class Mutation:
+    name: str
+    path: str                  # the file changed, from the repository root
+    old: str                   # exact text, found once in that file
+    new: str
+    tests: tuple[str, ...]     # pytest node ids: the tests that must catch it
+    what: str                  # what the change breaks, in one line
+    marks: str = FAST
+
+
+# The commit before issue 43's tests: `run --before 106835d` runs a mutation against its test
+# files as they were there (the table's "tests of 106835d" column).
+BASE = "106835d"
+
+MUTATIONS: tuple[Mutation, ...] = (
+    # -- the five cases of issue 43 -----------------------------------------------------------
+    Mutation(
+        "rope_factor", "training/checkpoint/convert.py",
+        "dict(layout.LLAMA31_ROPE_SCALING, factor=float(args.rope_scaling_factor))",
+        "dict(layout.LLAMA31_ROPE_SCALING)",
+        ("tests/checkpoint/test_roundtrip.py",),
+        "export from saved arguments always writes rope-scaling factor 8.0"),
+    Mutation(
+        "optimizer_shard_cp", "training/optimize/memory.py",
+        'shard = lay.dp * lay.cp if c["DISTRIBUTED_OPTIMIZER"] else 1',
+        'shard = lay.dp if c["DISTRIBUTED_OPTIMIZER"] else 1',
+        ("tests/optimize/test_memory.py", "tests/optimize/test_preflight.py"),
+        "the memory estimate shards the distributed optimizer over DP, not DP x CP"),
+    Mutation(
+        "valid_size_boundary", "training/mlperf/rules.py",
+        "held = max(info.tokens[0] - 1, 0) // seq",
+        "held = info.tokens[0] // seq",
+        ("tests/mlperf/test_closed_rules_guard.py",),
+        "the MLPerf validation-size check counts one sequence too many at N x seq tokens"),
+    Mutation(
+        "moe_counts_tp_etp", "training/launch/toggles.py",
+        '             (tp > 1, f"TP={tp} (the tensor-parallel gather needs host sizes)"),\n'
+        '             (etp is not None and etp > 1, f"ETP={etp}"),\n', "",
+        ("tests/moe/test_moe_launch.py",),
+        "MOE_DEVICE_COUNTS (and the lean step) allowed at TP > 1 or ETP > 1 on an MoE launch"),
+    Mutation(
+        "adamw_kernel_remainder", "training/native/adamw_triton.py",
+        "        high = tl.where(low < 0, high - 1, high)\n", "",
+        ("tests/native/test_adamw.py",),
+        "the Triton AdamW kernel rebuilds a master without its rounded-up high half's -1"),
+)
+
+BY_NAME = {m.name: m for m in MUTATIONS}
+
+
+def applied(text: str, m: Mutation) -> str:
+    count = text.count(m.old)
+    if count != 1:
+        raise ValueError(f"{m.name}: {m.path} holds its text {count} times (needs exactly 1): "
+                         "update the mutation to the current code")
+    return text.replace(m.old, m.new)
+
+
+def _copy_tree(dest: Path) -> None:
+    """The tracked and untracked-but-not-ignored files, as the tests see them."""
+    files = subprocess.run(["git", "ls-files", "-z", "-co", "--exclude-standard"], cwd=REPO,
+                           capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        src = REPO / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+
+
+def _failed(output: str) -> list[str]:
+    return sorted(set(re.findall(r"^FAILED (\S+)", output, re.M)))
+
+
+def run(m: Mutation, before: str | None = None, verbose: bool = False) -> dict:
+    """Apply m to a copy of the tree, run its tests there (their files as of commit `before`,
+    if given), report what happened."""
+    with tempfile.TemporaryDirectory(prefix=f"mutation-{m.name}-") as tmp:
+        root = Path(tmp)
+        _copy_tree(root)
+        target = root / m.path
+        target.write_text(applied(target.read_text(), m))
+        if before:
+            for path in {node.split("::")[0] for node in m.tests}:
+                (root / path).write_bytes(subprocess.run(
+                    ["git", "show", f"{before}:{path}"], cwd=REPO, capture_output=True,
+                    check=True).stdout)
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf",
+               "-m", m.marks, *m.tests]
+        start = time.monotonic()
+        proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+        seconds = time.monotonic() - start
+    output = proc.stdout + proc.stderr
+    if verbose:
+        print(output[-4000:])
+    outcome = {0: "survived", 1: "caught"}.get(proc.returncode, f"error (pytest exit "
+                                                                 f"{proc.returncode})")
+    summary = (output.strip().splitlines() or [""])[-1]
+    return {"outcome": outcome, "failed": _failed(output), "summary": summary,
+            "tests": list(m.tests), "tests_as_of": before or "this commit",
+            "marks": m.marks, "seconds": round(seconds, 1)}
+
+
+def _commit() -> str:
+    sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                         text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                           capture_output=True, text=True).stdout.strip()
+    return sha + ("+changes" if dirty else "")
+
+
+def _load_record() -> dict:
+    return json.loads(RECORD.read_text()) if RECORD.exists() else {"schema": 1, "mutations": {}}
+
+
+# -- docs/testing.md's table ----------------------------------------------------------------------
+
+BEGIN, END = "<!-- mutations:begin -->", "<!-- mutations:end -->"
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def table(record: dict) -> str:
+    rows = [f"| mutation | file | what breaks | tests of {BASE} | now | caught by |",
+            "|---|---|---|---|---|---|"]
+    for m in MUTATIONS:
+        entry = record["mutations"].get(m.name, {})
+        now, before = entry.get("now", {}), entry.get("before")
+        by = ", ".join(f"`{n.split('::')[-1]}`" for n in now.get("failed", [])[:3])
+        more = len(now.get("failed", [])) - 3
+        by += f" (+{more})" if more > 0 else ""
+        rows.append(f"| `{m.name}` | `{m.path}` | {_cell(m.what)} | "
+                    f"{before['outcome'] if before else 'not run'} | "
+                    f"{now.get('outcome', 'not run')} | {by} |")
+    return "\n".join(rows)
+
+
+def docs(check: bool) -> int:
+    text = DOC.read_text()
+    block = f"{BEGIN}\n<!-- generated by `python -m tests.mutations docs` from docs/mutations.json; do not edit -->\n{table(_load_record())}\n{END}"
+    new = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END), lambda _: block, text, flags=re.S)
+    if check:
+        if new != text:
+            print(f"{DOC.relative_to(REPO)} is stale: run python -m tests.mutations docs")
+            return 1
+        return 0
+    DOC.write_text(new)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.mutations", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("list")
+    r = sub.add_parser("run")
+    r.add_argument("names", nargs="*")
+    r.add_argument("--all", action="store_true")
+    r.add_argument("--before", metavar="REV",
+                   help=f"also run against its test files as they were at REV (e.g. {BASE})")
+    r.add_argument("--record", action="store_true", help=f"write {RECORD.relative_to(REPO)}")
+    r.add_argument("-v", "--verbose", action="store_true")
+    d = sub.add_parser("docs")
+    d.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+
+    if args.cmd == "list":
+        for m in MUTATIONS:
+            print(f"{m.name:24} {m.path}: {m.what}")
+        return 0
+    if args.cmd == "docs":
+        return docs(args.check)
+    unknown = [n for n in args.names if n not in BY_NAME]
+    if unknown or not (args.names or args.all):
+        parser.error(f"name mutations from `list` (unknown: {', '.join(unknown)})" if unknown
+                     else "name a mutation, or --all")
+    chosen = MUTATIONS if args.all else [BY_NAME[n] for n in args.names]
+    record = _load_record()
+    bad = 0
+    for m in chosen:
+        entry = {"commit": _commit(), "date": datetime.date.today().isoformat(),
+                 "now": run(m, verbose=args.verbose)}
+        if args.before:
+            entry["before"] = run(m, before=args.before, verbose=args.verbose)
+        line = f"{m.name}: {entry['now']['outcome']} ({entry['now']['summary']})"
+        if "before" in entry:
+            line += f"; with the tests of {args.before}: {entry['before']['outcome']}"
+        print(line, flush=True)
+        bad += entry["now"]["outcome"] != "caught"
+        record["mutations"][m.name] = {**record["mutations"].get(m.name, {}), **entry}
+    if args.record:
+        RECORD.write_text(json.dumps(record, indent=1) + "\n")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
