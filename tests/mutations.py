@@ -79,6 +79,45 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        high = tl.where(low < 0, high - 1, high)\n", "",
         ("tests/native/test_adamw.py",),
         "the Triton AdamW kernel rebuilds a master without its rounded-up high half's -1"),
+    Mutation(
+        "swiglu_offsets_int32", "training/native/swiglu.py",
+        "        row = row.to(tl.int64)\n", "",
+        ("tests/native/test_kernels_interpreted.py",),
+        "the SwiGLU kernel's row offsets in int32 (they wrap past 2^31 elements)"),
+    # -- five more pieces of configuration arithmetic -------------------------------------------
+    Mutation(
+        "model_parallel_cp", "training/run_description.py",
+        "return self.tp * self.pp * self.cp", "return self.tp * self.pp",
+        ("tests/launch/test_run_description.py", "tests/launch/test_guards.py"),
+        "data-parallel size ignores CP (world / (TP x PP))"),
+    Mutation(
+        "microbatches_dp", "training/run_description.py",
+        "return max(self.global_batch // max(self.mbs * self.dp, 1), 1)",
+        "return max(self.global_batch // max(self.mbs, 1), 1)",
+        ("tests/launch/test_run_description.py", "tests/launch/test_guards.py"),
+        "micro-batches per step ignore DP (BS / MBS)"),
+    Mutation(
+        "flops_gqa", "training/metrics.py",
+        "qkv = 2 * h * (model.q_width + 2 * model.kv_width)", "qkv = 2 * h * 3 * model.q_width",
+        ("tests/test_metrics.py",),
+        "FLOPs count K and V at the query width (GQA ignored)"),
+    Mutation(
+        "run_name_layers", "training/launch/runfolder.py",
+        'layers = "" if num_layers == preset_layers else f"-{num_layers}L"', 'layers = ""',
+        ("tests/launch/test_run_folder.py",),
+        "a run at NUM_LAYERS below the preset's shares the full model's folder name"),
+    Mutation(
+        "expert_dp_pp", "training/optimize/memory.py",
+        "return max(c.layout.world_size // (ep * etp * c.layout.pp), 1)",
+        "return max(c.layout.world_size // (ep * etp), 1)",
+        ("tests/moe/test_moe_memory.py", "tests/optimize/test_memory.py"),
+        "the experts' optimizer state shards over world / (EP x ETP), PP left out"),
+    Mutation(
+        "lever_platform_weight", "training/optimize/levers.py",
+        "                score += 10\n", "                score += 1\n",
+        ("tests/optimize/test_levers.py", "tests/optimize/test_recipes.py",
+         "tests/optimize/test_flow.py"),
+        "the advisor quotes a same-shape measurement from another GPU over this GPU's"),
 )
 
 BY_NAME = {m.name: m for m in MUTATIONS}

@@ -30,6 +30,16 @@ def _refusal(base_env, guard, words=(), **env) -> str:
     return text
 
 
+def test_the_default_run_name_carries_every_field_at_a_second_value(base_env):
+    """Each field away from its default (the dry-run test names the default launch), so a
+    field dropped or swapped in the name shows: 4 of the preset's 32 layers, 8 GPUs, TP, PP
+    and CP 2, MBS 2, BS 64, sequence 4096."""
+    result = launch(base_env, PLATFORM="h200", NUM_LAYERS=4, GPUS_PER_NODE=8, TP=2, PP=2,
+                    CP=2, MBS=2, BS=64, SEQ_LENGTH=4096)
+    assert result.ctx.run_name == "llama3-8B-4L_n1x8_tp2pp2cp2_mbs2gbs64_seq4096"
+    assert result.ctx.log_dir.parts[-3:-1] == (result.ctx.run_name, "bf16")
+
+
 @pytest.mark.parametrize("word", ["RUN_ID=../../x", "RUN_ID=a/b", "RUN_ID=..", "RUN_ID=",
                                   "EXP_NAME=../up"])
 def test_run_id_and_exp_name_are_single_folder_names(base_env, tmp_path, word):

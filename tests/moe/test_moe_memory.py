@@ -58,6 +58,16 @@ def test_expert_parallelism_shards_the_experts_and_their_states(base_env):
     assert "expert DP = 1" in estimate(ep8).term("adam").formula
 
 
+def test_expert_data_parallel_leaves_out_the_pipeline_stages(base_env):
+    """At PP = 2 (the test above is at PP = 1): 8 GPUs, EP 2, PP 2 shard the experts' states
+    over 8 / (EP 2 x ETP 1 x PP 2) = 2 ranks, the dense ones over DP = 4."""
+    c = _config(base_env, NUM_LAYERS=8, GPUS_PER_NODE=8, EP=2, PP=2)
+    assert (c.layout.dp, expert_data_parallel(c)) == (4, 2)
+    experts = stage_expert_params(c)
+    dense = estimate(c).params_on_rank - experts
+    assert estimate(c).term("adam").gib * 2**30 == pytest.approx(8 * (dense / 4 + experts / 2))
+
+
 def test_routed_copies_dominate_the_activations_and_grow_with_top_k(base_env):
     c = _config(base_env, NUM_LAYERS=8)
     m = c.model

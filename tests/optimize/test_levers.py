@@ -55,6 +55,21 @@ def test_other_hardware_ranks_below_the_same_hardware(tmp_path):
     assert match.entry.hardware == "AMD Instinct MI355X"
 
 
+def test_the_same_hardware_outranks_a_closer_shape_measured_elsewhere(tmp_path):
+    """Hardware first, then shape: this GPU's entry two shape fields away is quoted before
+    another GPU's entry at exactly this run's shape."""
+    data = fixture_levers()
+    mbs = next(e for e in data["levers"] if e["set"] == "MBS=2")
+    run = from_manifest(load_run(NATIVE).manifest).with_values(SEQ_LENGTH=2048, NUM_LAYERS=4)
+    other = copy.deepcopy(mbs)
+    other["hardware"] = "AMD Instinct MI355X"
+    other["shape"] = dict(shape_key(run))
+    data["levers"].insert(0, other)
+    match = _book(tmp_path, data).find({"MBS": "2"}, shape_key(run), "h200", {"MBS": "1"})
+    assert match.entry.hardware == "NVIDIA H200"
+    assert set(match.differs) == {"seq_length", "num_layers"}
+
+
 def test_quote_names_shape_source_and_differences():
     book = levers.load(FIXTURE)
     config = from_manifest(load_run(NATIVE).manifest).with_values(SEQ_LENGTH=32768)
