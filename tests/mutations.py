@@ -9,9 +9,10 @@ touched). docs/testing.md explains; its table is generated from the record this 
     python -m tests.mutations docs [--check]             # docs/testing.md's table
 
 A mutation is caught when pytest exits 1 (tests failed) on the mutated copy; exit 0 is a
-survivor; any other exit (a collection error, a syntax error) is neither and is reported so.
-The default selection is the fast suite (-m "not gpu and not slow"): a catch that needs a slow
-test is recorded with its marks.
+survivor, and so is 5 (no test selected); any other exit (a collection error, a syntax error)
+is neither and is reported so.
+The selection is the fast one (-m "not gpu and not slow"): what the record says is caught is
+caught without the slow tests. `run NAME --marks "not gpu"` adds them (not recorded).
 """
 from __future__ import annotations
 
@@ -146,7 +147,8 @@ def _failed(output: str) -> list[str]:
     return sorted(set(re.findall(r"^FAILED (\S+)", output, re.M)))
 
 
-def run(m: Mutation, before: str | None = None, verbose: bool = False) -> dict:
+def run(m: Mutation, before: str | None = None, verbose: bool = False,
+        marks: str | None = None) -> dict:
     """Apply m to a copy of the tree, run its tests there (their files as of commit `before`,
     if given), report what happened."""
     with tempfile.TemporaryDirectory(prefix=f"mutation-{m.name}-") as tmp:
@@ -160,19 +162,19 @@ def run(m: Mutation, before: str | None = None, verbose: bool = False) -> dict:
                     ["git", "show", f"{before}:{path}"], cwd=REPO, capture_output=True,
                     check=True).stdout)
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf",
-               "-m", m.marks, *m.tests]
+               "-m", marks or m.marks, *m.tests]
         start = time.monotonic()
         proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
         seconds = time.monotonic() - start
     output = proc.stdout + proc.stderr
     if verbose:
         print(output[-4000:])
-    outcome = {0: "survived", 1: "caught"}.get(proc.returncode, f"error (pytest exit "
-                                                                 f"{proc.returncode})")
+    outcome = {0: "survived", 1: "caught", 5: "survived (no test selected)"}.get(
+        proc.returncode, f"error (pytest exit {proc.returncode})")
     summary = (output.strip().splitlines() or [""])[-1]
     return {"outcome": outcome, "failed": _failed(output), "summary": summary,
             "tests": list(m.tests), "tests_as_of": before or "this commit",
-            "marks": m.marks, "seconds": round(seconds, 1)}
+            "marks": marks or m.marks, "seconds": round(seconds, 1)}
 
 
 def _commit() -> str:
@@ -234,6 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--all", action="store_true")
     r.add_argument("--before", metavar="REV",
                    help=f"also run against its test files as they were at REV (e.g. {BASE})")
+    r.add_argument("--marks", help=f'pytest -m expression (default "{FAST}"; not with --record)')
     r.add_argument("--record", action="store_true", help=f"write {RECORD.relative_to(REPO)}")
     r.add_argument("-v", "--verbose", action="store_true")
     d = sub.add_parser("docs")
@@ -250,14 +253,16 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not (args.names or args.all):
         parser.error(f"name mutations from `list` (unknown: {', '.join(unknown)})" if unknown
                      else "name a mutation, or --all")
+    if args.marks and args.record:
+        parser.error("the record is of the fast selection: --marks without --record")
     chosen = MUTATIONS if args.all else [BY_NAME[n] for n in args.names]
     record = _load_record()
     bad = 0
     for m in chosen:
         entry = {"commit": _commit(), "date": datetime.date.today().isoformat(),
-                 "now": run(m, verbose=args.verbose)}
+                 "now": run(m, verbose=args.verbose, marks=args.marks)}
         if args.before:
-            entry["before"] = run(m, before=args.before, verbose=args.verbose)
+            entry["before"] = run(m, before=args.before, verbose=args.verbose, marks=args.marks)
         line = f"{m.name}: {entry['now']['outcome']} ({entry['now']['summary']})"
         if "before" in entry:
             line += f"; with the tests of {args.before}: {entry['before']['outcome']}"
