@@ -118,7 +118,7 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                score += 10\n", "                score += 1\n",
         ("tests/optimize/test_levers.py", "tests/optimize/test_recipes.py",
          "tests/optimize/test_flow.py"),
-        "the advisor quotes a same-shape measurement from another GPU over this GPU's"),
+        "the advisor quotes another GPU's measurement over this GPU's when its shape is closer"),
 )
 
 BY_NAME = {m.name: m for m in MUTATIONS}
