@@ -5,12 +5,12 @@ touched). docs/testing.md explains; its table is generated from the record this 
     python -m tests.mutations list
     python -m tests.mutations run rope_factor            # one mutation, its named tests
     python -m tests.mutations run --all --record         # every one; writes docs/mutations.json
-    python -m tests.mutations run rope_factor --before 106835d   # also: its tests as of then
+    python -m tests.mutations run rope_factor --before main   # also: its test files in main
     python -m tests.mutations docs [--check]             # docs/testing.md's table
 
-A mutation is caught when pytest exits 1 (tests failed) on the mutated copy; exit 0 is a
-survivor, and so is 5 (no test selected); any other exit (a collection error, a syntax error)
-is neither and is reported so.
+A mutation is caught when tests fail on the mutated copy that pass on the copy without it;
+exit 0 is a survivor, and so is 5 (no test selected); any other exit (a collection error, a
+syntax error) is neither and is reported so.
 The selection is the fast one (-m "not gpu and not slow"): what the record says is caught is
 caught without the slow tests. `run NAME --marks "not gpu"` adds them (not recorded).
 """
@@ -45,9 +45,6 @@ class Mutation:
     marks: str = FAST
 
 
-# The commit before issue 43's tests: `run --before 106835d` runs a mutation against its test
-# files as they were there (the table's "tests of 106835d" column).
-BASE = "106835d"
 
 MUTATIONS: tuple[Mutation, ...] = (
     # -- the five cases of issue 43 -----------------------------------------------------------
@@ -150,12 +147,15 @@ def _failed(output: str) -> list[str]:
 def run(m: Mutation, before: str | None = None, verbose: bool = False,
         marks: str | None = None) -> dict:
     """Apply m to a copy of the tree, run its tests there (their files as of commit `before`,
-    if given), report what happened."""
+    if given), report what happened. Where tests fail, the same tests run again without the
+    mutation: only those that then pass count as catching it (a test already failing on the
+    tree catches nothing)."""
     with tempfile.TemporaryDirectory(prefix=f"mutation-{m.name}-") as tmp:
         root = Path(tmp)
         _copy_tree(root)
         target = root / m.path
-        target.write_text(applied(target.read_text(), m))
+        original = target.read_text()
+        target.write_text(applied(original, m))
         if before:
             for path in {node.split("::")[0] for node in m.tests}:
                 (root / path).write_bytes(subprocess.run(
@@ -165,16 +165,30 @@ def run(m: Mutation, before: str | None = None, verbose: bool = False,
                "-m", marks or m.marks, *m.tests]
         start = time.monotonic()
         proc = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+        output = proc.stdout + proc.stderr
+        failing_anyway: list[str] = []
+        if proc.returncode == 1:
+            target.write_text(original)
+            control = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
+            failing_anyway = _failed(control.stdout + control.stderr)
         seconds = time.monotonic() - start
-    output = proc.stdout + proc.stderr
     if verbose:
         print(output[-4000:])
-    outcome = {0: "survived", 1: "caught", 5: "survived (no test selected)"}.get(
+    failed = [n for n in _failed(output) if n not in failing_anyway]
+    outcome = {0: "survived", 5: "survived (no test selected)"}.get(
         proc.returncode, f"error (pytest exit {proc.returncode})")
+    if proc.returncode == 1:
+        outcome = "caught" if failed else "survived (only tests that fail without it failed)"
     summary = (output.strip().splitlines() or [""])[-1]
-    return {"outcome": outcome, "failed": _failed(output), "summary": summary,
-            "tests": list(m.tests), "tests_as_of": before or "this commit",
+    return {"outcome": outcome, "failed": failed, "failing_without_it": failing_anyway,
+            "summary": summary, "tests": list(m.tests),
+            "tests_as_of": _short(before) if before else "this commit",
             "marks": marks or m.marks, "seconds": round(seconds, 1)}
+
+
+def _short(rev: str) -> str:
+    return subprocess.run(["git", "rev-parse", "--short", rev], cwd=REPO, capture_output=True,
+                          text=True, check=True).stdout.strip()
 
 
 def _commit() -> str:
@@ -199,7 +213,10 @@ def _cell(text: str) -> str:
 
 
 def table(record: dict) -> str:
-    rows = [f"| mutation | file | what breaks | tests of {BASE} | now | caught by |",
+    revs = sorted({e["before"]["tests_as_of"] for e in record["mutations"].values()
+                   if "before" in e})
+    rows = [f"| mutation | file | what breaks | tests of {', '.join(revs) or '-'} | now | "
+            "caught by |",
             "|---|---|---|---|---|---|"]
     for m in MUTATIONS:
         entry = record["mutations"].get(m.name, {})
@@ -235,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("names", nargs="*")
     r.add_argument("--all", action="store_true")
     r.add_argument("--before", metavar="REV",
-                   help=f"also run against its test files as they were at REV (e.g. {BASE})")
+                   help="also run against its test files as they were at REV (main: without "
+                        "a branch's new tests)")
     r.add_argument("--marks", help=f'pytest -m expression (default "{FAST}"; not with --record)')
     r.add_argument("--record", action="store_true", help=f"write {RECORD.relative_to(REPO)}")
     r.add_argument("-v", "--verbose", action="store_true")
