@@ -213,10 +213,7 @@ def _cell(text: str) -> str:
 
 
 def table(record: dict) -> str:
-    revs = sorted({e["before"]["tests_as_of"] for e in record["mutations"].values()
-                   if "before" in e})
-    rows = [f"| mutation | file | what breaks | tests of {', '.join(revs) or '-'} | now | "
-            "caught by |",
+    rows = ["| mutation | file | what breaks | the tests before (commit) | now | caught by |",
             "|---|---|---|---|---|---|"]
     for m in MUTATIONS:
         entry = record["mutations"].get(m.name, {})
@@ -225,7 +222,8 @@ def table(record: dict) -> str:
         more = len(now.get("failed", [])) - 3
         by += f" (+{more})" if more > 0 else ""
         rows.append(f"| `{m.name}` | `{m.path}` | {_cell(m.what)} | "
-                    f"{before['outcome'] if before else 'not run'} | "
+                    f"{before['outcome'] + ' (' + before['tests_as_of'] + ')' if before else 'not run'}"
+                    " | "
                     f"{now.get('outcome', 'not run')} | {by} |")
     return "\n".join(rows)
 
@@ -274,16 +272,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.marks and args.record:
         parser.error("the record is of the fast selection: --marks without --record")
     chosen = MUTATIONS if args.all else [BY_NAME[n] for n in args.names]
+    before = _short(args.before) if args.before else None   # once: main may move meanwhile
     record = _load_record()
     bad = 0
     for m in chosen:
         entry = {"commit": _commit(), "date": datetime.date.today().isoformat(),
                  "now": run(m, verbose=args.verbose, marks=args.marks)}
         if args.before:
-            entry["before"] = run(m, before=args.before, verbose=args.verbose, marks=args.marks)
+            entry["before"] = run(m, before=before, verbose=args.verbose, marks=args.marks)
         line = f"{m.name}: {entry['now']['outcome']} ({entry['now']['summary']})"
         if "before" in entry:
-            line += f"; with the tests of {args.before}: {entry['before']['outcome']}"
+            line += f"; with the tests of {before}: {entry['before']['outcome']}"
         print(line, flush=True)
         bad += entry["now"]["outcome"] != "caught"
         record["mutations"][m.name] = {**record["mutations"].get(m.name, {}), **entry}
