@@ -40,7 +40,7 @@ class Model:
     seq_length: int
     rotary_base: int
     norm_epsilon: float = 1e-5
-    rope_scaling: bool = False      # Llama 3.1 frequency scaling (factor 8)
+    rope_scaling: bool = False      # Llama 3's frequency scaling (rope_scaling_factor)
     num_experts: int | None = None  # None: dense
     preset_layers: int | None = None  # a run's model: its preset's own layer count
     kv_channels: int | None = None  # head dim, when it is not hidden / heads (Qwen3)
@@ -48,6 +48,9 @@ class Model:
     router_topk: int = 0            # MoE: the experts each token is routed to
     moe_ffn_hidden_size: int = 0    # MoE: each expert's FFN width
     shared_expert_ffn_hidden_size: int = 0  # MoE: a shared expert's FFN width (0: none)
+    rope_scaling_factor: float = 8.0  # Llama 3's factor: 8 (3.1), 32 (3.2)
+    tied_embeddings: bool = False   # the output layer is the input embedding (Llama 3.2 1B)
+    qkv_bias: bool = False          # biases on the q, k and v projections (Qwen2)
 
     def __post_init__(self):  # one spelling of the default head dim (validate_args fills it in)
         if self.kv_channels == self.hidden_size // self.num_attention_heads:
@@ -98,7 +101,11 @@ class Model:
                    args.max_position_embeddings, args.seq_length, args.rotary_base,
                    args.layernorm_epsilon, num_experts=experts,
                    kv_channels=getattr(args, "kv_channels", None),
-                   qk_layernorm=bool(getattr(args, "qk_layernorm", False)), **moe)
+                   qk_layernorm=bool(getattr(args, "qk_layernorm", False)),
+                   rope_scaling=bool(getattr(args, "use_rope_scaling", False)),
+                   rope_scaling_factor=float(getattr(args, "rope_scaling_factor", 8.0)),
+                   tied_embeddings=not getattr(args, "untie_embeddings_and_output_weights", True),
+                   qkv_bias=bool(getattr(args, "add_qkv_bias", False)), **moe)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Model":

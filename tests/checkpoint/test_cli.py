@@ -36,13 +36,19 @@ def test_missing_folder(capsys, tmp_path):
     assert _leftovers(tmp_path) == []
 
 
-def test_not_a_llama(capsys, tmp_path, tiny_hf):
-    hf = shutil.copytree(tiny_hf, tmp_path / "mistral")
+@pytest.mark.parametrize("change,named", [
+    ({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}, "model_type 'gpt2'"),
+    ({"model_type": "mistral", "architectures": ["MistralForCausalLM"], "sliding_window": 4096},
+     "sliding_window is 4096"),
+    ({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}, "rope_scaling type 'yarn'"),
+    ({"attention_bias": True}, "attention_bias is true")])
+def test_a_family_or_field_megatron_cannot_express_is_refused_by_name(capsys, tmp_path, tiny_hf,
+                                                                     change, named):
+    hf = shutil.copytree(tiny_hf, tmp_path / "other")
     config = json.loads((hf / "config.json").read_text())
-    (hf / "config.json").write_text(json.dumps(config | {"model_type": "mistral",
-                                                         "architectures": ["MistralForCausalLM"]}))
+    (hf / "config.json").write_text(json.dumps(config | change))
     err = _refused(capsys, ["import", hf, tmp_path / "out"])
-    assert "not a Llama checkpoint" in err and "mistral" in err
+    assert named in err
     assert not (tmp_path / "out").exists()
 
 
@@ -91,13 +97,48 @@ def test_truncated_or_incomplete_safetensors(capsys, tmp_path, tiny_hf):
     assert not (tmp_path / "out").exists()
 
 
-def test_hub_id_unreachable_is_one_line(tmp_path):
+def test_hub_id_offline_says_offline_in_one_line(tmp_path):
     proc = run_cli("import", "example-org/no-such-model", tmp_path / "out", "--no-progress",
                    env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hub")})
     assert proc.returncode == 2
     ours = [line for line in proc.stderr.splitlines() if line.startswith("training.checkpoint")]
-    assert len(ours) == 1 and "Hugging Face Hub failed" in ours[0], proc.stderr[-2000:]
+    assert len(ours) == 1 and "offline" in ours[0], proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
+
+
+def test_hub_config_is_fetched_and_checked_before_any_weight(capsys, tmp_path, tiny_hf,
+                                                             monkeypatch):
+    """A mocked Hub: the config.json of a model this does not convert is refused before
+    snapshot_download (the weights) is called; a convertible one goes on to the weights."""
+    import huggingface_hub
+
+    config = tmp_path / "config.json"
+    fetched = []
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download",
+                        lambda repo, name, **kw: fetched.append(name) or str(config))
+    monkeypatch.setattr(huggingface_hub, "snapshot_download",
+                        lambda repo, **kw: fetched.append("weights") or str(tiny_hf))
+    tiny = json.loads((tiny_hf / "config.json").read_text())
+    config.write_text(json.dumps(tiny | {"sliding_window": 4096, "model_type": "mistral"}))
+    err = _refused(capsys, ["import", "example-org/mistral", tmp_path / "out"])
+    assert "sliding_window is 4096" in err and fetched == ["config.json"]
+    config.write_text(json.dumps(tiny))
+    fetched.clear()
+    assert main(["import", "example-org/tiny", str(tmp_path / "out"), "--no-progress"]) == 0
+    assert fetched == ["config.json", "weights"]
+
+
+def test_hub_offline_while_mocked_names_offline(capsys, tmp_path, monkeypatch):
+    import huggingface_hub
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    def offline(repo, name, **kw):
+        raise LocalEntryNotFoundError("Cannot find the requested files in the disk cache and "
+                                      "outgoing traffic has been disabled")
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
+    err = _refused(capsys, ["import", "example-org/tiny", tmp_path / "out"])
+    assert "cannot be reached from here (offline" in err
 
 
 def test_too_little_space_is_refused_before_writing(tmp_path):

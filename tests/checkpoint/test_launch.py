@@ -39,12 +39,24 @@ def test_starts_from_the_import_with_megatron_flag(base_env, tiny_ckpt):
 
 
 def test_other_preset_or_layer_count_is_refused_with_the_fix(base_env, tiny_ckpt):
-    text = _refusal(base_env, PRETRAINED_CHECKPOINT=tiny_ckpt)   # llama3's default: 8B
+    text = _refusal(base_env, MODEL_SIZE="8B", PRETRAINED_CHECKPOINT=tiny_ckpt)
     assert "[pretrained_checkpoint]" in text
-    assert "preset: tiny (checkpoint) vs llama3-8B (launch)" in text
+    assert "hidden_size: 256 (checkpoint) vs 4096 (launch)" in text
     assert "MODEL_SIZE=tiny NUM_LAYERS=2" in text
     text = _refusal(base_env, MODEL_SIZE="tiny", NUM_LAYERS=4, PRETRAINED_CHECKPOINT=tiny_ckpt)
     assert "num_layers: 2 (checkpoint) vs 4 (launch)" in text
+
+
+def test_without_model_size_the_launch_takes_the_imports_shape(base_env, tiny_ckpt):
+    """No MODEL_SIZE: MODEL_CONFIG is derived from the import (its record), every field's
+    source is the checkpoint, and Megatron's parser reads that shape back."""
+    result = launch(base_env, PRETRAINED_CHECKPOINT=tiny_ckpt)
+    s = result.settings
+    assert s.setting("MODEL_CONFIG").source == "derived"
+    assert (s["MODEL_SIZE"], s.setting("MODEL_SIZE").source) == ("tiny", "checkpoint")
+    assert (s["NUM_LAYERS"], s.setting("NUM_LAYERS").source) == (2, "checkpoint")
+    args = megatron_args(result)
+    assert (args.hidden_size, args.num_layers, args.ffn_hidden_size) == (256, 2, 704)
 
 
 def test_a_folder_that_is_not_an_import_is_refused(base_env, tiny_ckpt, tmp_path):

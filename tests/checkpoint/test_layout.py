@@ -36,15 +36,15 @@ def test_every_preset_round_trips_through_its_hf_config(name):
     assert match_preset(arch, PRESETS).name == name
 
 
-def test_moe_presets_are_never_a_llama_import():
-    """training/moe registers its presets into the same table: a Llama config never matches
-    one, and naming one is refused (its experts are not mapped here)."""
+def test_a_dense_config_named_as_an_moe_preset_names_the_experts():
+    """training/moe registers its presets into the same table: a dense config matches the
+    dense preset, and naming an MoE one names the expert fields that differ."""
     import training.moe.presets  # noqa: F401
     from training.moe.presets import TINY_MIXTRAL
 
     arch = Architecture.from_preset(PRESETS["tiny"])
     assert match_preset(arch, PRESETS).name == "tiny"
-    with pytest.raises(ArchitectureError, match="mixture of experts"):
+    with pytest.raises(ArchitectureError, match="num_experts: 8 vs 0"):
         match_preset(arch, PRESETS, TINY_MIXTRAL.name)
 
 
@@ -67,10 +67,10 @@ def test_no_preset_matches_a_foreign_shape_and_names_the_nearest():
         match_preset(Architecture.from_hf_config(config), PRESETS)
 
 
-def test_not_a_llama_is_refused():
-    with pytest.raises(ArchitectureError, match="not a Llama checkpoint: .*'mistral'"):
-        Architecture.from_hf_config(dict(META_LLAMA31_8B, model_type="mistral",
-                                         architectures=["MistralForCausalLM"]))
+def test_a_family_not_converted_is_refused():
+    with pytest.raises(ArchitectureError, match="model_type 'gpt2': this converts 'llama'"):
+        Architecture.from_hf_config(dict(META_LLAMA31_8B, model_type="gpt2",
+                                         architectures=["GPT2LMHeadModel"]))
     with pytest.raises(ArchitectureError, match="lacks hidden_size"):
         Architecture.from_hf_config({"model_type": "llama", "num_hidden_layers": 2})
 

@@ -1,9 +1,10 @@
 """python -m training.checkpoint {import,export} ...
 
-    import HF_DIR OUT [--preset NAME]      Hugging Face Llama (folder or Hub id) -> Megatron
+    import HF_DIR OUT [--preset NAME]      Hugging Face Llama, Mistral, Qwen2/2.5, Qwen3, Qwen3-MoE
+                                           or Mixtral (folder or Hub id) -> Megatron
     export CKPT_DIR HF_DIR [--hf-config P]  Megatron checkpoint (any TP/PP) -> Hugging Face
 
-Bad input (a missing folder, not a Llama, a preset that does not match, an output that exists,
+Bad input (a missing folder, a family or field not converted, a preset that does not match, an output that exists,
 too little disk) exits 2 with one line and writes nothing; an interrupted conversion leaves
 nothing behind either.
 """
@@ -32,7 +33,7 @@ def _parser() -> ArgumentParser:
     from training.launch.presets import PRESETS
 
     parser = ArgumentParser(prog="python -m training.checkpoint",
-                                     description="Hugging Face Llama checkpoints in and out of "
+                                     description="Hugging Face decoder checkpoints in and out of "
                                                  "Megatron's distributed checkpoint format.")
     sub = parser.add_subparsers(dest="command", required=True)
     imp = sub.add_parser("import", help="Hugging Face safetensors + config -> a Megatron "
@@ -40,7 +41,8 @@ def _parser() -> ArgumentParser:
     imp.add_argument("hf_dir", help="Hugging Face model folder, or a Hub repository id")
     imp.add_argument("out", type=Path, help="new checkpoint folder (must not exist)")
     imp.add_argument("--preset", choices=sorted(PRESETS),
-                     help="model preset the config must match (default: the one it matches)")
+                     help="model preset the config must match (default: any shape; a "
+                          "preset's name where it is one)")
     imp.add_argument("--workers", type=positive_int, default=1,
                      help="writer threads (each holds one tensor; default 1)")
     exp = sub.add_parser("export", help="a Megatron checkpoint -> Hugging Face safetensors + "
@@ -72,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "import":
             result = import_checkpoint(args.hf_dir, args.out, args.preset, workers=args.workers,
                                        progress=not args.no_progress)
-            what = f"preset {result.detail['preset']}, {result.detail['num_layers']} layers"
+            what = (f"{result.detail['name']} ({result.detail['family']}), "
+                    f"{result.detail['num_layers']} layers")
         else:
             result = export_checkpoint(args.ckpt_dir, args.hf_dir, args.hf_config,
                                        args.max_shard_size, progress=not args.no_progress)

@@ -9,6 +9,7 @@ through staging.Staging (a temporary sibling, renamed at the end).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import sys
 import tempfile
@@ -87,16 +88,18 @@ def _versions() -> dict[str, str]:
 # -- import ------------------------------------------------------------------------------------
 
 def plan_import(source: str, preset_name: str | None = None, presets: dict | None = None):
-    """Everything the import checks before writing: (folder, config, arch, preset, files, dtype)."""
+    """Everything the import checks before writing: (folder, config, arch, preset or None,
+    files, dtype). A Hub id's config.json is fetched and checked before any weight."""
     from training.launch.presets import PRESETS
 
-    folder = hf.resolve_source(source)
-    config = hf.load_config(folder)
-    arch = Architecture.from_hf_config(config)
     presets = PRESETS if presets is None else presets
     if preset_name is not None and preset_name not in presets:
         raise ConversionError(f"unknown preset {preset_name!r}: use one of {', '.join(presets)}")
-    preset = layout.match_preset(arch, presets, preset_name)
+    folder = hf.resolve_source(source, check=Architecture.from_hf_config)
+    config = hf.load_config(folder)
+    arch = Architecture.from_hf_config(config)
+    preset = (layout.match_preset(arch, presets, preset_name) if preset_name is not None
+              else layout.matching_preset(arch, presets))
     files = hf.SafetensorsFolder(folder)
     expected = layout.hf_shapes(arch)
     missing = [n for n in expected if n not in files.entries]
@@ -110,13 +113,18 @@ def plan_import(source: str, preset_name: str | None = None, presets: dict | Non
     extra = [n for n in files.entries
              if n not in expected and not n.endswith("rotary_emb.inv_freq")]
     if extra:
-        raise ConversionError(f"{folder} holds tensors a plain Llama has not, e.g. {extra[0]}: "
-                              "not converted")
+        raise ConversionError(f"{folder} holds tensors its config ({arch.family}) does not "
+                              f"imply, e.g. {extra[0]}: not converted")
     dtypes = {files.entries[n].dtype for n in expected}
     if len(dtypes) != 1:
         raise ConversionError(f"{folder} mixes dtypes ({', '.join(sorted(map(str, dtypes)))}); "
                               "the import keeps one dtype per checkpoint")
     return folder, config, arch, preset, files, dtypes.pop()
+
+
+def _flat(tensor):
+    """A tensor seen as 2-D rows (layout.Block's rows): [all but the last axis, last axis]."""
+    return tensor.view(-1, tensor.shape[-1]) if tensor.dim() > 1 else tensor
 
 
 class ChunkBuffer:
@@ -163,7 +171,12 @@ def import_checkpoint(source: str, out: Path, preset_name: str | None = None,
     from .megatron import write_dist_checkpoint
 
     start = time.perf_counter()
+    from training.launch.model_config import shape_name
+
     folder, config, arch, preset, files, dtype = plan_import(source, preset_name, presets)
+    # a published shape keeps its preset's name (MODEL_SIZE); any other its folder's (or
+    # Hub repository's) name
+    name = preset.name if preset is not None else shape_name(Path(folder))
     tensors = layout.split_rows(layout.megatron_tensors(arch), max_chunk_bytes, dtype.itemsize)
     nbytes = sum(t.numel() for t in tensors) * dtype.itemsize
     buffer = ChunkBuffer(max(t.numel() for t in tensors) * dtype.itemsize, shared=workers == 1)
@@ -175,10 +188,10 @@ def import_checkpoint(source: str, out: Path, preset_name: str | None = None,
 
             def produce(spec: layout.MegatronTensor) -> torch.Tensor:
                 chunk = buffer.take((spec.rows, *spec.shape[1:]), dtype)
-                row = 0
+                rows, row = _flat(chunk), 0
                 for block in spec.blocks:
                     files.read_rows(block.hf_name, block.row, block.rows,
-                                    chunk[row:row + block.rows])
+                                    rows[row:row + block.rows])
                     row += block.rows
                 # the disk reads the next chunk while the writer writes this one
                 upcoming = following.get(id(spec))
@@ -188,9 +201,9 @@ def import_checkpoint(source: str, out: Path, preset_name: str | None = None,
                 return chunk
 
             write_dist_checkpoint(stage.path, tensors, dtype, produce, arch.num_layers, workers,
-                                  done=buffer.done if workers == 1 else None)
+                                  done=buffer.done if workers == 1 else None, moe=arch.moe)
             side = hf.copy_side_files(folder, stage.path / record.SIDE_DIR)
-            record.write_record(stage.path, preset=preset, arch=arch, hf_config=config,
+            record.write_record(stage.path, name=name, arch=arch, hf_config=config,
                                 source=str(folder.absolute()),
                                 dtype=str(dtype).removeprefix("torch."),
                                 tensors=len(tensors), nbytes=nbytes, side_files=side,
@@ -201,7 +214,8 @@ def import_checkpoint(source: str, out: Path, preset_name: str | None = None,
         if bar is not None:
             bar.close()
     return Result(Path(out), len(tensors), nbytes, time.perf_counter() - start,
-                  {"preset": preset.name, "num_layers": arch.num_layers, "dtype": str(dtype)})
+                  {"name": name, "family": arch.family, "num_layers": arch.num_layers,
+                   "dtype": str(dtype)})
 
 
 # -- export ------------------------------------------------------------------------------------
@@ -246,24 +260,18 @@ def _config_source(root: Path, args, hf_config: Path | None) -> tuple[dict | Non
 
 
 def architecture_from_args(args) -> Architecture:
-    """A Llama architecture from the Megatron arguments a checkpoint saved (vocab_size left as
+    """The architecture the Megatron arguments a checkpoint saved describe (vocab_size left as
     the padded size: the caller fixes it)."""
+    from training.run_description import Model
+
     if getattr(args, "normalization", None) != "RMSNorm" or not getattr(args, "swiglu", False) \
             or getattr(args, "position_embedding_type", None) != "rope":
-        raise ConversionError("the checkpoint's model is not a Llama (RMSNorm, SwiGLU, RoPE): "
+        raise ConversionError("the checkpoint's model is not a Llama-architecture decoder "
+                              "(RMSNorm, SwiGLU, RoPE): not exported")
+    if getattr(args, "add_bias_linear", False):
+        raise ConversionError("the checkpoint's linears carry biases (--add-bias-linear): "
                               "not exported")
-    heads = args.num_attention_heads
-    return Architecture(
-        num_layers=args.num_layers, hidden_size=args.hidden_size,
-        ffn_hidden_size=args.ffn_hidden_size, num_attention_heads=heads,
-        num_query_groups=args.num_query_groups if args.group_query_attention else heads,
-        vocab_size=args.padded_vocab_size, max_position_embeddings=args.max_position_embeddings,
-        rotary_base=float(args.rotary_base), norm_epsilon=float(args.layernorm_epsilon),
-        rope_scaling=(dict(layout.LLAMA31_ROPE_SCALING, factor=float(args.rope_scaling_factor))
-                      if args.use_rope_scaling else None),
-        head_dim=args.kv_channels,
-        tied_embeddings=not args.untie_embeddings_and_output_weights,
-        linear_bias=bool(args.add_bias_linear))
+    return Architecture.from_model(Model.from_megatron_args(args))
 
 
 def _describe(root: Path, common: dict, hf_config: Path | None
@@ -280,11 +288,11 @@ def _describe(root: Path, common: dict, hf_config: Path | None
     arch = architecture_from_args(args)
     # The true vocabulary: Megatron pads it; a preset of the same shape knows it.
     for preset in PRESETS.values():
-        base = Architecture.from_preset(preset)
-        if not base.differences(arch, ignore=("num_layers", "vocab_size",
-                                              "max_position_embeddings")) \
+        base = Architecture.from_model(preset)
+        if not base.differences(arch, ignore=("num_layers", "vocab_size", "family",
+                                              "architecture", "max_position_embeddings")) \
                 and preset.vocab_size <= arch.vocab_size:
-            arch = Architecture(**{**arch.__dict__, "vocab_size": preset.vocab_size})
+            arch = dataclasses.replace(arch, vocab_size=preset.vocab_size)
             break
     else:
         raise ConversionError(f"{root}: no preset has this model's shape, so its true vocabulary "
@@ -294,11 +302,15 @@ def _describe(root: Path, common: dict, hf_config: Path | None
 
 def _check_fits(arch: Architecture, metadata: dict) -> None:
     shapes = {key: shape for key, (shape, _) in metadata.items()}
-    for key in (layout.EMBEDDING, layout.OUTPUT, *layout.LAYER_KEYS, layout.FINAL_NORM):
-        if key not in shapes:
-            why = " (tied embeddings are not exported)" if key == layout.OUTPUT else ""
-            raise ConversionError(f"the checkpoint has no {key}{why}: not a Llama GPTModel")
     expected = {t.key: t.global_shape for t in layout.megatron_tensors(arch)}
+    for key in expected:
+        if key not in shapes:
+            raise ConversionError(f"the checkpoint has no {key}: not a {arch.family} GPTModel "
+                                  "of this config")
+    if arch.tied_embeddings and layout.OUTPUT in shapes:
+        raise ConversionError("the config ties the embeddings, and the checkpoint has an "
+                              f"output layer of its own ({layout.OUTPUT}): pass --hf-config "
+                              "with an untied config")
     for key, shape in expected.items():
         stored = shapes[key]
         if key in (layout.EMBEDDING, layout.OUTPUT):   # Megatron pads the vocabulary
@@ -351,8 +363,8 @@ def export_checkpoint(ckpt: Path, out: Path, hf_config: Path | None = None,
                     for name in names:
                         tensor = torch.empty(shapes[name], dtype=dtype)
                         for spec, row, block in sources[name]:
-                            chunk = _chunk(reader, cache, spec)
-                            tensor[block.row:block.row + block.rows].copy_(
+                            chunk = _flat(_chunk(reader, cache, spec, arch))
+                            _flat(tensor)[block.row:block.row + block.rows].copy_(
                                 chunk[row:row + block.rows])
                         shard[name] = tensor
                         bar.advance(tensor.nbytes)
@@ -379,7 +391,7 @@ def _numel(shape) -> int:
     return n
 
 
-def _chunk(reader, cache: dict, spec: layout.MegatronTensor):
+def _chunk(reader, cache: dict, spec: layout.MegatronTensor, arch: Architecture):
     """One Megatron chunk; a layer's chunks are read together, and the previous layer's
     dropped, so one layer (or one whole non-layer tensor) is held at a time."""
     key = (spec.key, spec.layer)
@@ -388,7 +400,7 @@ def _chunk(reader, cache: dict, spec: layout.MegatronTensor):
         if spec.layer is None:
             requests = [key]
         else:
-            requests = [(k, spec.layer) for k in layout.LAYER_KEYS]
+            requests = [(k, spec.layer) for k in layout.layer_keys(arch)]
         for request, tensor in zip(requests, reader.read(requests)):
             cache[request] = tensor
     return cache[key]

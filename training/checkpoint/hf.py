@@ -36,8 +36,10 @@ class HFError(ValueError):
     """A Hugging Face folder that cannot be read (message printed as is)."""
 
 
-def resolve_source(arg: str) -> Path:
-    """A local folder, or a Hub repository id downloaded with huggingface_hub where reachable."""
+def resolve_source(arg: str, check=None) -> Path:
+    """A local folder, or a Hub repository id downloaded with huggingface_hub where reachable:
+    its config.json first, handed to `check` (which raises on a model this does not convert)
+    before a single weight file is fetched."""
     path = Path(arg)
     if path.is_dir():
         return path
@@ -47,15 +49,35 @@ def resolve_source(arg: str) -> Path:
     if not _REPO_ID.match(arg) or arg.startswith((".", "/")):
         raise HFError(f"no folder {arg}: give a Hugging Face model folder (config.json and "
                       "*.safetensors) or a Hub repository id such as meta-llama/Llama-3.1-8B")
-    try:
-        from huggingface_hub import snapshot_download
+    from huggingface_hub import hf_hub_download, snapshot_download
 
+    try:
+        config = Path(hf_hub_download(arg, CONFIG))
+    except Exception as err:   # offline, gated, unknown repo: one line, the hub's own reason
+        raise HFError(_hub_failure(arg, err)) from None
+    if check is not None:
+        check(read_object(config, "Hugging Face config.json"))
+    try:
         return Path(snapshot_download(arg, allow_patterns=["*.json", "*.safetensors",
                                                            "tokenizer.model"]))
-    except Exception as err:  # offline, gated, unknown repo: one line, the hub's own reason
-        reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise HFError(f"no folder {arg}, and downloading it from the Hugging Face Hub failed: "
-                      f"{reason}") from None
+    except Exception as err:
+        raise HFError(_hub_failure(arg, err)) from None
+
+
+def _hub_failure(arg: str, err: Exception) -> str:
+    """One line for a failed Hub download; an offline machine (HF_HUB_OFFLINE, or no network)
+    is named as such."""
+    from huggingface_hub import constants
+
+    reason = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    offline = constants.HF_HUB_OFFLINE or type(err).__name__ in (
+        "OfflineModeIsEnabled", "LocalEntryNotFoundError") or isinstance(
+        err, (ConnectionError, TimeoutError, OSError)) and "connect" in reason.lower()
+    if offline:
+        return (f"no folder {arg}, and the Hugging Face Hub cannot be reached from here "
+                f"(offline: {reason}): download the model where the Hub is reachable and give "
+                "its folder")
+    return f"no folder {arg}, and downloading it from the Hugging Face Hub failed: {reason}"
 
 
 def read_object(path: Path, what: str) -> dict:
@@ -87,6 +109,9 @@ class TensorEntry:
 
     @property
     def row_bytes(self) -> int:
+        """Bytes of one row of the tensor seen as 2-D (a 1-D tensor's: one element)."""
+        if len(self.shape) > 1:
+            return self.shape[-1] * self.dtype.itemsize
         return self.nbytes // self.shape[0] if self.shape and self.shape[0] else self.nbytes
 
 

@@ -127,7 +127,8 @@ def _planner_class():
 def write_dist_checkpoint(folder: Path, tensors: list[MegatronTensor], dtype: torch.dtype,
                           produce: Callable[[MegatronTensor], torch.Tensor],
                           num_layers: int, workers: int = 1,
-                          done: Callable[[torch.Tensor], None] | None = None) -> None:
+                          done: Callable[[torch.Tensor], None] | None = None,
+                          moe: bool = False) -> None:
     """A release checkpoint under `folder` (which must not exist yet, or be empty).
 
     `produce(spec)` returns a contiguous tensor holding that chunk (its storage exactly the
@@ -140,7 +141,7 @@ def write_dist_checkpoint(folder: Path, tensors: list[MegatronTensor], dtype: to
 
     target = folder / RELEASE
     target.mkdir(parents=True)
-    objects = {key: _object_bytes(None) for key in extra_state_keys(num_layers)}
+    objects = {key: _object_bytes(None) for key in extra_state_keys(num_layers, moe)}
     objects["common_state/shard_0_1"] = _object_bytes(common_state())
     planner = _planner_class()(tensors, dtype, objects, produce, done)
     writer = dcp.FileSystemWriter(str(target), single_file_per_rank=True, sync_files=True,

@@ -1,9 +1,10 @@
-"""The import record: OUT/hf_import.json names the preset and the Hugging Face config.
+"""The import record: OUT/hf_import.json names the shape and holds the Hugging Face config.
 
 Written by the import; read by the export (which writes the same config back) and, as plain
 JSON, by the launcher's pretrained_checkpoint guard (training/launch/guards.py: the launcher
-imports no feature family), which compares `preset`, `num_layers` and `preset_fields` with
-the launch's preset.
+imports no feature family), which compares `num_layers` and `preset_fields` (the whole shape)
+with the launch's, and by MODEL_CONFIG (training/launch/model_config.py), which launches an
+import at its own shape.
 """
 from __future__ import annotations
 
@@ -16,10 +17,6 @@ from training.launch.guards import IMPORT_RECORD as RECORD
 
 from .layout import Architecture
 
-# The preset's fields that fix the model's tensors and numerics (not its training defaults)
-PRESET_FIELDS = ("hidden_size", "ffn_hidden_size", "num_attention_heads", "num_query_groups",
-                 "vocab_size", "max_position_embeddings", "rotary_base", "norm_epsilon",
-                 "rope_scaling")
 SIDE_DIR = "hf"             # config.json, generation_config.json, tokenizer files of the source
 
 
@@ -27,12 +24,15 @@ class RecordError(ValueError):
     """An unreadable record (message printed as is)."""
 
 
-def write_record(folder: Path, *, preset, arch: Architecture, hf_config: dict, source: str,
+def write_record(folder: Path, *, name: str, arch: Architecture, hf_config: dict, source: str,
                  dtype: str, tensors: int, nbytes: int, side_files: list[str],
                  versions: dict[str, str]) -> dict:
+    """`preset` is the shape's name (a preset's where the shape is one: MODEL_SIZE), and
+    `preset_fields` every field of the shape as training.run_description.Model spells them:
+    what the launcher's guard compares with the launch's."""
     record = {"format": FORMAT, "written_by": "python -m training.checkpoint import",
-              "preset": preset.name, "num_layers": arch.num_layers,
-              "preset_fields": {key: getattr(preset, key) for key in PRESET_FIELDS},
+              "preset": name, "name": name, "family": arch.family,
+              "num_layers": arch.num_layers, "preset_fields": arch.to_model_fields(),
               "architecture": dataclasses.asdict(arch), "dtype": dtype, "source": source,
               "tensors": tensors, "bytes": nbytes, "side_files": side_files,
               "versions": versions, "hf_config": hf_config}
@@ -41,13 +41,16 @@ def write_record(folder: Path, *, preset, arch: Architecture, hf_config: dict, s
 
 
 def read_record(folder: Path) -> dict | None:
-    """The record of an imported checkpoint; None when the folder holds none."""
+    """The record of an imported checkpoint; None when the folder holds none. (Records of
+    format 1 and 2, Llama only, carried two fields no longer kept: linear_bias, activation.)"""
     path = Path(folder) / RECORD
     if not path.is_file():
         return None
+    known = {f.name for f in dataclasses.fields(Architecture)}
     try:
         record = json.loads(path.read_text())
-        record["architecture"] = Architecture(**record["architecture"])
-    except (ValueError, KeyError, TypeError, RecursionError) as err:   # JSON, fields, nesting
+        record["architecture"] = Architecture(**{k: v for k, v in record["architecture"].items()
+                                                 if k in known})
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
         raise RecordError(f"{path} is not a readable import record ({err})") from None
     return record

@@ -27,7 +27,7 @@ from typing import Any, Callable
 from training.run_description import Layout, divisors
 
 from .capabilities import Capabilities
-from .presets import FAMILIES, ModelPreset
+from .presets import FAMILIES, PRESETS, SCRIPTS, ModelPreset
 from .recipes import (RECIPES, Recipe, hardware_rule, platforms_supporting, recipe_args,
                       spelling_conflict)
 from .settings import LaunchError, Refusal, Settings, fmt_value
@@ -60,6 +60,7 @@ class LaunchContext:
     passthrough: dict[str, str] = field(default_factory=dict)  # unknown KEY=VALUE words
     recipe_values: list = field(default_factory=list)    # what the recipe layers set
     megatron: Any = None    # megatron_info.RunningMegatron: the Megatron that runs the launch
+    model_config: Any = None  # model_config.ModelConfig: the shape's checkpoint, or None (preset)
 
     @property
     def layout(self) -> Layout:
@@ -836,8 +837,10 @@ def profile_window(ctx: LaunchContext) -> None:
 CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"  # written by Megatron on save
 IMPORT_RECORD = "hf_import.json"   # written by `python -m training.checkpoint import`
 # The record's "format": 2 also writes the final norm's `_extra_state` (Transformer Engine's
-# final norm asks a load for it; format 1 lacked it, and Megatron's load raised in torch DCP).
-IMPORT_FORMAT = 2
+# final norm asks a load for it; format 1 lacked it, and Megatron's load raised in torch DCP);
+# 3 records the whole shape (training.run_description.Model's fields), any family's.
+IMPORT_FORMAT = 3
+IMPORT_FORMAT_FINAL_NORM = 2
 
 
 @guard
@@ -928,8 +931,11 @@ def pretrained_checkpoint(ctx: LaunchContext) -> None:
                       f"SAVE and PRETRAINED_CHECKPOINT are both {path}: the run would write its "
                       "checkpoints into the import. Give SAVE a folder of its own.")
     record = _import_record(Path(path))
-    found = {"preset": record["preset"], "num_layers": record["num_layers"],
-             **record["preset_fields"]}
+    # the shape's fields decide (a record of format 3 holds them all); the name only where
+    # the record has no more than a preset's fields (format 1 and 2)
+    named = record.get("format", 1) < 3
+    found = {**({"preset": record["preset"]} if named else {}),
+             "num_layers": record["num_layers"], **record["preset_fields"]}
     launched = {"preset": ctx.preset.name, "num_layers": s["NUM_LAYERS"],
                 **{key: getattr(ctx.preset, key, None) for key in record["preset_fields"]}}
     differs = [f"{key}: {found[key]} (checkpoint) vs {launched[key]} (launch)"
@@ -938,11 +944,12 @@ def pretrained_checkpoint(ctx: LaunchContext) -> None:
         sizes = {v: k for k, v in FAMILIES.get(ctx.family, ({}, None))[0].items()}
         fix = (f"MODEL_SIZE={sizes[record['preset']]} NUM_LAYERS={record['num_layers']}"
                if record["preset"] in sizes else
+               f"MODEL_CONFIG={path} (its own shape) and no MODEL_SIZE" if not named else
                f"the {record['preset']} preset's family with NUM_LAYERS={record['num_layers']}")
         raise Refusal("pretrained_checkpoint",
                       f"PRETRAINED_CHECKPOINT={path} does not fit this launch: "
                       f"{'; '.join(differs)}. Launch it with {fix}.")
-    if record.get("format", 1) < IMPORT_FORMAT and s["TRANSFORMER_IMPL"] != "native":
+    if record.get("format", 1) < IMPORT_FORMAT_FINAL_NORM and s["TRANSFORMER_IMPL"] != "native":
         raise Refusal("pretrained_checkpoint",
                       f"PRETRAINED_CHECKPOINT={path} was imported before the import wrote the "
                       "final norm's _extra_state, which Transformer Engine's final norm asks "
@@ -973,6 +980,30 @@ def tracker_problem(folder: Path) -> str | None:
     if not (folder / sub).is_dir():
         return f"{CHECKPOINT_TRACKER} names {sub}/, which is not there"
     return None
+
+
+@guard
+def model_config(ctx: LaunchContext) -> None:
+    """MODEL_CONFIG is the shape's one source (not with MODEL_SIZE), and runs through an entry script of its kind (dense or MoE)."""
+    s, found = ctx.settings, ctx.model_config
+    if found is None:
+        return
+    if s.is_explicit("MODEL_SIZE"):
+        raise Refusal("model_config",
+                      f"MODEL_SIZE={s['MODEL_SIZE']} and MODEL_CONFIG={s['MODEL_CONFIG']} both "
+                      "give the model's shape: give one (MODEL_CONFIG takes every field from the "
+                      "checkpoint).")
+    sizes, default = FAMILIES[ctx.family]
+    family_moe = bool(PRESETS[sizes[default]].num_experts)
+    if bool(ctx.preset.num_experts) != family_moe:
+        kind = found.hf_config.get("model_type")
+        script = (SCRIPTS.get(kind) or "examples/moe/train_qwen3_moe.sh") if ctx.preset.num_experts \
+            else SCRIPTS.get("llama3", "examples/llama/train_llama3.sh")
+        what = "a mixture of experts" if ctx.preset.num_experts else "a dense model"
+        raise Refusal("model_config",
+                      f"MODEL_CONFIG={s['MODEL_CONFIG']} is {what} ({kind}), and the "
+                      f"{ctx.family} entry script runs {'dense' if ctx.preset.num_experts else 'MoE'} "
+                      f"models: launch it with {script}.")
 
 
 def _import_record(path: Path) -> dict:

@@ -43,6 +43,15 @@ def toggle_rows(launch: Launch) -> list[dict[str, str]]:
     return rows
 
 
+def model_rows(launch: Launch) -> list[dict[str, str]]:
+    """The shape's fields, one row each, when MODEL_CONFIG gave it (none for a preset)."""
+    from .model_config import shape_rows
+
+    if launch.ctx.model_config is None:
+        return []
+    return shape_rows(launch.ctx.preset, launch.command)
+
+
 def fork_rows(launch: Launch) -> dict[str, dict[str, str]]:
     """The ROCm fork's own variables the launch was given (training/launch/fork_vars.py:
     accepted ones; the rest were refused), for the table and the manifest."""
@@ -64,6 +73,9 @@ def launch_manifest(launch: Launch) -> dict:
         "dry_run": bool(s["DRY_RUN"]),
         **launch.run.to_dict(),
         "toggles": toggle_rows(launch),
+        "model_config": ({"path": str(launch.ctx.model_config.path),
+                          "kind": launch.ctx.model_config.kind, "fields": model_rows(launch)}
+                         if launch.ctx.model_config is not None else None),
         "notices": [dataclasses.asdict(n) for n in s.notices],
         "environment": {k: {"value": shown(k, v), "source": src, "reason": why}
                         for k, (v, src, why) in launch.env.items()},

@@ -30,8 +30,9 @@ class ModelPreset(Model):
             "--normalization", "RMSNorm",
             "--norm-epsilon", str(self.norm_epsilon),
             "--swiglu",
-            "--untie-embeddings-and-output-weights",
+            *(() if self.tied_embeddings else ("--untie-embeddings-and-output-weights",)),
             "--disable-bias-linear",
+            *(("--add-qkv-bias",) if self.qkv_bias else ()),
             "--attention-dropout", "0.0",
             "--hidden-dropout", "0.0",
             "--init-method-std", "0.02",
@@ -39,7 +40,7 @@ class ModelPreset(Model):
         if self.num_query_groups != self.num_attention_heads:
             args += ["--group-query-attention", "--num-query-groups", str(self.num_query_groups)]
         if self.rope_scaling:
-            args += ["--use-rope-scaling", "--rope-scaling-factor", "8.0"]
+            args += ["--use-rope-scaling", "--rope-scaling-factor", f"{self.rope_scaling_factor:g}"]
         if self.kv_channels:
             args += ["--kv-channels", str(self.kv_channels)]
         if self.qk_layernorm:

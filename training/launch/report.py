@@ -10,10 +10,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from .environment import shown
-from .manifest import fork_rows, toggle_rows
+from .manifest import fork_rows, model_rows, toggle_rows
 from .resolve import Launch
 
-_SOURCE_STYLE = {"default": "dim", "preset": "cyan", "recipe": "magenta", "platform": "blue",
+_SOURCE_STYLE = {"default": "dim", "preset": "cyan", "checkpoint": "cyan", "recipe": "magenta", "platform": "blue",
                  "env": "bold green", "cli": "bold green", "derived": "yellow",
                  "guard": "bold red"}
 _NOTICE_STYLE = {"warning": "bold yellow", "correction": "bold red", "info": "cyan"}
@@ -42,6 +42,10 @@ def print_report(launch: Launch, stream: TextIO | None = None) -> None:
         flag = row["flag"] if len(row["flag"]) < 90 else row["flag"][:87] + "..."
         table.add_row(row["toggle"], f"[{style}]{row['value']}[/]", f"[{style}]{row['source']}[/]",
                       flag, row["bucket"], row["reason"])
+        if row["toggle"] == "MODEL_CONFIG" and launch.ctx.model_config is not None:
+            for field in model_rows(launch):   # the checkpoint's shape, field by field
+                table.add_row(field["toggle"], f"[cyan]{field['value']}[/]", "[cyan]checkpoint[/]",
+                              field["flag"], field["bucket"], field["reason"])
     table.add_section()
     for name, (value, source, reason) in launch.env.items():
         table.add_row(name, escape(shown(name, value)), source, "(environment)", "ENV", reason)

@@ -403,6 +403,30 @@ def _check_run_folder(s: Settings, log_dir: Path) -> tuple[Path, str | None]:
     return log_dir, ownership_problem(log_dir) or folder_problem(log_dir)
 
 
+def _derive_model(family: str, settings: Settings):
+    """(the shape, the ModelConfig it was read from or None): MODEL_CONFIG's checkpoint; unset,
+    the import PRETRAINED_CHECKPOINT names when MODEL_SIZE is not given; else the preset."""
+    from .model_config import IMPORT_RECORD, ConfigError, load_model_config
+
+    value = settings.get("MODEL_CONFIG")
+    pretrained = settings.get("PRETRAINED_CHECKPOINT")
+    if (not value and pretrained and not settings.is_explicit("MODEL_SIZE")
+            and (Path(pretrained) / IMPORT_RECORD).is_file()):
+        settings.put("MODEL_CONFIG", pretrained, "derived",
+                     "PRETRAINED_CHECKPOINT is an import and MODEL_SIZE is not given: its shape")
+        value = pretrained
+    if not value:
+        return preset_for(family, settings["MODEL_SIZE"]), None
+    try:
+        found = load_model_config(str(value), preset_for(family, None).seq_length)
+    except ConfigError as err:
+        raise BadInput(f"MODEL_CONFIG={value}: {err}") from None
+    if not settings.is_explicit("MODEL_SIZE"):   # both given: the guard model_config refuses
+        settings.values["MODEL_SIZE"] = Setting("MODEL_SIZE", found.shape.name, "checkpoint",
+                                                f"MODEL_CONFIG: {found.path}")
+    return found.shape, found
+
+
 def prepare(family: str, environ: dict[str, str], words: list[str] | None = None,
             layers: Sequence[RecipeLayer] = ()) -> LaunchContext:
     """The user's input, the layers' values and everything derived from them: what the guards
@@ -428,11 +452,15 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
     _refuse_credentials_on_the_command_line(settings, extra.kept + after.kept)
     applied = apply_layers(layers, settings, toggles)
 
-    preset = preset_for(family, settings["MODEL_SIZE"])
-    settings.put("NUM_LAYERS", preset.num_layers, "preset", preset.name)
-    settings.put("SEQ_LENGTH", preset.seq_length, "preset", preset.name)
+    preset, model_config = _derive_model(family, settings)
+    source = "checkpoint" if model_config is not None else "preset"
+    why = f"MODEL_CONFIG: {model_config.path}" if model_config is not None else preset.name
+    settings.put("NUM_LAYERS", preset.num_layers, source, why)
+    settings.put("SEQ_LENGTH", preset.seq_length, source,
+                 why if model_config is None else
+                 f"the {family} default, at most the checkpoint's max_position_embeddings")
     for name, value in preset.train_defaults.items():
-        settings.put(name, value, "preset", preset.name)
+        settings.put(name, value, source, why)
 
     caps = capabilities_mod.resolve(settings["PLATFORM"])
     _derive_gpus(settings, caps, environ)
@@ -462,7 +490,7 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
                          log_dir=log_dir, run_folder_problem=folder, datasets=datasets,
                          tokenizer=tokenizer,
                          lookalikes=user.lookalikes, passthrough=user.passthrough,
-                         recipe_values=applied, megatron=megatron)
+                         recipe_values=applied, megatron=megatron, model_config=model_config)
 
 
 def assemble(ctx: LaunchContext) -> Launch:

@@ -3,6 +3,7 @@
 Sources, in the order they can override each other:
   default   the registry's default
   preset    the model preset (MODEL_SIZE)
+  checkpoint  the model's shape read from a checkpoint's config (MODEL_CONFIG)
   recipe    the precision recipe (PRECISION), or a recipe layer (training/launch/layers.py:
             MLPerf's llama31_8b recipe, ...)
   platform  what this node or the named PLATFORM implies

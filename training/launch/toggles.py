@@ -381,7 +381,7 @@ MODEL_FLAGS = ("--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
                "--normalization", "--norm-epsilon", "--swiglu",
                "--untie-embeddings-and-output-weights", "--disable-bias-linear",
                "--group-query-attention", "--num-query-groups", "--use-rope-scaling",
-               "--rope-scaling-factor", "--kv-channels", "--qk-layernorm",
+               "--rope-scaling-factor", "--kv-channels", "--qk-layernorm", "--add-qkv-bias",
                # an MoE preset's experts (ModelPreset.gpt_args)
                "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
                "--moe-shared-expert-intermediate-size")
@@ -439,6 +439,12 @@ REGISTRY: tuple[Toggle, ...] = (
            "ROCm fork's 8, 70, 7, 13 mean the same).",
            group="model", emit=_model_flags, owns=MODEL_FLAGS,
            spellings=(("8", "8B"), ("70", "70B"), ("7", "7B"), ("13", "13B"))),
+    Toggle("MODEL_CONFIG", "path", None, GPT_ARGS,
+           "The model's shape from a checkpoint instead of a preset: a Hugging Face folder, its "
+           "config.json, or an import of `python -m training.checkpoint import` (Llama, "
+           "Mistral, Qwen2/2.5, Qwen3, Qwen3-MoE, Mixtral). Every architecture field comes from "
+           "it (source checkpoint); unset with PRETRAINED_CHECKPOINT and no MODEL_SIZE: that "
+           "import's shape.", group="model", emitted_by="MODEL_SIZE"),
     Toggle("NUM_LAYERS", "int", None, GPT_ARGS, "Override the preset's layer count.",
            flag="--num-layers", group="model", emitted_by="MODEL_SIZE", check=Range(1, 1024)),
     Toggle("SEQ_LENGTH", "int", None, DATA_ARGS, "Sequence length (preset default).",
