@@ -215,12 +215,14 @@ class Architecture:
                   "num_hidden_layers": self.num_layers, "hidden_size": self.hidden_size,
                   "intermediate_size": self.ffn_hidden_size,
                   "num_attention_heads": self.num_attention_heads,
-                  "num_key_value_heads": self.num_query_groups, "head_dim": self.kv_channels,
+                  "num_key_value_heads": self.num_query_groups,
                   "vocab_size": self.vocab_size,
                   "max_position_embeddings": self.max_position_embeddings,
                   "rope_theta": self.rotary_base, "rope_scaling": self.rope_scaling,
                   "rms_norm_eps": self.norm_epsilon, "hidden_act": "silu",
                   "tie_word_embeddings": self.tied_embeddings}
+        if self.head_dim != self.hidden_size // self.num_attention_heads:
+            fields["head_dim"] = self.head_dim     # else each family's default (or the source's)
         if self.family in ("llama", "qwen3", "qwen3_moe"):
             fields["attention_bias"] = False
         if self.family == "llama":

@@ -27,7 +27,7 @@ from typing import Any, Callable
 from training.run_description import Layout, divisors
 
 from .capabilities import Capabilities
-from .presets import FAMILIES, PRESETS, SCRIPTS, ModelPreset
+from .presets import FAMILIES, ModelPreset
 from .recipes import (RECIPES, Recipe, hardware_rule, platforms_supporting, recipe_args,
                       spelling_conflict)
 from .settings import LaunchError, Refusal, Settings, fmt_value
@@ -984,7 +984,7 @@ def tracker_problem(folder: Path) -> str | None:
 
 @guard
 def model_config(ctx: LaunchContext) -> None:
-    """MODEL_CONFIG is the shape's one source (not with MODEL_SIZE), and runs through an entry script of its kind (dense or MoE)."""
+    """MODEL_CONFIG is the shape's one source: not with MODEL_SIZE."""
     s, found = ctx.settings, ctx.model_config
     if found is None:
         return
@@ -993,17 +993,6 @@ def model_config(ctx: LaunchContext) -> None:
                       f"MODEL_SIZE={s['MODEL_SIZE']} and MODEL_CONFIG={s['MODEL_CONFIG']} both "
                       "give the model's shape: give one (MODEL_CONFIG takes every field from the "
                       "checkpoint).")
-    sizes, default = FAMILIES[ctx.family]
-    family_moe = bool(PRESETS[sizes[default]].num_experts)
-    if bool(ctx.preset.num_experts) != family_moe:
-        kind = found.hf_config.get("model_type")
-        script = (SCRIPTS.get(kind) or "examples/moe/train_qwen3_moe.sh") if ctx.preset.num_experts \
-            else SCRIPTS.get("llama3", "examples/llama/train_llama3.sh")
-        what = "a mixture of experts" if ctx.preset.num_experts else "a dense model"
-        raise Refusal("model_config",
-                      f"MODEL_CONFIG={s['MODEL_CONFIG']} is {what} ({kind}), and the "
-                      f"{ctx.family} entry script runs {'dense' if ctx.preset.num_experts else 'MoE'} "
-                      f"models: launch it with {script}.")
 
 
 def _import_record(path: Path) -> dict:

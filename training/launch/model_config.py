@@ -160,7 +160,8 @@ def shape_from_hf_config(config: dict, name: str, seq_length: int = 4096) -> Mod
     max_pos = _int(config, "max_position_embeddings", 2048)
     moe = {}
     if family.moe:
-        experts_key = "num_experts" if family.model_type == "qwen3_moe" else "num_local_experts"
+        # transformers 5 saves either family's expert count as num_local_experts
+        experts_key = "num_experts" if config.get("num_experts") else "num_local_experts"
         ffn_key = "moe_intermediate_size" if family.model_type == "qwen3_moe" \
             else "intermediate_size"
         moe = {"num_experts": _int(config, experts_key),

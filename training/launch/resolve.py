@@ -421,10 +421,28 @@ def _derive_model(family: str, settings: Settings):
         found = load_model_config(str(value), preset_for(family, None).seq_length)
     except ConfigError as err:
         raise BadInput(f"MODEL_CONFIG={value}: {err}") from None
+    _same_kind(family, found)
     if not settings.is_explicit("MODEL_SIZE"):   # both given: the guard model_config refuses
         settings.values["MODEL_SIZE"] = Setting("MODEL_SIZE", found.shape.name, "checkpoint",
                                                 f"MODEL_CONFIG: {found.path}")
     return found.shape, found
+
+
+def _same_kind(family: str, found) -> None:
+    """A dense shape runs through a dense family's entry script, an MoE shape through an MoE
+    one (its recipe layer and guards): BadInput naming the script to use otherwise."""
+    from .presets import PRESETS, SCRIPTS
+
+    sizes, default = FAMILIES[family]
+    moe = bool(found.shape.num_experts)
+    if moe == bool(PRESETS[sizes[default]].num_experts):
+        return
+    kind = found.hf_config.get("model_type")
+    script = (SCRIPTS.get(kind) or "examples/moe/train_qwen3_moe.sh") if moe \
+        else SCRIPTS.get("llama3", "examples/llama/train_llama3.sh")
+    raise BadInput(f"MODEL_CONFIG={found.path} is {'a mixture of experts' if moe else 'a dense model'} "
+                   f"({kind}), and the {family} entry script runs {'dense' if moe else 'MoE'} "
+                   f"models: launch it with {script}.")
 
 
 def prepare(family: str, environ: dict[str, str], words: list[str] | None = None,

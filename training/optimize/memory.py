@@ -190,10 +190,12 @@ def layer_params(c: RunDescription) -> tuple[float, float]:
     m, lay = c.model, c.layout
     h, f, q = m.hidden_size, m.ffn_hidden_size, m.q_width
     attention = h * (q + 2 * m.kv_width) + q * h         # QKV and output projections
-    replicated = 2 * h                                   # two RMSNorm weights
+    replicated = 2 * h + (2 * m.head_dim if m.qk_layernorm else 0)  # RMSNorms (q/k norms)
+    if getattr(m, "qkv_bias", False):
+        attention += q + 2 * m.kv_width                  # Qwen2's q/k/v biases
     if m.moe:
         mlp = 3 * h * m.shared_expert_ffn_hidden_size    # a shared expert, if any
-        replicated += m.num_experts * h + (2 * m.head_dim if m.qk_layernorm else 0)
+        replicated += m.num_experts * h                  # the router
     else:
         mlp = 3 * h * f                                  # SwiGLU: fc1 (2f x h) + fc2 (h x f)
     return (attention + mlp) / lay.tp, replicated
@@ -230,7 +232,11 @@ def stage_params(c: RunDescription, stage: str) -> float:
     if stage in ("only", "first"):
         count += embedding                               # input embedding
     if stage in ("only", "last"):
-        count += embedding + m.hidden_size               # untied output layer + final norm
+        count += m.hidden_size                           # final norm
+        # the output layer: its own weights, unless tied to the embedding on the same stage
+        # (tied at PP>1, the last stage keeps a copy that Megatron keeps in sync)
+        if not (getattr(m, "tied_embeddings", False) and stage == "only"):
+            count += embedding
     return count
 
 

@@ -1,0 +1,167 @@
+"""The config.json of eleven published models (written out here: no network), and the two cuts
+the tests take of them: `cut` keeps every field and cuts the layers (the widths stay real: a
+DRY_RUN, or dev/check_published_models.py's random-weight folders), `tiny` also shrinks the
+widths while keeping each config's structure (GQA ratio, an explicit head dim apart from
+hidden / heads, tied embeddings, biases, q/k norms, RoPE base and scaling, experts), so the
+CPU suite builds, converts and runs them in seconds."""
+from __future__ import annotations
+
+import copy
+
+LLAMA_3_1_8B = {
+    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu", "hidden_size": 4096,
+    "initializer_range": 0.02, "intermediate_size": 14336, "max_position_embeddings": 131072,
+    "mlp_bias": False, "model_type": "llama", "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.43.0.dev0", "use_cache": True, "vocab_size": 128256}
+
+LLAMA_2_7B = {
+    "architectures": ["LlamaForCausalLM"], "bos_token_id": 1, "eos_token_id": 2,
+    "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 11008, "max_position_embeddings": 4096, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+    "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": None,
+    "tie_word_embeddings": False, "torch_dtype": "float16",
+    "transformers_version": "4.31.0.dev0", "use_cache": True, "vocab_size": 32000}
+
+TINYLLAMA_1_1B = {
+    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "bos_token_id": 1,
+    "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+    "intermediate_size": 5632, "max_position_embeddings": 2048, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 22, "num_key_value_heads": 4,
+    "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 10000.0,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.35.0",
+    "use_cache": True, "vocab_size": 32000}
+
+LLAMA_3_2_1B = {
+    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "bos_token_id": 128000, "eos_token_id": 128001, "head_dim": 64, "hidden_act": "silu",
+    "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 8192,
+    "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+    "pretraining_tp": 1, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0, "low_freq_factor": 1.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+    "transformers_version": "4.45.0.dev0", "use_cache": True, "vocab_size": 128256}
+
+LLAMA_3_2_3B = {
+    **LLAMA_3_2_1B, "head_dim": 128, "hidden_size": 3072, "num_attention_heads": 24,
+    "num_hidden_layers": 28}
+
+SMOLLM2_135M = {
+    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "bos_token_id": 0, "eos_token_id": 0, "hidden_act": "silu", "hidden_size": 576,
+    "initializer_range": 0.041666666666666664, "intermediate_size": 1536,
+    "is_llama_config": True, "max_position_embeddings": 8192, "model_type": "llama",
+    "num_attention_heads": 9, "num_hidden_layers": 30, "num_key_value_heads": 3,
+    "pretraining_tp": 1, "rms_norm_eps": 1e-05, "rope_interleaved": False, "rope_scaling": None,
+    "rope_theta": 100000, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+    "transformers_version": "4.40.1", "use_cache": True, "vocab_size": 49152}
+
+MISTRAL_7B_V03 = {
+    "architectures": ["MistralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
+    "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mistral",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "sliding_window": None,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.42.0.dev0", "use_cache": True, "vocab_size": 32768}
+
+QWEN2_5_7B = {
+    "architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+    "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 3584,
+    "initializer_range": 0.02, "intermediate_size": 18944, "max_position_embeddings": 131072,
+    "max_window_layers": 28, "model_type": "qwen2", "num_attention_heads": 28,
+    "num_hidden_layers": 28, "num_key_value_heads": 4, "rms_norm_eps": 1e-06,
+    "rope_theta": 1000000.0, "sliding_window": 131072, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16", "transformers_version": "4.43.1", "use_cache": True,
+    "use_mrope": False, "use_sliding_window": False, "vocab_size": 152064}
+
+QWEN3_8B = {
+    "architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+    "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 12288,
+    "max_position_embeddings": 40960, "max_window_layers": 36, "model_type": "qwen3",
+    "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000,
+    "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.51.0", "use_cache": True, "use_sliding_window": False,
+    "vocab_size": 151936}
+
+QWEN3_30B_A3B = {
+    "architectures": ["Qwen3MoeForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+    "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "head_dim": 128,
+    "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+    "intermediate_size": 6144, "max_position_embeddings": 40960, "max_window_layers": 48,
+    "mlp_only_layers": [], "model_type": "qwen3_moe", "moe_intermediate_size": 768,
+    "norm_topk_prob": True, "num_attention_heads": 32, "num_experts": 128,
+    "num_experts_per_tok": 8, "num_hidden_layers": 48, "num_key_value_heads": 4,
+    "output_router_logits": False, "rms_norm_eps": 1e-06, "rope_scaling": None,
+    "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001, "sliding_window": None,
+    "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
+    "use_cache": True, "use_sliding_window": False, "vocab_size": 151936}
+
+MIXTRAL_8X7B = {
+    "architectures": ["MixtralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
+    "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mixtral",
+    "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": False,
+    "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02,
+    "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.36.0.dev0", "use_cache": True, "vocab_size": 32000}
+
+# Hub id -> config.json (the issue's eleven)
+PUBLISHED: dict[str, dict] = {
+    "meta-llama/Llama-3.1-8B": LLAMA_3_1_8B,
+    "meta-llama/Llama-2-7b-hf": LLAMA_2_7B,
+    "TinyLlama/TinyLlama-1.1B-intermediate-step-1431k-3T": TINYLLAMA_1_1B,
+    "meta-llama/Llama-3.2-1B": LLAMA_3_2_1B,
+    "meta-llama/Llama-3.2-3B": LLAMA_3_2_3B,
+    "HuggingFaceTB/SmolLM2-135M": SMOLLM2_135M,
+    "mistralai/Mistral-7B-v0.3": MISTRAL_7B_V03,
+    "Qwen/Qwen2.5-7B": QWEN2_5_7B,
+    "Qwen/Qwen3-8B": QWEN3_8B,
+    "Qwen/Qwen3-30B-A3B": QWEN3_30B_A3B,
+    "mistralai/Mixtral-8x7B-v0.1": MIXTRAL_8X7B,
+}
+
+# Mistral-7B-v0.1 attends through a 4096-token sliding window: refused, by name
+MISTRAL_7B_V01_WINDOW = {**MISTRAL_7B_V03, "sliding_window": 4096, "vocab_size": 32000,
+                         "rope_theta": 10000.0}
+
+
+def cut(config: dict, layers: int = 2) -> dict:
+    """The published config with its layers cut (everything else real)."""
+    return {**copy.deepcopy(config), "num_hidden_layers": layers}
+
+
+def tiny(config: dict, layers: int = 2) -> dict:
+    """The config at test widths, each structural trait kept: the GQA ratio (MHA stays MHA),
+    an explicit head dim apart from hidden / heads (Qwen3-30B-A3B's 128 in a width of 2048 /
+    32 heads stays twice the width's own), tied embeddings, biases, q/k norms, RoPE base and
+    scaling, experts (at most 8, top-2)."""
+    out = cut(config, layers)
+    heads, groups = config["num_attention_heads"], config.get("num_key_value_heads") or \
+        config["num_attention_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    width_per_head = config["hidden_size"] / (heads * head_dim)   # 1, or 0.5 (Qwen3-30B-A3B)
+    new_groups = min(groups, 2)
+    new_heads = new_groups * min(heads // groups, 4)
+    out.update(num_attention_heads=new_heads, num_key_value_heads=new_groups,
+               hidden_size=int(new_heads * 16 * width_per_head), intermediate_size=96,
+               vocab_size=256, bos_token_id=1, eos_token_id=2)
+    if "head_dim" in config:
+        out["head_dim"] = 16
+    if "moe_intermediate_size" in config:
+        out["moe_intermediate_size"] = 32
+    for key in ("num_experts", "num_local_experts"):
+        if key in config:
+            out[key] = min(config[key], 8)
+            out["num_experts_per_tok"] = min(config["num_experts_per_tok"], 2)
+    return out
