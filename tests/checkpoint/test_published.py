@@ -206,3 +206,23 @@ def test_the_shape_feeds_flops_memory_and_the_run_folder(base_env, tmp_path):
     assert stage_params(untied.run, "only") - stage_params(tied.run, "only") == \
         tied.run.model.padded_vocab(1) * h
     assert tied.ctx.run_name.startswith("Llama-3.2-1B_")
+
+
+def test_the_datas_vocabulary_must_hold_the_checkpoints_rows(base_env, tmp_path):
+    """With a dataset, Megatron's vocabulary is its tokenizer's (padded): Llama 3.2's 128256
+    rows do not fit a 300-token tokenizer's 384 and are refused before torchrun, with both
+    fixes; padded to 128256 after the script name, the launch goes on with a warning that
+    the token ids name other tokens."""
+    from training.launch.guards import Refusals
+
+    from tests.mlperf.datasets import make_datasets
+
+    data = make_datasets(tmp_path / "data")["DATA_PATH"]
+    folder = _write(tmp_path / "Llama-3.2-1B", cut(PUBLISHED["meta-llama/Llama-3.2-1B"]))
+    with pytest.raises(Refusals, match=r"\[checkpoint_vocabulary\] .* 128256 rows: the load "
+                                       r"would stop.*--make-vocab-size-divisible-by 128256"):
+        launch(base_env, MODEL_CONFIG=folder, DATA_PATH=data)
+    padded = launch(base_env, words=["--make-vocab-size-divisible-by", "128256"], MODEL_CONFIG=folder,
+                    DATA_PATH=data)
+    (warning,) = [n.message for n in padded.settings.notices if n.guard == "checkpoint_vocabulary"]
+    assert "name other tokens" in warning

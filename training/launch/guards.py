@@ -995,6 +995,34 @@ def model_config(ctx: LaunchContext) -> None:
                       "checkpoint).")
 
 
+@guard
+def checkpoint_vocabulary(ctx: LaunchContext) -> None:
+    """A checkpoint's shape (MODEL_CONFIG, PRETRAINED_CHECKPOINT) with a dataset: Megatron's vocabulary is the data tokenizer's, padded; it must hold the checkpoint's rows."""
+    s = ctx.settings
+    if ctx.model_config is None or not isinstance(ctx.datasets, list) or not ctx.datasets:
+        return
+    vocab = ctx.datasets[0].vocab_size
+    words = ctx.user_args
+    divisor = (int(words[words.index("--make-vocab-size-divisible-by") + 1])
+               if "--make-vocab-size-divisible-by" in words[:-1] else 128) * s["TP"]
+    padded = -(-vocab // divisor) * divisor
+    rows = ctx.preset.vocab_size
+    if padded < rows:
+        raise Refusal("checkpoint_vocabulary",
+                      f"the data was tokenized with {ctx.datasets[0].tokenizer_model} (vocabulary "
+                      f"{vocab}, {padded} rows as Megatron pads it), and the checkpoint's "
+                      f"embedding has {rows} rows: the load would stop on the shapes. Tokenize "
+                      "the data with the model's own tokenizer (python -m training.data.prepare ... "
+                      "--tokenizer <the model's folder>), or pad with --make-vocab-size-divisible-by "
+                      f"{rows} after the script name.")
+    if vocab != rows:
+        s.warn("checkpoint_vocabulary",
+               f"the data's tokenizer ({ctx.datasets[0].tokenizer_model}) has {vocab} tokens and "
+               f"the checkpoint {rows}: its token ids name other tokens than the ones the "
+               "checkpoint learned (fine for a check of the plumbing, not for continued "
+               "pretraining).")
+
+
 def _import_record(path: Path) -> dict:
     """The record `python -m training.checkpoint import` writes beside its checkpoint (read
     here as JSON: the launcher imports no feature family)."""
