@@ -916,7 +916,7 @@ def load_checkpoint(ctx: LaunchContext) -> None:
 
 @guard
 def pretrained_checkpoint(ctx: LaunchContext) -> None:
-    """PRETRAINED_CHECKPOINT is an import of the launch's preset and layer count (off the native backend, one with TE's final-norm state), apart from LOAD/SAVE; LOAD is no import."""
+    """PRETRAINED_CHECKPOINT is an import of the launch's shape (preset or MODEL_CONFIG) and layer count (off the native backend, one with TE's final-norm state), apart from LOAD/SAVE; LOAD is no import."""
     s = ctx.settings
     path, load = s.get("PRETRAINED_CHECKPOINT"), s.get("LOAD")
     if load and (Path(load) / IMPORT_RECORD).is_file():
