@@ -3,10 +3,15 @@ the tests take of them: `cut` keeps every field and cuts the layers (the widths 
 DRY_RUN, or dev/check_published_models.py's random-weight folders), `tiny` also shrinks the
 widths while keeping each config's structure (GQA ratio, an explicit head dim apart from
 hidden / heads, tied embeddings, biases, q/k norms, RoPE base and scaling, experts), so the
-CPU suite builds, converts and runs them in seconds."""
+CPU suite builds, converts and runs them in seconds. Below them, what the tests and
+dev/check_published_models.py share: a launch of a config, a random model of it, ours built
+from a launch, and the logits of both."""
 from __future__ import annotations
 
 import copy
+import json
+
+import torch
 
 LLAMA_3_1_8B = {
     "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
@@ -165,3 +170,112 @@ def tiny(config: dict, layers: int = 2) -> dict:
             out[key] = min(config[key], 8)
             out["num_experts_per_tok"] = min(config["num_experts_per_tok"], 2)
     return out
+
+
+# -- shared by tests/checkpoint/test_published.py and dev/check_published_models.py ---------
+
+MOE_FAMILIES = ("qwen3_moe", "mixtral")
+
+
+def launch_config(env, config: dict, words=None, **toggles):
+    """The launch (DRY_RUN) of a config's family: the MoE entry point's for the MoE ones."""
+    from training.moe.layer import MOE
+
+    from tests.launch.helpers import launch
+
+    kind = config["model_type"]
+    if kind in MOE_FAMILIES:
+        return launch(env, family=kind, words=words, layers=[MOE], **toggles)
+    return launch(env, words=words, **toggles)
+
+
+def write_config(folder, config: dict):
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def expect_args(args, config: dict) -> None:
+    """Megatron's parsed arguments carry every architecture field of the config."""
+    heads = config["num_attention_heads"]
+    assert args.num_layers == config["num_hidden_layers"]
+    assert args.hidden_size == config["hidden_size"]
+    assert args.num_attention_heads == heads
+    groups = config.get("num_key_value_heads") or heads
+    assert (args.num_query_groups if args.group_query_attention else heads) == groups
+    assert args.kv_channels == (config.get("head_dim") or config["hidden_size"] // heads)
+    assert args.vocab_size == config["vocab_size"]
+    assert args.layernorm_epsilon == config["rms_norm_eps"]
+    assert args.rotary_base == int(config.get("rope_theta", 10000))
+    scaling = config.get("rope_scaling")
+    assert args.use_rope_scaling == bool(scaling)
+    if scaling:
+        assert args.rope_scaling_factor == scaling["factor"]
+    assert args.untie_embeddings_and_output_weights == (not config["tie_word_embeddings"])
+    assert args.add_qkv_bias == (config["model_type"] == "qwen2")
+    assert args.qk_layernorm == config["model_type"].startswith("qwen3")
+    experts = config.get("num_experts") or config.get("num_local_experts")
+    assert args.num_experts == experts
+    if experts:
+        assert args.moe_router_topk == config["num_experts_per_tok"]
+        assert args.moe_ffn_hidden_size == config.get("moe_intermediate_size",
+                                                      config["intermediate_size"])
+        assert args.moe_aux_loss_coeff == config["router_aux_loss_coef"]
+    else:
+        assert args.ffn_hidden_size == config["intermediate_size"]
+
+
+
+def random_hf_model(folder, config: dict, dtype=torch.float32):
+    """A random Hugging Face model of the config (its norms and biases random too), saved as
+    transformers saves it."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    write_config(folder / "config", config)
+    hf_config = AutoConfig.from_pretrained(folder / "config")
+    hf_config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(hf_config).to(dtype).eval()
+    with torch.no_grad():   # norms start at 1 and biases at 0: make a swapped one visible
+        for name, param in model.named_parameters():
+            if "norm" in name:
+                param.add_(0.2 * torch.randn_like(param))
+            elif name.endswith("bias"):
+                param.normal_(0, 0.2)
+    model.save_pretrained(folder / "hf")
+    return model, folder / "hf"
+
+
+def ours_from_launch(result, vocab: int, dtype=torch.float32):
+    """Our GPTModel as pretrain_gpt builds it from the launch's Megatron arguments (on the
+    CPU, the torch kernels)."""
+    from megatron.training.argument_utils import core_transformer_config_from_args
+
+    from training import specs
+    from training.pretrain_gpt import build_gpt_model
+    from training.run import Run
+
+    from tests.launch.helpers import megatron_args
+    from tests.model.parity import init_single_rank
+    from tests.moe.model import cpu_dispatcher_streams
+
+    init_single_rank("cpu")
+    args = megatron_args(result)
+    args.use_cpu_initialization, args.padded_vocab_size = True, vocab
+    args.bf16, args.params_dtype = dtype == torch.bfloat16, dtype
+    config = core_transformer_config_from_args(args)
+    specs.install_native(Run(args=args))
+    with cpu_dispatcher_streams():
+        return build_gpt_model(args, config).to(dtype)
+
+
+def logits(hf_model, gpt, vocab: int, batch: int = 2, seq: int = 32):
+    """(HF's, ours) on the same random tokens, in fp32."""
+    from tests.moe.model import cpu_dispatcher_streams
+
+    tokens = torch.randint(0, vocab, (batch, seq), generator=torch.Generator().manual_seed(1))
+    positions = torch.arange(seq).unsqueeze(0).expand(batch, seq)
+    with torch.no_grad(), cpu_dispatcher_streams():
+        return hf_model(input_ids=tokens).logits.float(), gpt(tokens, positions, None).float()
+
+
