@@ -179,6 +179,7 @@ MOE_FAMILIES = ("qwen3_moe", "mixtral")
 
 def launch_config(env, config: dict, words=None, **toggles):
     """The launch (DRY_RUN) of a config's family: the MoE entry point's for the MoE ones."""
+    import training.moe.presets  # noqa: F401 - registers qwen3_moe and mixtral
     from training.moe.layer import MOE
 
     from tests.launch.helpers import launch
@@ -235,13 +236,14 @@ def random_hf_model(folder, config: dict, dtype=torch.float32):
     hf_config = AutoConfig.from_pretrained(folder / "config")
     hf_config._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(hf_config).to(dtype).eval()
+    model = AutoModelForCausalLM.from_config(hf_config).eval()
     with torch.no_grad():   # norms start at 1 and biases at 0: make a swapped one visible
         for name, param in model.named_parameters():
             if "norm" in name:
                 param.add_(0.2 * torch.randn_like(param))
             elif name.endswith("bias"):
                 param.normal_(0, 0.2)
+            param.data = param.data.to(dtype)   # the RoPE frequencies (buffers) stay fp32
     model.save_pretrained(folder / "hf")
     return model, folder / "hf"
 
