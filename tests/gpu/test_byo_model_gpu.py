@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests.gpu.test_checkpoint_gpu import _cli, _free_port   # the same CLI call and port
 
 pytestmark = pytest.mark.gpu
 
@@ -31,21 +31,6 @@ REPO = Path(__file__).resolve().parents[2]
 SAMPLE = REPO / "data" / "shakespeare"
 ITERS = 50
 VOCAB_ROWS = 128256
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _cli(*words, timeout=600) -> str:
-    proc = subprocess.run([sys.executable, "-m", "training.checkpoint", *map(str, words),
-                           "--no-progress"], cwd=REPO, capture_output=True, text=True,
-                          timeout=timeout)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    print(proc.stdout.strip())
-    return proc.stdout
 
 
 def _llama32(folder: Path) -> Path:
