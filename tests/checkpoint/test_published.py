@@ -130,3 +130,18 @@ def test_the_datas_vocabulary_must_hold_the_checkpoints_rows(base_env, tmp_path)
                     DATA_PATH=data)
     (warning,) = [n.message for n in padded.settings.notices if n.guard == "checkpoint_vocabulary"]
     assert "name other tokens" in warning
+
+
+def test_an_moe_import_is_refused_on_transformer_engine(base_env, tmp_path):
+    """The import writes no _extra_state for TE's grouped expert linears: refused before
+    torchrun on the TE backend, launched on the native one."""
+    from training.launch.guards import Refusals
+
+    config = tiny(PUBLISHED["mistralai/Mixtral-8x7B-v0.1"])
+    _, hf = random_hf_model(tmp_path, config)
+    import_checkpoint(str(hf), tmp_path / "megatron", progress=False)
+    with pytest.raises(Refusals, match="grouped expert linears.*TRANSFORMER_IMPL=native"):
+        launch_config(base_env, config, PRETRAINED_CHECKPOINT=tmp_path / "megatron",
+                      PLATFORM="h200", TRANSFORMER_IMPL="transformer_engine")
+    launch_config(base_env, config, PRETRAINED_CHECKPOINT=tmp_path / "megatron",
+                  PLATFORM="h200", TRANSFORMER_IMPL="native")
