@@ -1,4 +1,5 @@
-"""Hugging Face Llama checkpoints in and out of Megatron's distributed checkpoint format.
+"""Hugging Face decoder checkpoints in and out of Megatron's distributed checkpoint format:
+Llama (any width, tied or untied), Mistral, Qwen2/2.5, Qwen3, Qwen3-MoE and Mixtral.
 
     python -m training.checkpoint import HF_DIR OUT   # HF safetensors + config -> OUT (Megatron)
     python -m training.checkpoint export CKPT HF_OUT  # a Megatron checkpoint -> HF safetensors
@@ -9,7 +10,8 @@ from it with PRETRAINED_CHECKPOINT (weights only, fresh optimizer, iteration 0).
 writes safetensors shards and a config.json that transformers loads. Both stream one tensor at
 a time into a temporary sibling folder that is renamed at the end (docs/checkpoints.md).
 
-  layout      the Llama tensors of each side and how one maps onto the other; preset checks
+  layout      each family's conversion table (the tensors of each side, one map for both
+              directions); the config is read by training/launch/model_config.py
   hf          a Hugging Face folder: config, safetensors headers and reads, the export's files
   megatron    the Megatron side: the streaming dist-checkpoint writer, the per-layer reader
   record      the import record (hf_import.json) the launcher's guard reads (no torch)

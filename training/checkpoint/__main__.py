@@ -30,6 +30,7 @@ def _size(text: str) -> int:
 
 
 def _parser() -> ArgumentParser:
+    import training.moe.presets  # noqa: F401 - the MoE presets join the table (--preset, names)
     from training.launch.presets import PRESETS
 
     parser = ArgumentParser(prog="python -m training.checkpoint",
