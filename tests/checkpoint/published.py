@@ -265,6 +265,10 @@ def ours_from_launch(result, vocab: int, dtype=torch.float32):
     args = megatron_args(result)
     args.use_cpu_initialization, args.padded_vocab_size = True, vocab
     args.bf16, args.params_dtype = dtype == torch.bfloat16, dtype
+    args.gradient_accumulation_fusion = False      # no DDP main_grad buffers here
+    # Megatron's torch.compile'd fusions (SwiGLU, cross-entropy) compile on their first call:
+    # a minute or more on this CPU, for the same numbers
+    args.bias_swiglu_fusion = args.cross_entropy_loss_fusion = False
     config = core_transformer_config_from_args(args)
     specs.install_native(Run(args=args))
     with cpu_dispatcher_streams():

@@ -145,3 +145,41 @@ def test_an_moe_import_is_refused_on_transformer_engine(base_env, tmp_path):
                       PLATFORM="h200", TRANSFORMER_IMPL="transformer_engine")
     launch_config(base_env, config, PRETRAINED_CHECKPOINT=tmp_path / "megatron",
                   PLATFORM="h200", TRANSFORMER_IMPL="native")
+
+
+@pytest.mark.parametrize("hub_id", ["meta-llama/Llama-3.2-1B", "Qwen/Qwen2.5-7B",
+                                    "Qwen/Qwen3-30B-A3B"])
+def test_the_model_a_launch_builds_from_an_import_trains(base_env, tmp_path, hub_id):
+    """Tied embeddings, q/k/v biases, experts: our model of the import's launch, loaded from
+    the import, learns a token-to-token map on the CPU (torch's AdamW, 8 steps: the loss
+    falls). The launcher's whole run on a GPU: tests/gpu/test_byo_model_gpu.py."""
+    import torch
+
+    from training.checkpoint.megatron import load_weights
+
+    from tests.moe.model import cpu_dispatcher_streams
+
+    config = tiny(PUBLISHED[hub_id])
+    _, hf = random_hf_model(tmp_path, config)
+    import_checkpoint(str(hf), tmp_path / "megatron", progress=False)
+    result = launch_config(base_env, config, PRETRAINED_CHECKPOINT=tmp_path / "megatron",
+                           NATIVE_KERNELS="torch", TRANSFORMER_IMPL="native")
+    gpt = ours_from_launch(result, config["vocab_size"])
+    load_weights(gpt, tmp_path / "megatron")
+    gpt.train()
+    optimizer = torch.optim.AdamW(gpt.parameters(), lr=3e-3)
+    gen = torch.Generator().manual_seed(0)
+    following = torch.randperm(config["vocab_size"], generator=gen)
+    tokens = torch.randint(0, config["vocab_size"], (4, 1), generator=gen)
+    for _ in range(32):
+        tokens = torch.cat([tokens, following[tokens[:, -1:]]], dim=1)
+    positions = torch.arange(32).unsqueeze(0).expand(4, 32)
+    losses = []
+    for _ in range(8):
+        with cpu_dispatcher_streams():
+            loss = gpt(tokens[:, :-1], positions, None, labels=tokens[:, 1:]).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0] - 1.0, losses

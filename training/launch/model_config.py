@@ -91,7 +91,7 @@ def _rope(config: dict) -> tuple[float, bool, float]:
 
 def _refuse_unexpressible(config: dict, family: HFFamily) -> None:
     window = config.get("sliding_window")
-    uses_window = (config.get("use_sliding_window", True) if family.model_type in
+    uses_window = (config.get("use_sliding_window", False) if family.model_type in
                    ("qwen2", "qwen3", "qwen3_moe") else True)
     if window is not None and uses_window:
         raise ConfigError(f"sliding_window is {window}: Megatron's attention here is full "
