@@ -133,22 +133,21 @@ def test_the_datas_vocabulary_must_hold_the_checkpoints_rows(base_env, tmp_path)
 
 
 def test_an_moe_import_is_refused_on_transformer_engine(base_env, tmp_path):
-    """The import writes no _extra_state for TE's expert linears: refused before torchrun
-    where TE's experts run; launched with the native grouped experts (either backend; the
-    native backend's SequentialMLP loads it too: no key absent)."""
+    """The import writes no _extra_state for TE's expert linears or its separate pre-MLP norm
+    (not yet run with TE): refused before torchrun on the TE backend, whatever the experts;
+    launched on the native one."""
     from training.launch.guards import Refusals
 
     config = tiny(PUBLISHED["mistralai/Mixtral-8x7B-v0.1"])
     _, hf = random_hf_model(tmp_path, config)
     import_checkpoint(str(hf), tmp_path / "megatron", progress=False)
-    with pytest.raises(Refusals, match="expert linears.*MOE_EXPERT_IMPL=native"):
-        launch_config(base_env, config, PRETRAINED_CHECKPOINT=tmp_path / "megatron",
-                      PLATFORM="h200", TRANSFORMER_IMPL="transformer_engine",
-                      MOE_EXPERT_IMPL="te")
-    for toggles in ({"TRANSFORMER_IMPL": "native"},
-                    {"TRANSFORMER_IMPL": "transformer_engine", "MOE_EXPERT_IMPL": "native"}):
-        launch_config(base_env, config, PRETRAINED_CHECKPOINT=tmp_path / "megatron",
-                      PLATFORM="h200", **toggles)
+    for experts in ("te", "native"):
+        with pytest.raises(Refusals, match="expert linears.*TRANSFORMER_IMPL=native"):
+            launch_config(base_env, config, PRETRAINED_CHECKPOINT=tmp_path / "megatron",
+                          PLATFORM="h200", TRANSFORMER_IMPL="transformer_engine",
+                          MOE_EXPERT_IMPL=experts)
+    launch_config(base_env, config, PRETRAINED_CHECKPOINT=tmp_path / "megatron",
+                  PLATFORM="h200", TRANSFORMER_IMPL="native")
 
 
 @pytest.mark.parametrize("hub_id", ["meta-llama/Llama-3.2-1B", "Qwen/Qwen2.5-7B",

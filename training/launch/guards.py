@@ -949,15 +949,12 @@ def pretrained_checkpoint(ctx: LaunchContext) -> None:
         raise Refusal("pretrained_checkpoint",
                       f"PRETRAINED_CHECKPOINT={path} does not fit this launch: "
                       f"{'; '.join(differs)}. Launch it with {fix}.")
-    native_experts = s.get("MOE_EXPERT_IMPL") == "native" and s.get("MOE_GROUPED_GEMM", True)
-    if record["preset_fields"].get("num_experts") and s["TRANSFORMER_IMPL"] == \
-            "transformer_engine" and not native_experts:
+    if record["preset_fields"].get("num_experts") and s["TRANSFORMER_IMPL"] == "transformer_engine":
         raise Refusal("pretrained_checkpoint",
                       f"PRETRAINED_CHECKPOINT={path} is a mixture of experts, and the import "
-                      "writes no fp8 state (_extra_state) for Transformer Engine's expert "
-                      "linears, which Megatron's load would ask for: use MOE_EXPERT_IMPL=native "
-                      "(the native grouped experts beside TE's layers load it) or "
-                      "TRANSFORMER_IMPL=native.")
+                      "writes no fp8 state (_extra_state) for Transformer Engine's expert linears "
+                      "or its separate pre-MLP norm, which Megatron's load would ask for (not "
+                      "yet run with TE): use TRANSFORMER_IMPL=native, whose MoE layers load it.")
     if record.get("format", 1) < IMPORT_FORMAT_FINAL_NORM and s["TRANSFORMER_IMPL"] != "native":
         raise Refusal("pretrained_checkpoint",
                       f"PRETRAINED_CHECKPOINT={path} was imported before the import wrote the "
