@@ -31,7 +31,12 @@ def test_model_config_launches_a_published_model_at_its_own_shape(base_env, tmp_
     result = launch_config(base_env, config, MODEL_CONFIG=folder)
     s = result.settings
     assert s.setting("MODEL_SIZE").source == "checkpoint"
-    assert s["MODEL_SIZE"] == folder.name and result.ctx.run_name.startswith(folder.name)
+    # a published shape that is a preset's keeps the preset's name; any other its folder's
+    name = {"meta-llama/Llama-3.1-8B": "llama3.1-8B", "meta-llama/Llama-2-7b-hf": "llama2-7B",
+            "Qwen/Qwen3-30B-A3B": "qwen3-30B-A3B",
+            "mistralai/Mixtral-8x7B-v0.1": "mixtral-8x7B"}.get(hub_id, folder.name)
+    cut_of = "-2L" if name != folder.name else ""     # 2 of the preset's layers
+    assert s["MODEL_SIZE"] == name and result.ctx.run_name.startswith(f"{name}{cut_of}_")
     assert (s["NUM_LAYERS"], s.setting("NUM_LAYERS").source) == (2, "checkpoint")
     expect_args(megatron_args(result), config)
     from training.launch.manifest import launch_manifest

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .guards import IMPORT_RECORD
@@ -255,6 +255,27 @@ def shape_name(path: Path) -> str:
     return name or "model"
 
 
+# What a shape's name does not decide: a preset of the same fields is the same model
+_NOT_SHAPE = ("name", "num_layers", "seq_length", "preset_layers", "train_defaults")
+
+
+def published(shape: ModelPreset) -> ModelPreset:
+    """The shape under its preset's name where it is a preset's (its layer count aside, the
+    preset's kept as `preset_layers`: a 2-layer cut of Llama 3.1 8B is llama3.1-8B-2L):
+    presets stay the names of the published shapes. Else the shape as it is."""
+    from dataclasses import fields
+
+    from .presets import PRESETS
+
+    def key(model) -> tuple:
+        return tuple(getattr(model, f.name, None) for f in fields(ModelPreset)
+                     if f.name not in _NOT_SHAPE and f.name in shape.__dataclass_fields__)
+
+    match = next((p for p in PRESETS.values() if key(p) == key(shape)), None)
+    return shape if match is None else replace(shape, name=match.name,
+                                               preset_layers=match.num_layers)
+
+
 def load_model_config(value: str, seq_length: int = 4096) -> ModelConfig:
     """MODEL_CONFIG: a folder holding config.json, a config.json, or an import folder (its
     record holds the source's config). ConfigError, one line, for anything else."""
@@ -278,5 +299,5 @@ def load_model_config(value: str, seq_length: int = 4096) -> ModelConfig:
         raise ConfigError(f"MODEL_CONFIG={value}: no such file or folder: give a Hugging Face "
                           "model folder, its config.json, or an import")
     config = _read(path, "Hugging Face config.json")
-    return ModelConfig(shape_from_hf_config(config, shape_name(path), seq_length), config,
-                       path, "config")
+    shape = shape_from_hf_config(config, shape_name(path), seq_length)
+    return ModelConfig(published(shape), config, path, "config")

@@ -494,7 +494,8 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
         _fork_defaults(family, settings)
 
     name = settings.get("EXP_NAME") or default_run_name(
-        preset.name, settings["NUM_LAYERS"], preset.num_layers, settings["NNODES"],
+        preset.name, settings["NUM_LAYERS"], preset.preset_layers or preset.num_layers,
+        settings["NNODES"],
         settings["GPUS_PER_NODE"], settings["TP"], settings["PP"], settings["CP"],
         settings["MBS"], settings["BS"], settings["SEQ_LENGTH"])
     log_dir, folder = _derive_run_folder(settings, name, recipe.name)
