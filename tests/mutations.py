@@ -49,11 +49,11 @@ class Mutation:
 MUTATIONS: tuple[Mutation, ...] = (
     # -- the five cases of issue 43 -----------------------------------------------------------
     Mutation(
-        "rope_factor", "training/checkpoint/convert.py",
-        "dict(layout.LLAMA31_ROPE_SCALING, factor=float(args.rope_scaling_factor))",
-        "dict(layout.LLAMA31_ROPE_SCALING)",
-        ("tests/checkpoint/test_roundtrip.py",),
-        "export from saved arguments always writes rope-scaling factor 8.0"),
+        "rope_factor", "training/checkpoint/layout.py",
+        'factor=float(getattr(model, "rope_scaling_factor", 8.0)))',
+        "factor=8.0)",
+        ("tests/checkpoint/test_published.py",),
+        "the checkpoint's shape (saved arguments, config) always writes rope-scaling factor 8.0"),
     Mutation(
         "optimizer_shard_cp", "training/optimize/memory.py",
         'shard = lay.dp * lay.cp if c["DISTRIBUTED_OPTIMIZER"] else 1',
