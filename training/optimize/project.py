@@ -335,7 +335,9 @@ def resolve_run(family: str, words: list[str], environ: dict[str, str] | None = 
 
     env = dict(environ if environ is not None else os.environ)
     env.update(DRY_RUN="1", PREFLIGHT_MEMORY="off")
-    env.setdefault("MASTER_ADDR", "node0")
+    # a projection of a cluster, not of this machine: its own rendezvous address (a loopback
+    # one in this process's environment would be refused for several nodes) means nothing
+    env["MASTER_ADDR"] = "node0"
     layers = [MOE] if family in moe_presets.MOE_FAMILIES else []
     return resolve(family, env, words, layers=layers).run
 
