@@ -27,9 +27,11 @@ train: setup
 	@PYTHON=$(PY) $(PY) -m training.deploy.gpu_check || exit 2
 	PYTHON=$(PY) bash examples/llama/train_llama3.sh
 
-# The whole CPU test suite, then shellcheck on every shell script.
+# The whole CPU test suite on every core (pytest-xdist; TEST_WORKERS=1 for one process; the
+# ten slowest tests listed at the end), then shellcheck on every shell script.
+TEST_WORKERS ?= auto
 test: setup
-	$(PY) -m pytest -q -m "not gpu"
+	$(PY) -m pytest -q -m "not gpu" -n $(TEST_WORKERS) --dist worksteal --durations=10
 	$(MAKE) --no-print-directory lint
 
 # GPU tests only (run on a GPU machine).

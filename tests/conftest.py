@@ -13,6 +13,9 @@ if str(REPO) not in sys.path:
 
 
 def pytest_collection_modifyitems(config, items):
+    # the long tests first (stable: file order otherwise), so that parallel workers
+    # (`make test`: pytest-xdist) do not end on one long test while the other waits
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     try:
         import torch
         has_gpu = torch.cuda.is_available()
@@ -26,7 +29,18 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True)
+def verbose_launch(monkeypatch):
+    """Launches in tests print the full table and the buckets by name (VERBOSE=1), what most
+    tests read; tests/launch/test_summary.py tests the default one-screen summary. The
+    caller's COLUMNS does not reach them (pytest-xdist's workers set 80): the table's layout is
+    the same in one process or several."""
+    monkeypatch.setenv("VERBOSE", "1")
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 @pytest.fixture
 def base_env(tmp_path):
     """A minimal environment for resolve(): no user toggles, runs under tmp_path."""
-    return {"EXPERIMENT_DIR": str(tmp_path / "experiment"), "PATH": os.environ.get("PATH", "")}
+    return {"EXPERIMENT_DIR": str(tmp_path / "experiment"), "PATH": os.environ.get("PATH", ""),
+            "VERBOSE": "1"}

@@ -129,8 +129,8 @@ def _model_of_preset(model: str, seq_length: int | None, num_layers: int | None)
     return Model.of(preset, num_layers, seq_length)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="python -m training.metrics",
+def main(argv: list[str] | None = None, prog: str = "python -m training.metrics") -> int:
+    parser = ArgumentParser(prog=prog,
                             description="Model FLOPs of a preset (Megatron's convention).")
     sub = parser.add_subparsers(dest="command", required=True)
     flops = sub.add_parser("flops", help="training FLOPs per token")

@@ -29,17 +29,22 @@ resolve_launch_with() {
     eval "$resolved"
 }
 
+# print_buckets: the run folder and the torchrun line (wrapped, still one command); with
+# VERBOSE=1 each bucket by name first. Exits here when DRY_RUN=1.
 print_buckets() {
-    echo "GPT_ARGS:    ${GPT_ARGS[*]}"
-    echo "TRAIN_ARGS:  ${TRAIN_ARGS[*]}"
-    echo "DATA_ARGS:   ${DATA_ARGS[*]}"
-    echo "OUTPUT_ARGS: ${OUTPUT_ARGS[*]}"
-    echo "EXTRA_ARGS:  ${EXTRA_ARGS[*]} ${USER_ARGS[*]}"
-    echo "DISTRIBUTED_ARGS: ${DISTRIBUTED_ARGS[*]}"
+    if [ "$VERBOSE" = 1 ]; then
+        echo "GPT_ARGS:    ${GPT_ARGS[*]}"
+        echo "TRAIN_ARGS:  ${TRAIN_ARGS[*]}"
+        echo "DATA_ARGS:   ${DATA_ARGS[*]}"
+        echo "OUTPUT_ARGS: ${OUTPUT_ARGS[*]}"
+        echo "EXTRA_ARGS:  ${EXTRA_ARGS[*]} ${USER_ARGS[*]}"
+        echo "DISTRIBUTED_ARGS: ${DISTRIBUTED_ARGS[*]}"
+    fi
     echo "LOG_DIR=$LOG_DIR"
-    echo "LOG_FILE=$LOG_FILE"
+    # the log's name when it is not the run folder's train.log (one per node of several)
+    if [ "$VERBOSE" = 1 ] || [ "$LOG_FILE" != "$LOG_DIR/train.log" ]; then echo "LOG_FILE=$LOG_FILE"; fi
     if [ "$DRY_RUN" = 1 ]; then
-        echo "$LAUNCH_LINE"
+        if [ "$VERBOSE" = 1 ]; then echo "$LAUNCH_LINE"; else echo "$LAUNCH_LINE_WRAPPED"; fi
         exit 0
     fi
     mkdir -p "$LOG_DIR"

@@ -15,6 +15,7 @@ from training.bench.titan_peer import job_args
 from .fakes import HEADER, FakeRunner, fake_precheck
 
 
+@pytest.mark.slow
 def test_torchtitan_on_a_machine_without_a_gpu_is_a_recorded_reason():
     import torch
 

@@ -29,6 +29,7 @@ def h200(base_env):
     return lambda toggles: precheck(toggles, environ=env)
 
 
+@pytest.mark.slow
 def test_megatrons_defaults_are_the_values_that_emit_no_flag():
     """...or, for a toggle that emits a flag either way, Megatron's own TransformerConfig
     default (FUSED_SINGLE_QKV_ROPE: Megatron has no flag for it, our argument sets the field)."""

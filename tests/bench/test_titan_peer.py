@@ -112,6 +112,7 @@ def test_trainer_api_is_the_one_the_peer_uses(titan):
     assert "None" in str(fields["build_validator_fn"].type)
 
 
+@pytest.mark.slow
 def test_the_probe_gets_past_the_imports(titan):
     """runners.availability runs probe() in a fresh interpreter: with torchtitan importable,
     the only reason left on a CPU machine is the missing GPU."""
@@ -329,6 +330,7 @@ def check_run(run: dict) -> None:
         assert math.isfinite(loss) and 0.8 * math.log(vocab) < loss < 1.5 * math.log(vocab)
 
 
+@pytest.mark.slow
 def test_the_trainer_trains_the_spec_on_cpu(titan, tmp_path):
     run = run_child(False, tmp_path, timeout=300)
     check_run(run)

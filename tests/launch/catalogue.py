@@ -9,7 +9,8 @@ All launches run in one child process (imports are paid once). Their common envi
 clean (no variable of the calling shell reaches them), under a fresh folder whose path has a
 fixed length (/tmp/lc-XXXXXXXX), so the table's layout does not depend on where it ran:
 that folder, the repository path and launch timestamps are replaced by placeholders of the
-same length. COLUMNS is wide so that no table cell is folded.
+same length. COLUMNS is wide so that no table cell is folded; VERBOSE=1 records the full
+table (the default one-screen summary is tested in tests/launch/test_summary.py).
 
 Launches with PLATFORM=auto depend on what this machine has (GPUs, Transformer Engine,
 Liger): the file records the capabilities they were recorded with, and the test skips them
@@ -213,7 +214,7 @@ def run_catalogue(only: list[str] | None = None) -> dict:
     root = Path(tempfile.mkdtemp(prefix="lc-", dir="/tmp"))
     assert len(str(root)) == len(ROOT_TOKEN), root
     base = {"PATH": os.environ.get("PATH", ""), "HOME": str(root), "COLUMNS": COLUMNS,
-            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
+            "VERBOSE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error"}
     try:
         os.environ.clear()
         os.environ.update(base)

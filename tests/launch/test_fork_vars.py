@@ -281,7 +281,10 @@ def _fork_line(result) -> str | None:
 
 
 def test_one_line_says_where_the_forks_defaults_differ(base_env):
-    line = _fork_line(launch(dict(base_env, GPUS_PER_NODE="8")))
+    # someone who never used the fork is not told about it
+    assert _fork_line(launch(dict(base_env, GPUS_PER_NODE="8"))) is None
+    # a variable of the fork's scripts (its spelling of a toggle, or one of its own) is given
+    line = _fork_line(launch(dict(base_env, GPUS_PER_NODE="8", TE_FP8="0")))
     assert line.startswith("the ROCm fork's train_llama3.sh would run MODEL_SIZE=70B TP=8 BS=8 "
                            "SEQ_LENGTH=2048 TOTAL_ITERS=12 with these variables; this launcher "
                            "runs MODEL_SIZE=8B TP=1 BS=128 SEQ_LENGTH=8192 TOTAL_ITERS=20")
@@ -293,7 +296,8 @@ def test_one_line_says_where_the_forks_defaults_differ(base_env):
     everything = dict(base_env, GPUS_PER_NODE="8", MODEL_SIZE="70", TP="8", BS="8",
                       SEQ_LENGTH="2048", TOTAL_ITERS="12")
     assert _fork_line(launch(everything)) is None
-    line = _fork_line(launch(dict(base_env, GPUS_PER_NODE="8"), family="llama2"))
+    assert _fork_line(launch(dict(base_env, GPUS_PER_NODE="8", GPU_MAX_HW_QUEUES="2")))
+    line = _fork_line(launch(dict(base_env, GPUS_PER_NODE="8", TE_FP8="0"), family="llama2"))
     assert "train_llama2.sh" in line and "SEQ_LENGTH" not in line   # 4096 either way
 
 

@@ -143,6 +143,7 @@ def test_base_python_must_be_312(version, ok):
         assert "megatron-core 0.19.2 needs Python >= 3.12" in problems[0]
 
 
+@pytest.mark.slow
 def test_megatron_check_passes_here_and_names_a_shadowing_megatron(monkeypatch):
     reqs = image.pyproject_requirements()
     assert image.check_megatron(reqs) == []
@@ -206,6 +207,7 @@ def test_fork_check_fails_when_a_patch_target_is_missing():
     assert "patch table" in problem
 
 
+@pytest.mark.slow
 def test_the_run_side_checks_run_against_the_installed_megatron_core():
     """What the ROCm image's build runs in processes of their own (deployment imports nothing
     of the run side): the patch table's targets and the launcher's words through the run's

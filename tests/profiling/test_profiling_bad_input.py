@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 import profiling_synthetic as synthetic
 from profiling_testlib import REPO
 
@@ -131,6 +133,7 @@ def test_hta_missing(tmp_path, capsys, monkeypatch):
     assert "needs HolisticTraceAnalysis" in err and ".[profile]" in err
 
 
+@pytest.mark.slow
 def test_command_line_exit_status_and_stderr(tmp_path):
     """The real command: exit 2, one line, no traceback."""
     env = dict(os.environ, PYTHONPATH=str(REPO))

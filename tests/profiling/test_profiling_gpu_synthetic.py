@@ -20,6 +20,7 @@ def gpu_run(tmp_path):
     return run
 
 
+@pytest.mark.slow
 def test_cli_writes_the_report_into_profile(gpu_run, capsys):
     assert trace_report.main([str(gpu_run)]) == 0
     out = capsys.readouterr().out

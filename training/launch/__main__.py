@@ -21,6 +21,7 @@ from .settings import BadInput, LaunchError
 
 
 def shell_assignments(launch) -> str:
+    from .report import wrapped_command
     from .runfolder import node_log_name
     from .toggles import DISTRIBUTED_ARGS, MEGATRON_BUCKETS
 
@@ -34,6 +35,9 @@ def shell_assignments(launch) -> str:
     log_name = node_log_name(launch.settings["NNODES"], launch.settings["NODE_RANK"])
     lines.append(f"LOG_FILE={q(str(launch.log_dir / log_name))}")
     lines.append(f"LAUNCH_LINE={q(mask_text(launch.command_line))}")   # printed, never run
+    wrapped = wrapped_command(launch.command, _columns(), str(launch.log_dir))
+    lines.append(f"LAUNCH_LINE_WRAPPED={q(mask_text(wrapped))}")   # printed, never run
+    lines.append(f"VERBOSE={1 if launch.settings['VERBOSE'] else 0}")
     lines.append(f"DRY_RUN={1 if launch.settings['DRY_RUN'] else 0}")
     lines.append(f"TEE_OUTPUT={1 if launch.settings['TEE_OUTPUT'] else 0}")
     exports = [*((name, value) for name, (value, _s, _r) in launch.env.items()),
@@ -43,6 +47,16 @@ def shell_assignments(launch) -> str:
             raise BadInput(f"{name!r} is not a variable name bash can export.")
         lines.append(f"export {name}={q(value)}")
     return "\n".join(lines) + "\n"
+
+
+def _columns() -> int:
+    """The width the launch is read at: COLUMNS, else the terminal's (stderr), else 80."""
+    if os.environ.get("COLUMNS", "").isdigit():
+        return int(os.environ["COLUMNS"])
+    try:
+        return os.get_terminal_size(2).columns
+    except OSError:
+        return 80
 
 
 def _split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -64,12 +78,13 @@ def _split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     return own, argv[i:]
 
 
-def main(argv: list[str] | None = None, layers=(), checks=()) -> int:
+def main(argv: list[str] | None = None, layers=(), checks=(),
+         prog: str = "python -m training.launch") -> int:
     """`layers`: a family's recipe layers (training/launch/layers.py), passed by its own entry
     point (training.moe.launch); the core knows none. `checks`: functions of the resolved
     Launch run before anything is printed or written (a refusal is a LaunchError): how a reader
     plugs a check in from above (the memory pre-flight: python -m training.optimize.preflight)."""
-    parser = ArgumentParser(prog="python -m training.launch",
+    parser = ArgumentParser(prog=prog,
                             description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", required=True, help="model family: llama3 | llama2")
     parser.add_argument("--no-manifest", action="store_true",
@@ -78,7 +93,7 @@ def main(argv: list[str] | None = None, layers=(), checks=()) -> int:
     args = parser.parse_args(own)
 
     from .manifest import write_launch_manifest
-    from .report import print_report
+    from .report import print_report, write_table
     from .resolve import resolve
 
     try:
@@ -93,6 +108,7 @@ def main(argv: list[str] | None = None, layers=(), checks=()) -> int:
     if not args.no_manifest and launch.settings["NODE_RANK"] == 0:
         try:
             write_launch_manifest(launch)
+            write_table(launch)
         except OSError as err:   # the guard run_folder checked it; the disk may still refuse
             print(f"error: cannot write {launch.log_dir / 'manifest.json'}: "
                   f"{err.strerror or err}", file=sys.stderr)

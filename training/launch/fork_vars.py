@@ -331,3 +331,10 @@ BY_NAME: dict[str, ForkVar] = {v.name: v for v in FORK_VARS}
 OWN: dict[str, ForkVar] = {v.name: v for v in FORK_VARS if v.kind in ("accept", "refuse",
                                                                      "derive")}
 SHAPE = tuple(v for v in FORK_VARS if v.shape)
+# what marks a launch typed from the fork's scripts or docs (the launch then says in one line
+# where the fork's defaults differ): its own variables and aliases, its precision switches,
+# and the AMD-only exports its scripts set; not the names both launchers share (TP, BS, ...)
+SIGNATURE = frozenset([*OWN, *(v.name for v in FORK_VARS if v.kind == "alias"),
+                       "TE_FP8", "TE_FP8_RECIPE", "TE_FP4", "TE_FP4_RECIPE", "TEE_OUTPUT",
+                       "GPU_MAX_HW_QUEUES", "TORCH_NCCL_HIGH_PRIORITY", "NCCL_CHECKS_DISABLE",
+                       "RCCL_MSCCL_ENABLE", "HSA_NO_SCRATCH_RECLAIM"])

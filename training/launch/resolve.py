@@ -110,6 +110,7 @@ class _Given:
     fork: dict[str, tuple[str, str]]   # the fork's own variables given: name -> (raw, source)
     elsewhere: dict[str, tuple[str, LayerEntry]]  # a recipe layer's variable this launch
                                                   # does not run: name -> (source, layer)
+    fork_spelled: bool = False         # a variable or spelling of the ROCm fork's was given
 
 
 def _initial_settings(family: str, toggles: tuple[Toggle, ...], environ: dict[str, str],
@@ -133,6 +134,7 @@ def _initial_settings(family: str, toggles: tuple[Toggle, ...], environ: dict[st
         for name, raw in values.items():
             if raw == "" and source == "env" and name in known:
                 continue  # VAR= in the environment means unset
+            given.fork_spelled |= name in fork_vars.SIGNATURE
             if name in by_name or name in aliases:
                 toggle, alias = (by_name[name], None) if name in by_name else aliases[name]
                 try:
@@ -148,8 +150,9 @@ def _initial_settings(family: str, toggles: tuple[Toggle, ...], environ: dict[st
                     given.clashes.append(f"{typed} and {previous[0]} give {toggle.name} two "
                                          "values: give one.")
                 said[(toggle.name, source)] = (typed, value)
-                settings.values[toggle.name] = Setting(toggle.name, value, source,
-                                                       _spelled(toggle, alias, raw))
+                spelled = _spelled(toggle, alias, raw)
+                given.fork_spelled |= bool(spelled)
+                settings.values[toggle.name] = Setting(toggle.name, value, source, spelled)
                 continue
             if name in fork_vars.OWN:
                 given.fork[name] = (raw, source)
@@ -490,7 +493,7 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
     datasets = _derive_datasets(settings)
     tokenizer = _derive_tokenizer(settings, datasets)
     _derive_wandb(settings, user.fork)
-    if not layers:
+    if not layers and user.fork_spelled:   # only for someone typing the fork's command
         _fork_defaults(family, settings)
 
     name = settings.get("EXP_NAME") or default_run_name(

@@ -759,6 +759,10 @@ REGISTRY: tuple[Toggle, ...] = (
           group="launcher"),
     _bool("STRICT", False, LAUNCHER, "Unknown toggle-like variables are errors, not warnings.",
           group="launcher"),
+    _bool("VERBOSE", False, LAUNCHER,
+          "Print the full toggle table and the Megatron buckets by name; off: a one-screen "
+          "summary (the run, what differs from the defaults and why, the notices, the torchrun "
+          "line). The full table is always in the run folder's launch.txt.", group="launcher"),
     Toggle("PREFLIGHT_MEMORY", "choice", "refuse", LAUNCHER,
            "Before torchrun, the memory estimate of the resolved launch (training/optimize) "
            "against the GPU's memory: refuse stops a launch whose estimated peak is above it "

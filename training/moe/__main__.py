@@ -11,7 +11,7 @@ from . import presets  # noqa: F401 - registers the MoE presets
 
 
 def main(argv: list[str] | None = None) -> int:
-    return metrics.main(argv)
+    return metrics.main(argv, prog="python -m training.moe")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,8 @@ def main(argv: list[str] | None = None) -> int:
     from training.launch.__main__ import main as launch
     from training.optimize.preflight import check as memory_preflight
 
-    return launch(argv, layers=[MOE, GPT_OSS], checks=(memory_preflight,))
+    return launch(argv, layers=[MOE, GPT_OSS], checks=(memory_preflight,),
+                  prog="python -m training.moe.launch")
 
 
 if __name__ == "__main__":

@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--recommend" not in argv:
-        return launcher.main(argv, checks=(check,))
+        return launcher.main(argv, checks=(check,), prog="python -m training.optimize.preflight")
     argv.remove("--recommend")
     own, words = launcher._split_argv(argv)
     parser = ArgumentParser(prog="python -m training.optimize.preflight --recommend")
