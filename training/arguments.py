@@ -270,4 +270,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from training import quiet
+
+    quiet.install("arguments")   # third-party notices at import: a count, not the console
     raise SystemExit(main())

@@ -167,6 +167,16 @@ def measured_setup(original, run):
     return setup_model_and_optimizer
 
 
+def _quiet_count(rank: int) -> None:
+    """Rank 0 says, once, how many known third-party lines went to the run folder
+    (training/quiet.py) before this first step."""
+    from training import quiet
+
+    active = quiet.active()
+    if active is not None and rank == 0:
+        active.report()
+
+
 def timed_train_step(original, run):
     """train_step, timed with a device synchronisation on both sides."""
 
@@ -175,6 +185,7 @@ def timed_train_step(original, run):
         torch.cuda.synchronize()
         if state.first_step_start is None:
             state.first_step_start = time.time()
+            _quiet_count(run.rank)
         start = time.perf_counter()
         out = original(*a, **kw)
         torch.cuda.synchronize()

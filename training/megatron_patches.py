@@ -565,4 +565,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from training import quiet
+
+    quiet.install("megatron_patches")   # third-party notices at import: a count, not the console
     raise SystemExit(main())

@@ -24,6 +24,10 @@ _WORKER_START = time.time()  # before torch and Megatron import: the start-up ti
 
 if __package__ in (None, ""):  # run as a script by torchrun: make `training` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if __name__ == "__main__":   # third-party notices at start: into the run folder, a count
+    from training import quiet   # (training/quiet.py), before torch and Megatron import
+
+    quiet.install("pretrain_gpt", report_at_exit=False)
 
 import torch  # noqa: E402
 
@@ -169,6 +173,7 @@ def main() -> None:
     rank = int(os.environ.get("RANK", "0"))
     sys.argv[1:] = argv_as_the_launcher(sys.argv[1:], rank)
     args = parse_and_validate_args(extra_args_provider=add_training_args)
+    _quiet_log(args.run_dir, rank)
     run = Run(args=args, precision=_precision_of(args), rank=rank)
     try:  # MLPERF_RUN set: the page cache dropped on each node, mllog's init_start on rank 0
         run.mlperf = mlperf_events.start(args)
@@ -213,6 +218,17 @@ def main() -> None:
     # resources", in every run's log on the H200s): end them here.
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+
+
+def _quiet_log(run_dir: str | None, rank: int) -> None:
+    """The run folder's third_party.log (rank 0; third_party.rank<N>.log for the others) takes
+    the known third-party notices; the count is printed at the first step (loop_hooks)."""
+    from training import quiet
+
+    active = quiet.active()
+    if active is not None and run_dir:
+        name = quiet.LOG_NAME if rank == 0 else quiet.LOG_NAME.replace(".log", f".rank{rank}.log")
+        active.set_log(Path(run_dir) / name)
 
 
 def _fused_linear_ce(args) -> tuple[str | None, str]:

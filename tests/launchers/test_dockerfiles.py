@@ -208,7 +208,7 @@ def test_fork_check_fails_when_a_patch_target_is_missing():
 
 
 @pytest.mark.slow
-def test_the_run_side_checks_run_against_the_installed_megatron_core():
+def test_the_run_side_checks_run_against_the_installed_megatron_core(capfd):
     """What the ROCm image's build runs in processes of their own (deployment imports nothing
     of the run side): the patch table's targets and the launcher's words through the run's
     parser, here against the pinned megatron-core."""
@@ -216,6 +216,10 @@ def test_the_run_side_checks_run_against_the_installed_megatron_core():
     with pytest.raises(SystemExit):
         image._parse_as_the_run(["--no-such-flag"])
     assert image._patch_targets_present()
+    # the third-party notices at import (Apex's fallbacks, ...) are a count, not the console
+    err = capfd.readouterr().err
+    assert "UserWarning" not in err and "Apex" not in err, err[-2000:]
+    assert "[quiet] " in err and "known third-party warning line(s)" in err
 
 
 def test_every_megatron_name_this_package_imports_exists_in_the_installed_megatron_core():

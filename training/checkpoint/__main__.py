@@ -97,4 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from training import quiet
+
+    quiet.install("checkpoint")   # third-party notices at import: a count, not the console
     sys.exit(main())

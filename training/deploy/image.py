@@ -266,4 +266,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from training import quiet
+
+    quiet.install("deploy.image")   # third-party notices at import: a count, not the console
     sys.exit(main())
