@@ -123,6 +123,7 @@ def _dry_run(tmp_path, family: str, env: dict[str, str]) -> subprocess.Completed
     import sys
 
     full = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHON": sys.executable,
+            "VERBOSE": "1",
             "EXPERIMENT_DIR": str(tmp_path / "experiment"), "DRY_RUN": "1", "PLATFORM": "h200",
             **env}
     return subprocess.run(["bash", str(REPO / SCRIPTS[family])], env=full, cwd=tmp_path,

@@ -30,6 +30,7 @@ def _hub_cache(root: Path, repo_id: str, tok_dir: str) -> Path:
 
 def _dry_run(tmp_path: Path, *words: str, **env):
     full = {"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHON": sys.executable,
+            "VERBOSE": "1",
             "DRY_RUN": "1", "EXPERIMENT_DIR": str(tmp_path / "experiment"),
             "HF_HUB_OFFLINE": "1", "HF_HUB_CACHE": str(tmp_path / "hub"), **env}
     return subprocess.run(["bash", str(REPO / "examples/llama/train_llama3.sh"), *words],

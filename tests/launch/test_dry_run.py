@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run(tmp_path, *words, script="train_llama3.sh", **env):
-    full = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"),
+    full = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), "VERBOSE": "1",
             "EXPERIMENT_DIR": str(tmp_path / "experiment"), "DRY_RUN": "1",
             "PYTHON": sys.executable}
     full.update({k: str(v) for k, v in env.items()})

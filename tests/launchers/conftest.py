@@ -47,7 +47,7 @@ def subprocess_env(tmp_path: Path, fake_bin: Path | None = None, **values) -> di
     """A clean environment (no inherited toggles or SLURM_*), plus the given values."""
     path = os.environ.get("PATH", "/usr/bin:/bin")
     env = {"PATH": f"{fake_bin}:{path}" if fake_bin else path, "HOME": str(tmp_path),
-           "PYTHON": PYTHON, "EXPERIMENT_DIR": str(tmp_path / "experiment")}
+           "PYTHON": PYTHON, "EXPERIMENT_DIR": str(tmp_path / "experiment"), "VERBOSE": "1"}
     env.update({k: str(v) for k, v in values.items()})
     return env
 

@@ -348,7 +348,7 @@ def test_moe_launches_pass_megatrons_validation(base_env, family, toggles):
 
 
 def _script(tmp_path, name, *words, **env):
-    full = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"),
+    full = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), "VERBOSE": "1",
             "EXPERIMENT_DIR": str(tmp_path / "experiment"), "DRY_RUN": "1",
             "PYTHON": sys.executable}
     full.update({k: str(v) for k, v in env.items()})

@@ -131,3 +131,21 @@ def test_no_offload_where_it_would_not_make_the_run_fit():
 
     sets = [r["set"] for r in advise(DRY_70B)["recommendations"]]
     assert sets[-1].startswith("TP=") and not any("OFFLOAD" in s for s in sets)
+
+
+def test_a_lever_that_sets_back_an_earlier_ones_toggle_says_so():
+    """The MoE pre-flight recommended bf16 optimizer state, then the CPU offload, and its try
+    line set the state back to fp32 without a word: the report names it and the reason."""
+    from training.optimize.preflight import taken_back
+
+    recs = [{"title": "bf16 Adam moments", "sets": {"ADAM_MOMENTS_DTYPE": "bf16"}},
+            {"title": "16-bit master remainders", "sets": {"MASTER_WEIGHTS": "remainder"}},
+            {"title": "optimizer state offloaded to the CPU",
+             "mechanism": "it keeps fp32 state: the state dtypes go back to fp32",
+             "sets": {"OPTIMIZER_CPU_OFFLOAD": "1", "ADAM_MOMENTS_DTYPE": "fp32",
+                      "MASTER_WEIGHTS": "fp32"}}]
+    (note,) = taken_back(recs)
+    assert note == ("lever 3 (optimizer state offloaded to the CPU) sets ADAM_MOMENTS_DTYPE=fp32 "
+                    "MASTER_WEIGHTS=fp32 again, over levers 1, 2: it keeps fp32 state: the "
+                    "state dtypes go back to fp32")
+    assert taken_back(recs[:2]) == []

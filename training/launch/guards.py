@@ -1162,7 +1162,8 @@ def run_folder(ctx: LaunchContext) -> None:
 # them in the script (LOG_DIR= once broke the log file that way).
 SCRIPT_VARIABLES = ("GPT_ARGS", "TRAIN_ARGS", "DATA_ARGS", "OUTPUT_ARGS", "EXTRA_ARGS",
                     "DISTRIBUTED_ARGS", "USER_ARGS", "PROFILER_PREFIX", "LOG_FILE",
-                    "LAUNCH_LINE", "REPO_ROOT", "PYTHON", "PATH", "PYTHONPATH")
+                    "LAUNCH_LINE", "LAUNCH_LINE_WRAPPED", "REPO_ROOT", "PYTHON", "PATH",
+                    "PYTHONPATH")
 
 
 @guard

@@ -86,11 +86,31 @@ def report_text(run, est: Estimate, flow: dict[str, Any], headline: str) -> str:
                          f"{after.get('peak_gib', float('nan')):.1f} GiB"
                          + (f" ({fraction:.0%})" if fraction is not None else "")
                          + f"; {rec['measured_text']}")
+        lines += [f"  note: {text}" for text in taken_back(recs)]
     else:
         lines.append(f"  no lever of the advisor applies: {flow['verdict']}")
     if flow["command"]:
         lines.append(f"  try: {flow['command']}")
     return "\n".join(lines)
+
+
+def taken_back(recs: list[dict[str, Any]]) -> list[str]:
+    """Where a later lever sets a toggle an earlier one set to another value (the CPU offload
+    keeps fp32 state after the bf16 state levers): which, and why, since the try line carries
+    the later value."""
+    notes, set_by = [], {}
+    for i, rec in enumerate(recs, 1):
+        back = {k: v for k, v in rec["sets"].items() if k in set_by and set_by[k][1] != v}
+        if back:
+            earlier = sorted({set_by[k][0] for k in back})
+            reason = rec.get("mechanism") or rec.get("why") or rec["title"]
+            notes.append(f"lever {i} ({rec['title']}) sets "
+                         + " ".join(f"{k}={v}" for k, v in back.items())
+                         + f" again, over lever{'s' if len(earlier) > 1 else ''} "
+                         + ", ".join(map(str, earlier)) + f": {reason}")
+        for k, v in rec["sets"].items():
+            set_by[k] = (i, v)
+    return notes
 
 
 def check(launch) -> None:
