@@ -1,4 +1,5 @@
-"""README's generated tables match the registry and the guards; the quickstart is two commands."""
+"""The generated tables (docs/toggles.md) match the registry and the guards; the README is a
+front page whose quickstart is two commands."""
 from __future__ import annotations
 
 import re
@@ -9,16 +10,18 @@ from training.launch.guards import GUARDS
 from training.launch.toggles import REGISTRY
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = README.parent / "docs" / "toggles.md"
 
 
 def test_readme_tables_are_generated_from_the_registry():
     from training.mlperf import docs as mlperf_docs
     from training.mlperf.layer import TOGGLES, llama31_8b
 
-    assert docs.main(["--check"]) == 0, "README.md is stale: run python -m training.launch.docs"
+    assert docs.main(["--check"]) == 0, \
+        "docs/toggles.md is stale: run python -m training.launch.docs"
     assert mlperf_docs.main(["--check"]) == 0, \
-        "README.md is stale: run python -m training.mlperf.docs"
-    text = README.read_text()
+        "docs/toggles.md is stale: run python -m training.mlperf.docs"
+    text = PAGE.read_text()
     for toggle in (*REGISTRY, *TOGGLES):
         assert f"| `{toggle.name}` |" in text
     for fn in (*GUARDS, *llama31_8b().guards):
@@ -26,8 +29,8 @@ def test_readme_tables_are_generated_from_the_registry():
 
 
 def test_check_fails_on_a_stale_readme(tmp_path):
-    stale = tmp_path / "README.md"
-    stale.write_text(README.read_text().replace("| `GRAD_REDUCE_IN_BF16` | 1 |",
+    stale = tmp_path / "toggles.md"
+    stale.write_text(PAGE.read_text().replace("| `GRAD_REDUCE_IN_BF16` | 1 |",
                                                 "| `GRAD_REDUCE_IN_BF16` | 0 |"))
     assert docs.main(["--check", "--readme", str(stale)]) == 1
 
@@ -36,6 +39,13 @@ def test_quickstart_is_exactly_make_train_and_make_test():
     block = re.search(r"## Quickstart\n\n```bash\n(.*?)```", README.read_text(), re.S).group(1)
     commands = [line.split("#")[0].strip() for line in block.splitlines() if line.strip()]
     assert commands == ["make train", "make test"]
+
+
+def test_the_readme_is_a_front_page_that_links_every_page():
+    text = README.read_text()
+    assert len(text.splitlines()) < 200
+    for page in sorted((README.parent / "docs").glob("*.md")):
+        assert f"(docs/{page.name})" in text, page.name
 
 
 def _measured_toggles() -> set[str]:

@@ -9,7 +9,7 @@ all      the named parts of both for this GPU count, each its own JSON, skipping
          already complete, as many as fit in --budget-s (one command per session);
          --te: the Transformer Engine parts instead (peers-te, te-recipes, te-toggles-*)
 levers   regenerate docs/levers.json, docs/levers.md and docs/benchmarks.md from the JSONs
-readme   regenerate the README's performance block (between the perf-table markers)
+readme   regenerate docs/results.md's performance block (between the perf-table markers)
 table    print the markdown table of one benchmark JSON
 
 --plan prints the runs with estimated wall times and runs nothing.
@@ -402,8 +402,9 @@ def main(argv: list[str] | None = None) -> int:
     lv.add_argument("--docs-dir", default=None)
     lv.set_defaults(fn=cmd_levers)
 
-    rd = sub.add_parser("readme", help="regenerate README.md's perf-table block")
-    rd.add_argument("--readme", default=str(REPO_ROOT / "README.md"))
+    rd = sub.add_parser("readme", help="regenerate docs/results.md's perf-table block")
+    rd.add_argument("--readme", default=str(REPO_ROOT / "docs" / "results.md"),
+                    help="the page with the perf-table block (default: docs/results.md)")
     rd.add_argument("--bench-dir", default=None)
     rd.set_defaults(fn=cmd_readme)
 

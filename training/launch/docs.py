@@ -1,7 +1,8 @@
-"""README tables generated from the registry and the guards (one source of truth).
+"""The toggle, recipe and guard tables, generated from the registry and the guards (one source
+of truth), in docs/toggles.md (README.md is a front page that links there).
 
-`python -m training.launch.docs` rewrites the core's blocks between the markers in README.md;
-`--check` exits 1 when README.md is out of date (a test runs it). A recipe layer renders its
+`python -m training.launch.docs` rewrites the core's blocks between the markers in
+docs/toggles.md; `--check` exits 1 when the page is out of date (a test runs it). A recipe layer renders its
 own toggles and guards with the same functions into blocks of its own
 (`python -m training.mlperf.docs`).
 """
@@ -20,7 +21,8 @@ from .recipes import RECIPES, TE_NVIDIA, TE_ROCM, platforms_supporting, recipe_a
 from .settings import Settings, fmt_value
 from .toggles import LAUNCHER, REGISTRY, Form
 
-README = REPO_ROOT / "README.md"
+PAGE = REPO_ROOT / "docs" / "toggles.md"
+README = PAGE   # the name the recipe layers' generators and older callers use
 GROUP_TITLES = {
     "performance": "Performance toggles (default on; `=0` disables)",
     "model": "Model", "precision": "Precision", "backend": "Backend", "parallel": "Parallelism",
@@ -101,7 +103,7 @@ def render(text: str, blocks=None) -> str:
     for name, make in (BLOCKS if blocks is None else blocks).items():
         pattern = re.compile(rf"(<!-- {name}:begin -->\n)(?:.*?\n)?(<!-- {name}:end -->)", re.S)
         if not pattern.search(text):
-            raise SystemExit(f"README.md has no <!-- {name}:begin --> ... <!-- {name}:end --> block")
+            raise SystemExit(f"the page has no <!-- {name}:begin --> ... <!-- {name}:end --> block")
         text = pattern.sub(lambda m: m.group(1) + make() + "\n" + m.group(2), text)
     return text
 
@@ -109,18 +111,19 @@ def render(text: str, blocks=None) -> str:
 def main(argv: list[str] | None = None, blocks=None,
          prog: str = "python -m training.launch.docs") -> int:
     parser = ArgumentParser(prog=prog)
-    parser.add_argument("--check", action="store_true", help="exit 1 if README.md is stale")
-    parser.add_argument("--readme", type=Path, default=README)
+    parser.add_argument("--check", action="store_true", help="exit 1 if the page is stale")
+    parser.add_argument("--readme", "--page", type=Path, default=PAGE,
+                        help="the page with the blocks (default: docs/toggles.md)")
     args = parser.parse_args(argv)
     try:
         current = args.readme.read_text()
     except OSError as err:
-        return fail(f"{args.readme}: cannot read it ({err.strerror or err}); --readme names the "
-                    "README.md to regenerate")
+        return fail(f"{args.readme}: cannot read it ({err.strerror or err}); --page names the "
+                    "page to regenerate")
     fresh = render(current, blocks)
     if args.check:
         if fresh != current:
-            print(f"README.md is out of date: run `{prog}`", file=sys.stderr)
+            print(f"{args.readme.name} is out of date: run `{prog}`", file=sys.stderr)
             return 1
         return 0
     args.readme.write_text(fresh)
