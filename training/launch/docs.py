@@ -2,8 +2,8 @@
 of truth), in docs/toggles.md (README.md is a front page that links there).
 
 `python -m training.launch.docs` rewrites the core's blocks between the markers in
-docs/toggles.md; `--check` exits 1 when the page is out of date (a test runs it). A recipe layer renders its
-own toggles and guards with the same functions into blocks of its own
+docs/toggles.md; `--check` exits 1 when the page is out of date (a test runs it). A recipe
+layer renders its own toggles and guards with the same functions into blocks of its own
 (`python -m training.mlperf.docs`).
 """
 from __future__ import annotations
