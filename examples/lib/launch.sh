@@ -29,8 +29,8 @@ resolve_launch_with() {
     eval "$resolved"
 }
 
-# print_buckets: the run folder and the torchrun line (wrapped, still one command); with
-# VERBOSE=1 each bucket by name first. Exits here when DRY_RUN=1.
+# print_buckets: the run folder and the torchrun line (wrapped, still one command), last; with
+# VERBOSE=1 each bucket by name first and the line unwrapped. Exits here when DRY_RUN=1.
 print_buckets() {
     if [ "$VERBOSE" = 1 ]; then
         echo "GPT_ARGS:    ${GPT_ARGS[*]}"
@@ -43,10 +43,8 @@ print_buckets() {
     echo "LOG_DIR=$LOG_DIR"
     # the log's name when it is not the run folder's train.log (one per node of several)
     if [ "$VERBOSE" = 1 ] || [ "$LOG_FILE" != "$LOG_DIR/train.log" ]; then echo "LOG_FILE=$LOG_FILE"; fi
-    if [ "$DRY_RUN" = 1 ]; then
-        if [ "$VERBOSE" = 1 ]; then echo "$LAUNCH_LINE"; else echo "$LAUNCH_LINE_WRAPPED"; fi
-        exit 0
-    fi
+    if [ "$VERBOSE" = 1 ]; then echo "$LAUNCH_LINE"; else echo "$LAUNCH_LINE_WRAPPED"; fi
+    if [ "$DRY_RUN" = 1 ]; then exit 0; fi
     mkdir -p "$LOG_DIR"
 }
 
