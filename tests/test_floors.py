@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from training import floors
 
-GROUND = {"run_description", "platforms", "versions", "data", "cli"}
+GROUND = {"run_description", "platforms", "versions", "data", "cli", "quiet"}
 FAMILIES = {"mlperf", "checkpoint", "moe"}
 READERS = {"bench", "optimize", "profiling", "convergence"}
 RUN = {"pretrain_gpt", "arguments", "megatron_patches", "run", "specs", "native", "metrics",
