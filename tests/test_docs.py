@@ -128,14 +128,12 @@ def _env(sandbox: Path, **extra: str) -> dict[str, str]:
 
 
 def _module_source(module: str) -> str | None:
-    """The source text of a module and, for a package, of every file in it."""
+    """The source text of a module's package (a command may take its parser from a sibling)."""
     spec = importlib.util.find_spec(module.split()[0]) if module.startswith("training") else None
     if spec is None or spec.origin is None:
         return None
     path = Path(spec.origin)
-    files = sorted(path.parent.glob("*.py")) if path.name in ("__init__.py", "__main__.py") \
-        else [path]
-    return "\n".join(f.read_text() for f in files)
+    return "\n".join(f.read_text() for f in sorted(path.parent.glob("*.py")))
 
 
 def _check_python(words: list[str], where: str) -> None:
