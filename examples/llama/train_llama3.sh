@@ -7,8 +7,9 @@
 #   DRY_RUN=1 bash examples/llama/train_llama3.sh              # print the launch, touch no GPU
 #
 # Every knob is an environment variable or a KEY=VALUE word after the script name; Megatron
-# --flags may follow them. README.md lists the knobs; training/launch/ resolves them, prints
-# the table (value, source, reason) and refuses unsafe combinations before any GPU is used.
+# --flags may follow them. docs/toggles.md lists the knobs; training/launch/ resolves them, prints
+# what differs from the defaults (value, source, reason) and refuses unsafe combinations
+# before any GPU is used.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/launch.sh"
 

@@ -7,7 +7,7 @@
 #   MOE_GROUPED_GEMM=0 bash examples/moe/train_mixtral.sh          # Megatron's loop over the experts
 #   DRY_RUN=1 bash examples/moe/train_mixtral.sh NUM_LAYERS=8      # print the launch, touch no GPU
 #
-# The MoE knobs (EP, ETP, MOE_*) are in README.md's toggle table; docs/moe.md explains them.
+# The MoE knobs (EP, ETP, MOE_*) are in docs/toggles.md's table; docs/moe.md explains them.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib/launch.sh"
 

@@ -1,7 +1,7 @@
 """The toggle registry: the one place every knob of the launcher is defined.
 
 Each entry names the environment variable, its type, its default, the Megatron argument
-bucket it lands in and the flag(s) it emits. The README's toggle table, the DRY_RUN report
+bucket it lands in and the flag(s) it emits. The toggle table (docs/toggles.md), the DRY_RUN report
 and the tests are generated from or checked against this list; nothing else defines a knob.
 
 Buckets follow the Megatron argument group that defines each flag (checked by a test against
@@ -65,7 +65,7 @@ Emit = Callable[["Toggle", Any], list[Flags]]
 class Range:
     """The numbers a knob accepts (every float must also be finite): `low`/`high` bound it,
     inclusive unless `low_open`/`high_open`. Checked when the value is read, exit 2 before
-    torchrun; the README's values column shows `text`."""
+    torchrun; the toggle table's values column shows `text`."""
     low: float | None = None
     high: float | None = None
     low_open: bool = False
