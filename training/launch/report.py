@@ -171,9 +171,11 @@ def print_summary(launch: Launch, stream: TextIO) -> None:
         text.stylize(_SOURCE_STYLE.get(source, ""), 2, 2 + len(source))
         console.print(text, soft_wrap=True)
     _print_notices(console, launch, width)
-    hidden = len(launch.toggles) + len(launch.env) - len(rows)
-    console.print(_fill(f"({hidden} more at defaults: VERBOSE=1, or {TABLE_FILE} in the run "
-                        "folder)", width, ""), style="dim", soft_wrap=True)
+    shown_names = {name for name, *_ in rows}
+    hidden = sum(1 for name in (*(t.name for t in launch.toggles), *launch.env)
+                 if name not in shown_names)
+    console.print(_fill(f"({hidden} more: defaults, preset, derived; VERBOSE=1 or {TABLE_FILE} "
+                        "in the run folder)", width, ""), style="dim", soft_wrap=True)
 
 
 def print_report(launch: Launch, stream: TextIO | None = None) -> None:
