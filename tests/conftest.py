@@ -39,6 +39,16 @@ def verbose_launch(monkeypatch):
     monkeypatch.delenv("COLUMNS", raising=False)
 
 
+@pytest.fixture(autouse=True)
+def fresh_moe_metrics():
+    """Megatron's MoE metrics tracker is process-global and sizes each metric for the first
+    model that records it: a later test's model with more layers would index past it. Each test
+    starts without entries (only where Megatron's MoE logging is already imported)."""
+    logging_module = sys.modules.get("megatron.core.transformer.moe.moe_logging")
+    if logging_module is not None:
+        logging_module.get_moe_metrics_tracker()._metrics.clear()   # no public reset in 0.19.2
+
+
 @pytest.fixture
 def base_env(tmp_path):
     """A minimal environment for resolve(): no user toggles, runs under tmp_path."""

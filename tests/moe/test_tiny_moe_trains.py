@@ -48,6 +48,9 @@ def _train(aux_loss_coeff: float):
               loop=Namespace(router=stats))
     assert megatron_patches.apply(run, names=("moe_router_losses",)) == ["moe_router_losses"]
     gpt.train()
+    # Megatron's tracker is process-global: what an earlier test recorded and did not report
+    # would be averaged in (the suite's order, and its parallel workers, decide what ran before)
+    get_moe_metrics_tracker().clear()
     optimizer = torch.optim.AdamW(gpt.parameters(), lr=3e-3)
     positions = torch.arange(SEQ).unsqueeze(0).expand(BATCH, SEQ)
     losses, records = [], []
