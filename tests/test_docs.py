@@ -181,6 +181,10 @@ def _resolve(command: str, sandbox: Path, where: str) -> None:
     refused = set(re.findall(r"^(?:error: )?\[(\w+)\]", proc.stderr, re.M))
     if proc.returncode == 2 and refused and refused <= FILES_ELSEWHERE:
         return   # resolved; only the files the page's machine has are missing here
+    elsewhere = [value for value in (*env_words.values(), *(a.split("=", 1)[-1] for a in args))
+                 if "/" in value and not (sandbox / value).exists()]
+    if proc.returncode == 2 and any(f"{path}: no such file" in proc.stderr for path in elsewhere):
+        return   # a model folder or checkpoint of the page's machine
     assert proc.returncode == 0, f"{where}: {command}\n{proc.stderr[-2000:]}"
 
 
