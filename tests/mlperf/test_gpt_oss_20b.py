@@ -126,7 +126,7 @@ def test_ten_closed_runs_pass_the_package_rcp_and_recipe_checkers(mlperf_data, t
 
 
 def test_data_less_dry_run_of_the_closed_launch_on_mi355x(tmp_path):
-    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), "DRY_RUN": "1",
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"), "DRY_RUN": "1", "VERBOSE": "1",
            "PLATFORM": "mi355x", "GPUS_PER_NODE": "8", "PYTHON": sys.executable,
            "EXPERIMENT_DIR": str(tmp_path / "exp"), "MLPERF_CACHE_CLEAR_CMD": "true"}
     proc = subprocess.run(["bash", str(REPO / "examples/mlperf/gpt_oss_20b/run_gpt_oss_20b.sh"),

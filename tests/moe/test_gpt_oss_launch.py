@@ -148,7 +148,7 @@ def test_the_lean_step_applies_to_gpt_oss(base_env):
 
 def _script(tmp_path, *words, **env):
     full = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"),
-            "EXPERIMENT_DIR": str(tmp_path / "experiment"), "DRY_RUN": "1",
+            "EXPERIMENT_DIR": str(tmp_path / "experiment"), "DRY_RUN": "1", "VERBOSE": "1",
             "PYTHON": sys.executable}
     full.update({k: str(v) for k, v in env.items()})
     return subprocess.run(["bash", str(REPO / "examples/moe/train_gpt_oss.sh"), *words],

@@ -16,7 +16,7 @@ import sys
 from training.cli import ArgumentParser
 
 from .environment import SHELL_NAME
-from .secrets import mask_text
+from training.secrets import mask_text
 from .settings import BadInput, LaunchError
 
 
