@@ -30,7 +30,7 @@ def moe_reference():
     return run_layout(Layout(moe=True))
 
 
-def _same(got, reference):
+def assert_same(got, reference):
     """Loss, gradient norm and the norm weights' gradient norm of every step within RTOL of
     the one-process run's (the last not with the distributed optimizer: its grads are shards)."""
     assert len(got) == len(reference)
@@ -56,13 +56,13 @@ def test_the_reference_trains(dense_reference):
     pytest.param(Layout(pp=2, vpp=2), id="pp2-interleaved-vpp2"),
 ])
 def test_dense_layout_matches_one_process(layout, dense_reference):
-    _same(run_layout(layout), dense_reference)
+    assert_same(run_layout(layout), dense_reference)
 
 
 @pytest.mark.parametrize("dispatcher", ["alltoall", "allgather"])
 def test_expert_parallel_matches_one_process(dispatcher, moe_reference):
     """4 experts, top-2, EP=2 over the 2 data-parallel ranks, each token dispatcher."""
-    _same(run_layout(Layout(moe=True, ep=2, dp=2, dispatcher=dispatcher)), moe_reference)
+    assert_same(run_layout(Layout(moe=True, ep=2, dp=2, dispatcher=dispatcher)), moe_reference)
 
 
 def test_context_parallel_stops_at_attention_on_cpu_ranks():
@@ -82,4 +82,4 @@ def test_resume_across_layouts(tmp_path, dense_reference):
     run_layout(Layout(tp=2, sp=True, steps=2, save_to=str(tmp_path / "tp2")))
     resumed = run_layout(Layout(pp=2, vpp=2, steps=1, first_step=2,
                                 load_from=str(tmp_path / "tp2")))
-    _same(resumed, dense_reference[2:])
+    assert_same(resumed, dense_reference[2:])
