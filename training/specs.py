@@ -151,7 +151,7 @@ def moe_parts(args) -> dict[str, str]:
         return {}
     if not args.moe_grouped_gemm:
         return {"experts": "Megatron's SequentialMLP: one GEMM pair per expert, in turn"}
-    if args.moe_expert_impl != "native":
+    if getattr(args, "moe_expert_impl", "native") != "native":
         return {"experts": "Megatron's TEGroupedMLP on Transformer Engine's grouped linear",
                 "moe_permute": ("Transformer Engine's fused permute"
                                 if getattr(args, "moe_permute_fusion", False)
