@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from training import floors
 
-GROUND = {"run_description", "platforms", "versions", "data", "cli", "quiet", "secrets"}
+GROUND = {"run_description", "platforms", "versions", "data", "cli", "quiet", "credentials"}
 FAMILIES = {"mlperf", "checkpoint", "moe"}
 READERS = {"bench", "optimize", "profiling", "convergence"}
 RUN = {"pretrain_gpt", "arguments", "megatron_patches", "run", "specs", "native", "metrics",
@@ -17,7 +17,7 @@ def test_the_architecture_doc_table_is_the_generated_one():
 def test_the_floors_hold():
     edges = floors.graph()
     assert edges["run_description"] == set() and edges["platforms"] == set()
-    assert edges["secrets"] == set() and edges["cli"] <= {"secrets"}   # cli masks its errors
+    assert edges["credentials"] == set() and edges["cli"] <= {"credentials"}   # cli masks its errors
     # no family, reader, run or deploy; but the schema layer of the files we read back
     # (records: it raises the launcher's error type), and the run's parser in the generator of
     # the recorded flag list (launch/megatron_flags.py, run by hand, never at launch)
@@ -36,3 +36,20 @@ def test_the_graph_sees_lazy_and_relative_imports():
     edges = floors.graph()
     assert "data" in edges["launch"]          # `from training.data.check import ...` in a function
     assert "launch" in edges["mlperf"]        # relative and absolute
+
+
+def test_no_module_of_a_script_folder_shadows_the_standard_library():
+    """torchrun runs training/pretrain_gpt.py as a script, so training/ is first on sys.path
+    in the worker: a training/secrets.py was imported by numpy.random as the standard
+    `secrets`, torch's dynamo lost numpy, and every GPU run failed at Megatron's import
+    (2026-12-03). The same holds for any folder whose files are run as scripts."""
+    import sys
+    from pathlib import Path
+
+    root = Path(floors.TRAINING).parent
+    script_folders = {root / "training", *(p.parent for p in root.glob("training/**/__main__.py")),
+                      root / "dev" / "gpu", root / "tools"}
+    shadows = sorted(str(p.relative_to(root)) for folder in script_folders if folder.is_dir()
+                     for p in folder.glob("*.py")
+                     if p.stem in sys.stdlib_module_names and p.stem != "__main__")
+    assert not shadows, f"rename these (they shadow the standard library): {shadows}"

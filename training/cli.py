@@ -64,7 +64,7 @@ def finite_float(text: str) -> float:
 def fail(message: str, code: int = 2) -> int:
     """Print `error: message` (secrets masked) on stderr; return the exit status (for
     `return fail(...)`)."""
-    from training.secrets import mask_text
+    from training.credentials import mask_text
 
     print(f"error: {mask_text(message)}", file=sys.stderr)
     return code

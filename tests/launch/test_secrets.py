@@ -1,4 +1,4 @@
-"""Secrets (training/secrets.py: a credential word in the name, or a credential inside the
+"""Secrets (training/credentials.py: a credential word in the name, or a credential inside the
 value) are masked in the table and manifest.json and still reach the run (issues 20, 38)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from training.launch.__main__ import shell_assignments
 from training.launch.environment import MASK, is_secret
-from training.secrets import carries_credentials, mask_text, mask_value, shown
+from training.credentials import carries_credentials, mask_text, mask_value, shown
 from training.launch.manifest import launch_manifest
 from training.launch.report import print_report
 

@@ -47,7 +47,7 @@ from training.cli import ArgumentParser
 from training.deploy.scripts import example_script
 from training.launch.guards import is_loopback
 from training.launch.runfolder import node_log_name
-from training.secrets import mask_text, secret_pair
+from training.credentials import mask_text, secret_pair
 from training.launch.settings import BadInput, LaunchError
 from training.launch.toggles import host_problem
 

@@ -18,7 +18,7 @@ environment). What the command holds:
             TEE_OUTPUT, ...), the launcher's environment presets and
             NCCL_/RCCL_/HSA_/HIP_/NVTE_ variables you set; names in DOCKER_ENV are passed by
             name (-e NAME: the value stays out of the printed command, e.g. HF_TOKEN), and so
-            is every secret (training/secrets.py: a name such as DB_PASS or GITHUB_PAT,
+            is every secret (training/credentials.py: a name such as DB_PASS or GITHUB_PAT,
             or a value holding user:password@ or ?token=): a KEY=VALUE word of one is put in
             docker's environment for `-e NAME` to read instead of riding on the command line
   image     DOCKER_IMAGE, else training:cuda / training:rocm (built from docker/, docs/launch.md)
@@ -38,7 +38,7 @@ from pathlib import Path
 
 from training import REPO_ROOT
 from training.launch.environment import PRESETS, SHELL_NAME, USER_FAMILIES
-from training.secrets import mask_text, secret_pair
+from training.credentials import mask_text, secret_pair
 from training.deploy.scripts import example_script
 from training.launch.runfolder import git_sha
 from training.launch.settings import BadInput, LaunchError

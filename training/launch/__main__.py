@@ -16,7 +16,7 @@ import sys
 from training.cli import ArgumentParser
 
 from .environment import SHELL_NAME
-from training.secrets import mask_text
+from training.credentials import mask_text
 from .settings import BadInput, LaunchError
 
 

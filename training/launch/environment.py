@@ -88,8 +88,8 @@ USER_FAMILIES = ("NCCL_", "RCCL_", "TORCH_NCCL_", "HSA_", "HIP_", "GPU_MAX_", "N
                  "PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF", "CUDA_DEVICE_MAX_CONNECTIONS",
                  "HF_TOKEN")
 
-# Secrets (what is one, how it is masked) are decided in one place: training/secrets.py.
-from training.secrets import MASK, is_secret, shown  # noqa: E402,F401  (the names the readers import)
+# Secrets (what is one, how it is masked) are decided in one place: training/credentials.py.
+from training.credentials import MASK, is_secret, shown  # noqa: E402,F401  (the names the readers import)
 
 
 def applies(preset: EnvPreset, vendor: str | None, platform: str | None, backend: str | None,

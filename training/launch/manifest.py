@@ -13,7 +13,7 @@ from training import REPO_ROOT
 from training.versions import launcher_versions
 
 from .environment import shown
-from training.secrets import mask_text
+from training.credentials import mask_text
 from .resolve import Launch
 from .runfolder import git_sha, mark_ours, package_versions, write_json_atomic
 from .settings import fmt_value

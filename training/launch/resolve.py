@@ -25,7 +25,7 @@ from training.run_description import Model, RunDescription
 from . import capabilities as capabilities_mod
 from . import megatron_info
 from .environment import resolve_environment
-from training.secrets import carries_credentials, is_secret, mask_text, mask_value
+from training.credentials import carries_credentials, is_secret, mask_text, mask_value
 from .guards import GUARDS, LaunchContext, run_guards, visible_gpu_count
 from .layers import (LayerEntry, RecipeLayer, RecipeValue, apply_layers, entry_elsewhere,
                      registry_with)
@@ -183,7 +183,7 @@ def _initial_settings(family: str, toggles: tuple[Toggle, ...], environ: dict[st
 def _refuse_credentials_on_the_command_line(settings: Settings, user_args: list[str]) -> None:
     """A toggle's value becomes a torchrun argument (seen by every user of the node through
     ps) and a manifest entry: one that carries a password or token is refused, and so is a
-    --flag after the script whose name says it holds one (training/secrets.py)."""
+    --flag after the script whose name says it holds one (training/credentials.py)."""
     for name, setting in settings.values.items():
         value = setting.value
         if setting.source in USER_SOURCES and isinstance(value, str) and carries_credentials(value):
