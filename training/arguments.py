@@ -141,8 +141,7 @@ def _given(argv: list[str], flag: str) -> str | None:
 
 
 # the setting each of step_host_reads' host reads names, as a plain torchrun's fix
-_AS_FLAGS = {"CROSS_ENTROPY_LOSS_FUSION": "drop --cross-entropy-loss-fusion",
-             "NAN_CHECK": "use --nan-check step",
+_AS_FLAGS = {"NAN_CHECK": "use --nan-check step",
              "MOE_DEVICE_COUNTS": "add --moe-device-counts"}
 
 
@@ -210,10 +209,7 @@ def as_the_launcher(argv: list[str], caps=None) -> tuple[list[str], list[str]]:
                                    f"at EP = TP = 1; here: "
                                    f"{'; '.join(why)}: drop --moe-device-counts.")
     if getattr(args, "cuda_graph_impl", "none") == "full_iteration":   # the guard cuda_graph
-        reads = step_host_reads(backend, args.cross_entropy_loss_fusion,
-                                args.tensor_model_parallel_size, args.context_parallel_size,
-                                kernels,
-                                args.nan_check, args.num_experts or 0, args.moe_device_counts)
+        reads = step_host_reads(args.nan_check, args.num_experts or 0, args.moe_device_counts)
         if reads:
             raise ArgumentConflict("--cuda-graph-impl full_iteration captures the whole step, "
                                    "which must not read the GPU from the host; here: "

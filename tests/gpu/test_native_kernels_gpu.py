@@ -56,6 +56,26 @@ def test_liger_fused_linear_ce_matches_chunked_torch(chunk_mem):
     assert abs(out["torch"][0].item() - full.item()) / full.item() < 1e-3
 
 
+def test_liger_fused_linear_ce_never_reads_the_gpu_from_the_host():
+    """Forward and backward under CUDA's sync debug mode set to error: a host read (Liger's
+    own entry does two per micro-batch) raises."""
+    from training.native.cross_entropy import IGNORE_INDEX, linear_cross_entropy_sum
+
+    hidden = torch.randn(1024, 256, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    weight = (torch.randn(4096, 256, device="cuda", dtype=torch.bfloat16) * 0.02).requires_grad_()
+    target = torch.randint(0, 4096, (1024,), device="cuda")
+    target[::3] = IGNORE_INDEX
+    scale = torch.tensor(0.25, device="cuda")
+    linear_cross_entropy_sum(hidden, weight, target, "liger", chunk_mem=1)   # compile first
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        loss = linear_cross_entropy_sum(hidden, weight, target, "liger", chunk_mem=1)
+        torch.autograd.grad(loss * scale, (hidden, weight))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
 @pytest.mark.parametrize("impl", ["liger", "fused"])
 def test_rmsnorm_kernels_match_torch(impl):
     from training.native import norm

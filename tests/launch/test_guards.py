@@ -479,16 +479,16 @@ def test_recipe_variable_without_its_switch_is_refused_with_the_rest(base_env):
 
 # -- CUDA_GRAPH ------------------------------------------------------------------------------------
 
-def test_cuda_graph_turns_off_liger_cross_entropy_and_keeps_the_capture_out_of_the_measure(
+def test_cuda_graph_keeps_the_fused_cross_entropy_and_the_capture_out_of_the_measure(
         base_env):
-    """full_iteration on the native backend: Liger's fused linear CE (an .item() per
-    micro-batch) is the default's only host read: turned off with the reason; the eager
-    iterations and the capture's are not steady steps."""
+    """full_iteration on the native backend: the fused linear CE runs Liger's kernel without a
+    host read (training/native/cross_entropy.py), so it stays on; the eager iterations and the
+    capture's are not steady steps."""
     from .helpers import megatron_args
 
     result = launch(base_env, CUDA_GRAPH="full_iteration", TOTAL_ITERS=10)   # default 2
     ce = result.settings.setting("CROSS_ENTROPY_LOSS_FUSION")
-    assert ce.value is False and ce.source == "guard" and ".item()" in ce.reason
+    assert ce.value is True and ce.source == "default"
     warmup = result.settings.setting("METRICS_WARMUP_ITERS")
     assert warmup.value == 4 and warmup.source == "guard"
     args = megatron_args(result)   # Megatron's parser and validate_args accept it
@@ -498,7 +498,6 @@ def test_cuda_graph_turns_off_liger_cross_entropy_and_keeps_the_capture_out_of_t
 
 
 @pytest.mark.parametrize("toggles,needle", [
-    ({"CROSS_ENTROPY_LOSS_FUSION": 1}, "set CROSS_ENTROPY_LOSS_FUSION=0"),
     ({"NAN_CHECK": "bucket"}, "set NAN_CHECK=step"),
     ({"METRICS_WARMUP_ITERS": 3}, "METRICS_WARMUP_ITERS=4 or more"),
     ({"CUDA_GRAPH_WARMUP": 0}, "at least one eager iteration"),
@@ -512,10 +511,9 @@ def test_cuda_graph_flag_after_the_script_name_is_the_toggle(base_env):
     """Megatron's --cuda-graph-impl given by hand goes through the same guard."""
     result = launch(base_env, words=["--cuda-graph-impl", "full_iteration"])
     assert result.settings["CUDA_GRAPH"] == "full_iteration"
-    assert result.settings["CROSS_ENTROPY_LOSS_FUSION"] is False
+    assert result.settings["CROSS_ENTROPY_LOSS_FUSION"] is True
     with pytest.raises(Refusals) as err:
-        launch(base_env, words=["--cuda-graph-impl", "full_iteration"],
-               CROSS_ENTROPY_LOSS_FUSION=1)
+        launch(base_env, words=["--cuda-graph-impl", "full_iteration"], NAN_CHECK="bucket")
     assert "cuda_graph" in [r.guard for r in err.value.refusals]
 
 

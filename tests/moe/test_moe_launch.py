@@ -202,24 +202,25 @@ def test_device_counts_only_where_the_counts_are_the_dispatchers_only_host_value
         assert why in msg and "MOE_DEVICE_COUNTS=0" in msg
 
 
-LEAN = {"MOE_DEVICE_COUNTS": True, "CROSS_ENTROPY_LOSS_FUSION": False,
-        "ADAM_MOMENTS_DTYPE": "bf16", "MASTER_WEIGHTS": "remainder"}
+LEAN = {"MOE_DEVICE_COUNTS": True, "ADAM_MOMENTS_DTYPE": "bf16", "MASTER_WEIGHTS": "remainder"}
 
 
 def test_the_lean_step_is_the_moe_default_where_no_host_synchronisation_is_left(base_env):
-    """Native backend, EP = TP = 1, grouped, dropless, bf16: the four settings come from the
-    MoE layer with source "recipe" and a reason; MOE_LEAN_STEP=0 gives the core defaults."""
+    """Native backend, EP = TP = 1, grouped, dropless, bf16: the three settings come from the
+    MoE layer with source "recipe" and a reason, the fused cross-entropy stays on (sync-free);
+    MOE_LEAN_STEP=0 gives the core defaults."""
     result = moe(base_env, TRANSFORMER_IMPL="native", NUM_LAYERS=4)
     for name, value in LEAN.items():
         setting = result.settings.values[name]
         assert (setting.value, setting.source) == (value, "recipe"), name
         assert setting.reason.startswith("moe: MOE_LEAN_STEP: "), name
     args = megatron_args(result)
-    assert args.moe_device_counts and not args.cross_entropy_loss_fusion
+    assert args.moe_device_counts and args.cross_entropy_loss_fusion
     assert "bf" in str(args.exp_avg_dtype) and "bf" in str(args.exp_avg_sq_dtype)
     assert args.master_weights == "remainder"
     core = moe(base_env, TRANSFORMER_IMPL="native", NUM_LAYERS=4, MOE_LEAN_STEP=0)
-    assert [core.settings[name] for name in LEAN] == [False, True, "fp32", "fp32"]
+    assert [core.settings[name] for name in LEAN] == [False, "fp32", "fp32"]
+    assert core.settings["CROSS_ENTROPY_LOSS_FUSION"] is True
     assert not core.recipe_values
 
 

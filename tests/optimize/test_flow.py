@@ -360,7 +360,7 @@ def test_a_cuda_graph_is_recommended_only_for_a_step_without_host_reads(tmp_path
     """CUDA_GRAPH=full_iteration is proposed where the guard cuda_graph would take the run as
     it is (the lean MoE step: counts on the GPU, Megatron's cross-entropy), quoted from its
     measured row; not where the step reads the GPU from the host (the MoE core defaults'
-    host counts, Liger's fused cross-entropy in the dense default) nor where it is already on."""
+    host counts), not on a dense model (its graph is unmeasured), nor where it is already on."""
     committed = json.loads((REPO / "docs" / "levers.json").read_text())
     measured = [e for e in committed["levers"] if e["set"] == "CUDA_GRAPH=full_iteration"]
     assert measured, "docs/levers.json measures CUDA_GRAPH=full_iteration"

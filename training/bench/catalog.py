@@ -503,6 +503,12 @@ MOE_PARTS = (
     ("moe-levers-graph", "toggles", ("CUDA_GRAPH=full_iteration",)),
     # the lean step on the other MoE family (few wide experts, top-2: MIXTRAL_SHAPE)
     ("moe-levers-lean-mixtral", "toggles", ("MOE_LEAN_STEP",)),
+    # issue 37's bar on the native backend (TRANSFORMER_IMPL=auto's MoE choice on SM90): ours
+    # at the default against the compiled HF peer, same call
+    ("moe-peers-compile", "peers", ("native", "hf_compile")),
+    # the fused linear cross-entropy in the lean step since it reads nothing on the host
+    # (session 14) against Megatron's cross-entropy over the logits (the lean step's before)
+    ("moe-levers-ce", "toggles", ("CROSS_ENTROPY_LOSS_FUSION",)),
 )
 # gpt-oss-20b cut to 8 layers (same width, 32 experts, top-4, sinks, the alternating window; the
 # lean step's estimate 90.6 GiB on one H200), seq 8192, global batch 8: ours at the gpt-oss

@@ -416,8 +416,7 @@ def te_cross_entropy(ctx: LaunchContext) -> None:
 def cuda_graph(ctx: LaunchContext) -> None:
     """A CUDA graph of the step needs no host read of the GPU in it, bf16, an unmeasured capture.
 
-    Liger's fused linear CE is turned off where it was only the default; the other host reads
-    (training.launch.toggles.step_host_reads) are refused."""
+    The host reads (training.launch.toggles.step_host_reads) are refused."""
     s = ctx.settings
     if s["CUDA_GRAPH"] == "none":
         if s.is_explicit("CUDA_GRAPH_WARMUP"):
@@ -438,16 +437,9 @@ def cuda_graph(ctx: LaunchContext) -> None:
                                     "bf16 only (a low-precision recipe's scaling state updates "
                                     "inside the graph, untested). Use PRECISION=bf16 or "
                                     "CUDA_GRAPH=none.")
-    reads = step_host_reads(ctx.backend, bool(s["CROSS_ENTROPY_LOSS_FUSION"]), s["TP"], s["CP"],
-                            s["NATIVE_KERNELS"], s["NAN_CHECK"], ctx.preset.num_experts or 0,
+    reads = step_host_reads(s["NAN_CHECK"], ctx.preset.num_experts or 0,
                             bool(s.get("MOE_DEVICE_COUNTS")))
-    refused = []
-    for name, why, fix in reads:
-        if name == "CROSS_ENTROPY_LOSS_FUSION" and not s.is_explicit(name):
-            s.correct(name, False, "cuda_graph", f"{why}, which a CUDA graph cannot capture: "
-                                                 "Megatron's cross-entropy instead")
-        else:
-            refused.append(f"{why}: set {fix}")
+    refused = [f"{why}: set {fix}" for _name, why, fix in reads]
     if refused:
         raise Refusal("cuda_graph", f"CUDA_GRAPH={s['CUDA_GRAPH']} captures the whole step, "
                                     "which must not read the GPU from the host; here: "

@@ -550,11 +550,10 @@ REGISTRY: tuple[Toggle, ...] = (
            "and backward of every micro-batch captured as one graph after CUDA_GRAPH_WARMUP "
            "eager iterations, then replayed, so the host issues one launch instead of every "
            "kernel; the batches are copied into static buffers). It needs a step with no host "
-           "synchronisation inside it: the guard cuda_graph refuses or turns off what reads the "
-           "GPU from the host (Liger's fused linear cross-entropy, NAN_CHECK=bucket, an MoE "
-           "dispatcher with host counts). Off by default: the dense default's fused "
-           "cross-entropy reads the host, and the measured gain is the lean MoE step's "
-           "(docs/levers.md); the advisor proposes it where a step qualifies.",
+           "synchronisation inside it: the guard cuda_graph refuses what reads the GPU from the "
+           "host (NAN_CHECK=bucket, an MoE dispatcher with host counts). Off by default: the "
+           "measured gain is the lean MoE step's (docs/levers.md); the advisor proposes it "
+           "where a step qualifies.",
            flag="--cuda-graph-impl", choices=("none", "full_iteration"), group="training",
            when=lambda s: s["CUDA_GRAPH"] != "none", levers=True),
     Toggle("CUDA_GRAPH_WARMUP", "int", 3, GPT_ARGS,
@@ -841,18 +840,14 @@ def fused_linear_ce(backend: str, ce_fusion: bool, tp: int, cp: int, kernels: st
     return None, f"the {backend} backend: Megatron's fused cross-entropy"
 
 
-def step_host_reads(backend: str, ce_fusion: bool, tp: int, cp: int, kernels: str | None,
-                    nan_check: str, experts: int, device_counts: bool
+def step_host_reads(nan_check: str, experts: int, device_counts: bool
                     ) -> list[tuple[str, str, str]]:
     """What reads the GPU from the host inside a training step, as (setting, why, the setting
-    that avoids it): a CUDA graph of the step (CUDA_GRAPH) cannot capture it. One rule for the guard cuda_graph and a plain
-    torchrun (training.arguments)."""
+    that avoids it): a CUDA graph of the step (CUDA_GRAPH) cannot capture it. One rule for the
+    guard cuda_graph and a plain torchrun (training.arguments). The fused linear
+    cross-entropy is not among them: Liger's kernel runs in a loop of ours without a host read
+    (training/native/cross_entropy.py, SyncFreeLigerLinearCrossEntropy)."""
     reads = []
-    if fused_linear_ce(backend, ce_fusion, tp, cp, kernels)[0] == "liger":
-        reads.append(("CROSS_ENTROPY_LOSS_FUSION", "Liger's fused linear cross-entropy reads its "
-                                                   "token count on the host (.item()) once per "
-                                                   "micro-batch",
-                      "CROSS_ENTROPY_LOSS_FUSION=0"))
     if nan_check == "bucket":
         reads.append(("NAN_CHECK", "NAN_CHECK=bucket checks every gradient bucket on the host "
                                    "(megatron-core asserts --no-check-for-nan-in-loss-and-grad "

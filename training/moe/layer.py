@@ -79,10 +79,10 @@ TOGGLES: tuple[Toggle, ...] = (
            "on either backend, EP = TP = ETP = 1, dropless, all-to-all; bf16 or an fp8 recipe; "
            "the distributed optimizer "
            "without offload, ADAM_BETA2 <= 0.99), the "
-           "MoE launch's defaults for four settings the user left unset: MOE_DEVICE_COUNTS=1, "
-           "CROSS_ENTROPY_LOSS_FUSION=0 (Liger's fused linear CE reads its token count on the "
-           "host once per micro-batch), ADAM_MOMENTS_DTYPE=bf16 and MASTER_WEIGHTS=remainder "
-           "(exact fp32 masters in 2 B). Measured together against the core defaults (bench "
+           "MoE launch's defaults for three settings the user left unset: MOE_DEVICE_COUNTS=1, "
+           "ADAM_MOMENTS_DTYPE=bf16 and MASTER_WEIGHTS=remainder (exact fp32 masters in 2 B); "
+           "the fused linear cross-entropy stays on (sync-free since session 14; before, "
+           "Liger's own entry read the host and the lean step turned it off). Measured together against the core defaults (bench "
            "parts moe-levers-syncfree, moe-levers-lean, moe-levers-lean-mixtral): faster and "
            "smaller on Qwen3's many small experts, where each alone was within noise; on "
            "Mixtral's few wide ones smaller at the same speed. 0: the core defaults.",
@@ -287,9 +287,6 @@ def moe_aux_loss(ctx: LaunchContext) -> None:
 
 LEAN_STEP = (("MOE_DEVICE_COUNTS", True, "the tokens per expert stay on the GPU (no wait in "
                                          "each MoE layer's dispatch)"),
-             ("CROSS_ENTROPY_LOSS_FUSION", False, "Megatron's cross-entropy: Liger's fused "
-                                                  "linear one waits for the GPU once per "
-                                                  "micro-batch"),
              ("ADAM_MOMENTS_DTYPE", "bf16", "16-bit Adam moments"),
              ("MASTER_WEIGHTS", "remainder", "exact fp32 masters as 16-bit remainders"))
 
