@@ -508,7 +508,9 @@ MOE_PARTS = (
     ("moe-peers-compile", "peers", ("native", "hf_compile")),
     # the fused linear cross-entropy in the lean step since it reads nothing on the host
     # (session 14) against Megatron's cross-entropy over the logits (the lean step's before)
-    ("moe-levers-ce", "toggles", ("CROSS_ENTROPY_LOSS_FUSION",)),
+    # and in larger chunks (at hidden 2048 the default makes 8 chunks of 512 tokens, each a
+    # pass over the bf16 output-weight gradient)
+    ("moe-levers-ce", "toggles", ("CROSS_ENTROPY_LOSS_FUSION", "CE_CHUNK_MEM=32")),
 )
 # gpt-oss-20b cut to 8 layers (same width, 32 experts, top-4, sinks, the alternating window; the
 # lean step's estimate 90.6 GiB on one H200), seq 8192, global batch 8: ours at the gpt-oss
