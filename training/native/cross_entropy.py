@@ -78,7 +78,8 @@ class SyncFreeLigerLinearCrossEntropy(torch.autograd.Function):
         rows = liger_chunk_rows(tokens, vocab, width, chunk_mem)
         grad_hidden = torch.empty_like(hidden)
         grad_weight = torch.zeros_like(weight)
-        loss_rows = torch.empty(tokens, dtype=torch.float32, device=hidden.device)
+        # zeros: the kernel returns early on an ignored token without writing its loss
+        loss_rows = torch.zeros(tokens, dtype=torch.float32, device=hidden.device)
         logits = torch.empty((rows, vocab), dtype=hidden.dtype, device=hidden.device)
         target = target.contiguous()
         block = min(MAX_FUSED_SIZE, 1 << (vocab - 1).bit_length())   # Liger's launch settings
