@@ -1,10 +1,12 @@
 """What is a secret, decided once: by a variable's name, and by what a value carries.
 
 A name is a secret when one of its parts (split at "_" or "-") is a credential word:
-TOKEN(S), KEY(S), SECRET(S), PASS, PASSWD, PASSWORD, PASSPHRASE, PWD, PAT, CREDENTIAL(S),
-CRED(S), AUTH, COOKIE, SESSION, SIGNATURE, or ends with one of the long ones (HFTOKEN,
-APIKEY). So HF_TOKEN, WANDB_API_KEY, DB_PASS, API_KEYS, GITHUB_PAT, SSH_PASSPHRASE are;
-TOKENIZER_MODEL, DATA_PATH and PWD (the shell's folder) are not.
+SECRET(S), PASS, PASSWD, PASSWORD, PASSPHRASE, PWD, CREDENTIAL(S), CRED(S), COOKIE,
+SIGNATURE, PRIVATE, or ends with one of the long ones (HFTOKEN, APIKEY); the words that also
+name training things, TOKEN(S), KEY(S), PAT, AUTH and SESSION, count as its last part only.
+So HF_TOKEN, WANDB_API_KEY, DB_PASS, API_KEYS, GITHUB_PAT, SSH_PASSPHRASE are;
+TOKENIZER_MODEL, MOE_TOKEN_DISPATCHER (--moe-token-dispatcher-type), DATA_PATH and PWD (the
+shell's folder) are not.
 
 A value carries a credential when it holds a URL's `user:password@`, a bare
 `user:password@host`, a query parameter such as `?token=...` / `&key=...`, or a token with a
@@ -23,9 +25,11 @@ import re
 MASK = "****"
 
 _EXACT = frozenset({
-    "TOKEN", "TOKENS", "KEY", "KEYS", "SECRET", "SECRETS", "PASS", "PASSWD", "PASSWORD",
-    "PASSWORDS", "PASSPHRASE", "PWD", "PAT", "CREDENTIAL", "CREDENTIALS", "CRED", "CREDS",
-    "AUTH", "COOKIE", "SESSION", "SIGNATURE", "APIKEY", "PRIVATE"})
+    "SECRET", "SECRETS", "PASS", "PASSWD", "PASSWORD", "PASSWORDS", "PASSPHRASE", "PWD",
+    "CREDENTIAL", "CREDENTIALS", "CRED", "CREDS", "COOKIE", "SIGNATURE", "APIKEY", "PRIVATE"})
+# Credential words that also name training things (MOE_TOKEN_DISPATCHER, a key-value cache):
+# a secret only as the name's last part (HF_TOKEN, WANDB_API_KEY, GITHUB_PAT).
+_LAST = frozenset({"TOKEN", "TOKENS", "KEY", "KEYS", "PAT", "AUTH", "SESSION"})
 _ENDINGS = ("TOKEN", "TOKENS", "APIKEY", "SECRET", "PASSWORD", "PASSWD", "PASSPHRASE",
             "CREDENTIALS", "ACCESSKEY")
 _NOT_SECRET = frozenset({"PWD", "OLDPWD"})
@@ -55,7 +59,9 @@ def is_secret(name: str) -> bool:
     if upper in _NOT_SECRET:
         return False
     parts = [p for p in re.split(r"[_\-]", upper) if p]
-    return any(p in _EXACT or p.endswith(_ENDINGS) for p in parts)
+    return bool(parts) and (parts[-1] in _LAST
+                            or any(p in _EXACT or (p.endswith(_ENDINGS) and p not in _LAST)
+                                   for p in parts))
 
 
 def carries_credentials(value: str) -> bool:

@@ -27,9 +27,21 @@ def test_secret_names(name):
 
 @pytest.mark.parametrize("name", ["TOKENIZER_MODEL", "TOKENIZERS_PARALLELISM", "NCCL_DEBUG",
                                   "KEYBOARD_LAYOUT", "MASTER_ADDR", "HSA_NO_SCRATCH_RECLAIM",
-                                  "PWD", "OLDPWD", "DATA_PATH", "COMPAT_MODE", "PATCH_LEVEL"])
+                                  "PWD", "OLDPWD", "DATA_PATH", "COMPAT_MODE", "PATCH_LEVEL",
+                                  # training words: a credential word only as the last part
+                                  "MOE_TOKEN_DISPATCHER", "--moe-token-dispatcher-type",
+                                  "MOE_TOKEN_DROP_POLICY", "KEY_VALUE_CACHE", "HF_TOKEN_PATH"])
 def test_not_secret_names(name):
     assert not is_secret(name)
+
+
+def test_the_moe_dispatcher_is_shown_in_the_torchrun_line():
+    """MOE_TOKEN_DISPATCHER's value was masked as a credential (`****` in the copy-pasteable
+    torchrun line and the manifest; session 14)."""
+    line = "--moe-token-dispatcher-type alltoall --moe-token-drop-policy probs --hf-token abc"
+    assert mask_text(line) == ("--moe-token-dispatcher-type alltoall --moe-token-drop-policy "
+                               "probs --hf-token ****")
+    assert shown("MOE_TOKEN_DISPATCHER", "alltoall") == "alltoall"
 
 
 def test_secrets_are_masked_in_the_table_and_manifest_and_still_exported(base_env):

@@ -31,14 +31,17 @@ def _tools(monkeypatch, tmp_path, runner):
 
 def test_moe_parts_come_last_at_one_gpu_with_their_own_shape():
     names = [part for _kind, part, _keys in cli.parts_for(1)]
-    assert names[-11:] == ["moe-peers", "moe-levers", "moe-peers-torchtitan",
+    assert names[-13:] == ["moe-peers", "moe-levers", "moe-peers-torchtitan",
                            "moe-levers-permute", "moe-levers-host", "moe-levers-sync",
                            "moe-levers-syncfree", "moe-levers-lean", "moe-levers-graph",
-                           "moe-levers-lean-mixtral", "gpt-oss-peers"]
+                           "moe-levers-lean-mixtral", "moe-peers-compile", "moe-levers-ce",
+                           "gpt-oss-peers"]
     assert "moe-peers" not in [part for _k, part, _ks in cli.parts_for(2)]
     shape = catalog.MOE_SHAPE
     assert shape.preset == "qwen3-30B-A3B" and shape.tag() == TAG
     assert (shape.seq_length, shape.global_batch, shape.repeats) == (4096, 8, 2)
+    # the lean step's default CUDA graph is captured at iteration 4: measured after it
+    assert shape.warmup >= 4
     assert SCRIPTS[shape.family] == "examples/moe/train_qwen3_moe.sh"
     mixtral = catalog.PART_SHAPES["moe-levers-lean-mixtral"]
     assert mixtral.tag() == "mixtral-8x7B-4L_seq4096" and mixtral.backend == "native"

@@ -551,9 +551,10 @@ REGISTRY: tuple[Toggle, ...] = (
            "eager iterations, then replayed, so the host issues one launch instead of every "
            "kernel; the batches are copied into static buffers). It needs a step with no host "
            "synchronisation inside it: the guard cuda_graph refuses what reads the GPU from the "
-           "host (NAN_CHECK=bucket, an MoE dispatcher with host counts). Off by default: the "
-           "measured gain is the lean MoE step's (docs/levers.md); the advisor proposes it "
-           "where a step qualifies.",
+           "host (NAN_CHECK=bucket, an MoE dispatcher with host counts). Off by default, but "
+           "the lean MoE step's default on the native backend in bf16, where it measured "
+           "faster (docs/levers.md, docs/moe.md); the advisor proposes it where a step "
+           "qualifies.",
            flag="--cuda-graph-impl", choices=("none", "full_iteration"), group="training",
            when=lambda s: s["CUDA_GRAPH"] != "none", levers=True),
     Toggle("CUDA_GRAPH_WARMUP", "int", 3, GPT_ARGS,

@@ -81,6 +81,8 @@ TOGGLES: tuple[Toggle, ...] = (
            "without offload, ADAM_BETA2 <= 0.99), the "
            "MoE launch's defaults for three settings the user left unset: MOE_DEVICE_COUNTS=1, "
            "ADAM_MOMENTS_DTYPE=bf16 and MASTER_WEIGHTS=remainder (exact fp32 masters in 2 B); "
+           "on the native backend in bf16 also CUDA_GRAPH=full_iteration (the step captured "
+           "once, replayed without a launch per kernel; where the run is long enough); "
            "the fused linear cross-entropy stays on (sync-free since session 14; before, "
            "Liger's own entry read the host and the lean step turned it off). Measured together against the core defaults (bench "
            "parts moe-levers-syncfree, moe-levers-lean, moe-levers-lean-mixtral): faster and "
@@ -307,10 +309,42 @@ def lean_step_conflicts(s) -> list[str]:
     return why
 
 
+LEAN_GRAPH = ("Megatron's full-iteration CUDA graph of the lean step: one launch per "
+              "micro-batch instead of every kernel, so the step no longer waits on the host "
+              "(measured faster on the lean step: docs/levers.md, the CUDA_GRAPH rows)")
+
+
+def lean_graph_conflicts(s) -> list[str]:
+    """Why the lean step is not graphed here (none: CUDA_GRAPH=full_iteration is its default).
+    Only where the graph was measured and tested: the native backend in bf16, a plain step."""
+    why = []
+    if s["TRANSFORMER_IMPL"] != "native":
+        why.append(f"TRANSFORMER_IMPL={s['TRANSFORMER_IMPL']} (the graph is measured on the "
+                   "native backend only)")
+    if s["PRECISION"] != "bf16":
+        why.append(f"PRECISION={s['PRECISION']} (the graph is tried at bf16 only)")
+    if s["NAN_CHECK"] == "bucket":
+        why.append("NAN_CHECK=bucket (a host read per gradient bucket)")
+    if s["RECOMPUTE"] != "none":
+        why.append(f"RECOMPUTE={s['RECOMPUTE']} (untested under the graph)")
+    if s["PROFILE"] != "none":
+        why.append(f"PROFILE={s['PROFILE']} (a replayed graph hides the step's kernels from "
+                   "the trace's host ranges)")
+    need = s["CUDA_GRAPH_WARMUP"] + 1      # the eager iterations and the capture's
+    if s.is_explicit("METRICS_WARMUP_ITERS") and s["METRICS_WARMUP_ITERS"] < need:
+        why.append(f"METRICS_WARMUP_ITERS={s['METRICS_WARMUP_ITERS']} (it would measure the "
+                   f"eager iterations and the capture; {need} or more allows the graph)")
+    if s["TOTAL_ITERS"] is not None and s["TOTAL_ITERS"] <= need:
+        why.append(f"TOTAL_ITERS={s['TOTAL_ITERS']} (the graph, captured at iteration {need}, "
+                   "would never be replayed)")
+    return why
+
+
 def lean_step(settings) -> list[RecipeValue]:
     """MOE_LEAN_STEP's defaults where they apply (moe-levers-syncfree, session 11: 1.259x
-    together, each part within noise alone); where they do not, MOE_LEAN_STEP is shown 0 with
-    why (a user's 1 there is refused by the guard moe_lean_step)."""
+    together, each part within noise alone), and the step graphed where that was measured
+    (lean_graph_conflicts); where they do not, MOE_LEAN_STEP is shown 0 with why (a user's 1
+    there is refused by the guard moe_lean_step)."""
     if not settings["MOE_LEAN_STEP"]:
         return []
     why = lean_step_conflicts(settings)
@@ -318,8 +352,15 @@ def lean_step(settings) -> list[RecipeValue]:
         if not settings.is_explicit("MOE_LEAN_STEP"):
             settings.put("MOE_LEAN_STEP", False, "derived", "not here: " + "; ".join(why))
         return []
-    return [RecipeValue(name, value, f"MOE_LEAN_STEP: {reason}")
-            for name, value, reason in LEAN_STEP]
+    values = [RecipeValue(name, value, f"MOE_LEAN_STEP: {reason}")
+              for name, value, reason in LEAN_STEP]
+    no_graph = lean_graph_conflicts(settings)
+    if not no_graph:
+        values.append(RecipeValue("CUDA_GRAPH", "full_iteration", f"MOE_LEAN_STEP: {LEAN_GRAPH}"))
+    elif not settings.is_explicit("CUDA_GRAPH"):
+        settings.put("CUDA_GRAPH", "none", "derived",
+                     "the lean MoE step is not graphed here: " + "; ".join(no_graph))
+    return values
 
 
 def moe_lean_step(ctx: LaunchContext) -> None:
