@@ -291,8 +291,9 @@ def test_the_committed_optimizer_state_grid_resolves_through_the_launcher(tmp_pa
 def test_the_committed_moe_lean_step_grid_resolves_through_the_moe_launcher(tmp_path):
     """docs/convergence/grid_moe_lean_step.yaml: the grid's toggles are the MoE entry point's
     (core registry and MoE layer); every cell a valid launch on one GPU: the core defaults,
-    then the lean step with fp32 and with bf16 moments (remainder masters, Megatron's
-    cross-entropy, the counts on the GPU); a user's MoE variable does not leak into a cell."""
+    then the lean step with fp32 and with bf16 moments (remainder masters, the counts on the
+    GPU; the fused cross-entropy, sync-free since session 14); a user's MoE variable does not
+    leak into a cell."""
     from tests.launch.helpers import megatron_args
     from tests.mlperf.datasets import make_datasets
     from training.launch.resolve import resolve
@@ -314,5 +315,5 @@ def test_the_committed_moe_lean_step_grid_resolves_through_the_moe_launcher(tmp_
                      s["CROSS_ENTROPY_LOSS_FUSION"], s["MOE_DEVICE_COUNTS"]))
         assert launch.run.layout.dp == 1 and s["SEED"] == 1234 and s["NUM_LAYERS"] == 2
     assert rows == [(False, False, "fp32", "fp32", True, False),
-                    (True, True, "fp32", "remainder", False, True),
-                    (True, True, "bf16", "remainder", False, True)]
+                    (True, True, "fp32", "remainder", True, True),
+                    (True, True, "bf16", "remainder", True, True)]
