@@ -58,3 +58,20 @@ def test_a_window_pattern_from_a_manifest_reads_back():
     again = Model.from_dict(dict(model.to_dict(), window_skip_freq=[1, 1, 0, 0]))   # JSON
     assert again == model and [again.banded(n) for n in (1, 2, 3, 4)] == [True, True, False,
                                                                             False]
+
+
+def test_the_flops_command_knows_gpt_oss(capsys):
+    """`python -m training.moe flops --model gpt-oss-20b` (docs/gpt_oss.md quotes it)."""
+    import json
+    import runpy
+    import sys
+    from unittest import mock
+
+    argv = ["training.moe", "flops", "--model", "gpt-oss-20b", "--num-layers", "8",
+            "--seq-length", "8192", "--json"]
+    with mock.patch.object(sys, "argv", argv), pytest.raises(SystemExit) as done:
+        runpy.run_module("training.moe", run_name="__main__", alter_sys=True)
+    assert done.value.code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["flops_per_token"] == flops_per_token(Model.of(GPT_OSS_20B, 8, 8192))
+    assert out["shape"]["sliding_window"] == 128
