@@ -104,6 +104,8 @@ def test_the_mlperf_preset_is_the_references_model(base_env):
     assert args.position_embedding_type == "rope" and args.rotary_base == 150000
     assert not result.settings["FUSED_SINGLE_QKV_ROPE"]   # the q/k norms sit before RoPE
     assert not notices(result, "gpt_oss_kernels")   # nothing of the biased experts applies
+    sequential = oss(base_env, MODEL_SIZE="20b-mlperf", NUM_LAYERS=4, MOE_GROUPED_GEMM=0)
+    assert not megatron_args(sequential).moe_grouped_gemm   # unbiased: SequentialMLP trains
     gpt_oss_20b = core_transformer_config_from_args(megatron_args(oss(base_env, NUM_LAYERS=4)))
     assert gpt_oss_20b.softmax_type == "learnable" and gpt_oss_20b.add_bias_linear
     assert not gpt_oss_20b.qk_layernorm
