@@ -4,7 +4,7 @@
 # others' results) and none starts after LIMIT seconds (default 480):
 #   train    the tiny preset through examples/moe/train_gpt_oss.sh on Shakespeare, native
 #            backend (flex attention with the sinks and the 16-key window, biased experts, the
-#            lean step): falling loss                                      (~2 min, limit 200 s)
+#            lean step): falling loss                                      (~2 min, limit 260 s)
 #   parity   bf16 logits vs HF GptOssForCausalLM: tiny, and 20b width at 2 layers (~2, limit 150)
 #   flex     flex's compiled kernel with the sink correction vs the fp32 reference, forward and
 #            backward, gpt-oss-20b's heads, seq 1000 and 4096, no window and 128 (~3, limit 240)
@@ -34,7 +34,7 @@ step() {  # step NAME SECONDS PYTEST-ARGS...: within SECONDS and what is left of
         --durations=0 -rA tests/gpu/test_gpt_oss_gpu.py "$@"
     echo "$name rc=$? after ${SECONDS} s"
 }
-{ step train 200 -k tiny_gpt_oss_trains
+{ step train 260 -k tiny_gpt_oss_trains
   step parity 150 -k parity
   step flex 240 -k flex_sink
 } > "$OUT/gpt_oss_tests.log" 2>&1
