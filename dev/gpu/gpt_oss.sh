@@ -43,7 +43,8 @@ echo "== gpt-oss GPU tests"
 grep -E "PASSED|FAILED|SKIPPED|ERROR|rc=|not run|passed|failed|tiny-gpt-oss|max abs err|bf16/cuda" \
     "$OUT/gpt_oss_tests.log" | tail -45
 echo "== MLPerf gpt_oss_20b short run"
-grep -E "rc=|^\[summary\]|Traceback|Error|eval_accuracy|FAIL|PASS|valid" "$OUT/short_run.log" | tail -20
+grep -E "rc=|^\[summary\]|Traceback|Error|eval_accuracy|FAIL|PASS|valid" "$OUT/short_run.log" \
+    | tail -20
 cp "$RUN/mlperf.log" "$OUT/" 2>/dev/null
 tar czf "$OUT/short_run.tgz" -C "$RUN" manifest.json metrics.jsonl train.log 2>/dev/null
 ls -la "$OUT"
