@@ -37,19 +37,33 @@ from training.cli import ArgumentParser, fail, positive_int
 from training.run_description import Model
 
 
+def attention_keys(model: Model, layer_number: int, causal: bool = True) -> float:
+    """The keys a query attends to, averaged over the sequence: Megatron's convention counts a
+    causal layer as half the s x s scores (s / 2); a banded layer of window W computes the band,
+    s W - W^2 / 2 of them (W - W^2 / 2s per query; s / 2 again at W = s), not the triangle."""
+    s = model.seq_length
+    if causal and model.banded(layer_number):
+        window = min(model.sliding_window, s)
+        return window - window * window / (2 * s)
+    return s / 2 if causal else s
+
+
 def flops_per_token(model: Model, causal: bool = True) -> float:
-    """Training FLOPs per token (forward + backward), Megatron's convention."""
-    h, f, s = model.hidden_size, model.ffn_hidden_size, model.seq_length
+    """Training FLOPs per token (forward + backward), Megatron's convention; a sliding window's
+    layers count their band only (attention_keys)."""
+    h = model.hidden_size
     qkv = 2 * h * (model.q_width + 2 * model.kv_width)
     proj = 2 * model.q_width * h
-    attention = (2 if causal else 4) * s * model.q_width
+    # scores and the weighted sum of values: 2 x 2 FLOPs per key and query channel
+    attention = sum(4 * attention_keys(model, layer, causal) * model.q_width
+                    for layer in range(1, model.num_layers + 1))
     if model.moe:   # active parameters: the router, the top-k experts, a shared expert
         mlp = (2 * h * model.num_experts + 6 * h * model.moe_ffn_hidden_size * model.router_topk
                + 6 * h * model.shared_expert_ffn_hidden_size)
     else:
-        mlp = 6 * h * f
+        mlp = 6 * h * model.ffn_hidden_size
     logits = 2 * h * model.vocab_size
-    return 3 * (model.num_layers * (qkv + proj + attention + mlp) + logits)
+    return 3 * (model.num_layers * (qkv + proj + mlp) + attention + logits)
 
 
 def peak_tflops(device_name: str | None, precision: str = "bf16") -> float | None:
@@ -153,7 +167,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m training.metrics"
                if shape.moe else "")
         print(f"{args.model}: {shape.num_layers} layers, seq {shape.seq_length}: "
               f"{value / 1e9:.2f} GFLOP/token (training = 3x forward; Megatron's convention: "
-              f"GQA, SwiGLU, causal attention counted as half, logits included{moe})")
+              f"GQA, SwiGLU, causal attention counted as half, a sliding window's layers as "
+              f"its band, logits included{moe})")
     return 0
 
 

@@ -51,10 +51,30 @@ class Model:
     rope_scaling_factor: float = 8.0  # Llama 3's factor: 8 (3.1), 32 (3.2)
     tied_embeddings: bool = False   # the output layer is the input embedding (Llama 3.2 1B)
     qkv_bias: bool = False          # biases on the q, k and v projections (Qwen2)
+    # a sliding window (gpt-oss): the keys a banded layer's query sees, itself included (None:
+    # every layer attends to all earlier keys), and which layers are banded, as Megatron's
+    # window_attn_skip_freq says (an int N: every layer but each Nth; a 0/1 pattern per layer;
+    # None: all)
+    sliding_window: int | None = None
+    window_skip_freq: int | tuple[int, ...] | None = None
 
     def __post_init__(self):  # one spelling of the default head dim (validate_args fills it in)
         if self.kv_channels == self.hidden_size // self.num_attention_heads:
             object.__setattr__(self, "kv_channels", None)
+        if isinstance(self.window_skip_freq, list):   # a pattern read back from JSON
+            object.__setattr__(self, "window_skip_freq", tuple(self.window_skip_freq))
+
+    def banded(self, layer_number: int) -> bool:
+        """Whether layer `layer_number` (from 1) attends within the sliding window only:
+        megatron-core's is_layer_window_attention rule."""
+        if not self.sliding_window:
+            return False
+        freq = self.window_skip_freq
+        if freq is None:
+            return True
+        if isinstance(freq, int):
+            return layer_number % freq != 0
+        return bool(freq[layer_number - 1])
 
     @property
     def head_dim(self) -> int:
@@ -105,7 +125,8 @@ class Model:
                    rope_scaling=bool(getattr(args, "use_rope_scaling", False)),
                    rope_scaling_factor=float(getattr(args, "rope_scaling_factor", 8.0)),
                    tied_embeddings=not getattr(args, "untie_embeddings_and_output_weights", True),
-                   qkv_bias=bool(getattr(args, "add_qkv_bias", False)), **moe)
+                   qkv_bias=bool(getattr(args, "add_qkv_bias", False)),
+                   **_window_of_args(args), **moe)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "Model":
@@ -115,6 +136,17 @@ class Model:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def _window_of_args(args) -> dict[str, Any]:
+    """Megatron's --window-size (left, right) and --window-attn-skip-freq as Model's fields:
+    a causal window (W - 1, 0) sees W keys."""
+    window = getattr(args, "window_size", None)
+    if not window:
+        return {}
+    freq = getattr(args, "window_attn_skip_freq", None)
+    return {"sliding_window": int(window[0]) + 1,
+            "window_skip_freq": tuple(freq) if isinstance(freq, (list, tuple)) else freq}
 
 
 @dataclass(frozen=True)

@@ -135,3 +135,30 @@ def test_format_plan_lists_runs_total_and_refusals(base_env):
                                                    for c in configs if not c.runnable], cal, 60)
     assert f"{len(specs)} runs, estimated" in text and "over budget" in text
     assert "GRAD_REDUCE_IN_BF16=0" in text and "PRECISION=mxfp8: refused" in text
+
+
+def test_gpt_oss_plans_flex_attentions_first_compile_until_recorded(tmp_path):
+    """gpt-oss-peers (issue 41's bar): both sides compile flex attention at their first step, a
+    cost no recorded MoE run had; the plan adds it until a gpt-oss run is recorded, and the part
+    still plans inside `bench all`'s budget."""
+    from training.bench.catalog import PART_SHAPES
+
+    shape = PART_SHAPES["gpt-oss-peers"]
+    specs = [sweep.PointSpec(0, side, side, 0, "ours" if side == "native" else side,
+                             {**shape.env(), "TRANSFORMER_IMPL": "native"}
+                             if side == "native" else {}, shape)
+             for side in ("native", "hf_compile")]
+    cal = plan.calibrate(BENCH)
+    assert all(plan._flex_compile_s(s, cal) == plan.FLEX_COMPILE_S for s in specs)
+    assert 2 * sum(plan.estimate(s, cal) for s in specs) <= BUDGET_S
+    (tmp_path / "gpt-oss-peers_h200_gpt-oss-20b-8L_seq8192.json").write_text(json.dumps({
+        "kind": "peers", "shape": {"family": "gpt_oss"}, "points": [
+            {"config": "native", "backend": "native", "wall_s": 90.0, "model_tflops_per_gpu": 250,
+             "samples": {"step_time_s": [40.0, 3.0, 3.0], "warmup": [True, False, False]}}]}))
+    recorded = plan.calibrate(tmp_path)
+    assert plan._flex_compile_s(specs[0], recorded) == 0.0   # its own first step now
+    assert recorded.first_extra_s["ours:native:gpt_oss"] == pytest.approx(37.0)
+    # a model without a window or sinks never had it
+    dense = BenchShape()
+    assert plan._flex_compile_s(sweep.PointSpec(0, "d", "default", 0, "ours", dense.env(),
+                                                dense), cal) == 0.0

@@ -23,11 +23,14 @@ pytestmark = pytest.mark.gpu
 @pytest.mark.parametrize("seq", [1000, 4096])
 def test_flex_sink_attention_forward_and_backward_against_the_reference(window, seq):
     """gpt-oss-20b's heads (64 / 8 groups of 64) in bf16: flex (compiled) within bf16 noise of
-    the fp32 reference, outputs and the gradients of q, k, v and the sinks; an odd length too."""
+    the fp32 reference, outputs and the gradients of q, k, v and the sinks; an odd length too.
+    q, k and v in the layout FlexSinkAttention hands them over in a run: Megatron's [s, b, h, d]
+    permuted to [b, h, s, d] (not contiguous)."""
     gen = torch.Generator(device="cuda").manual_seed(0)
     shape_q, shape_kv = (1, 64, seq, 64), (1, 8, seq, 64)
-    q, k, v = (torch.randn(s, device="cuda", generator=gen, dtype=torch.bfloat16)
-               for s in (shape_q, shape_kv, shape_kv))
+    q, k, v = (torch.randn(seq, 1, heads, 64, device="cuda", generator=gen,
+                           dtype=torch.bfloat16).permute(1, 2, 0, 3) for heads in (64, 8, 8))
+    assert q.shape == shape_q and k.shape == shape_kv and not q.is_contiguous()
     sinks = torch.randn(64, device="cuda", generator=gen, dtype=torch.bfloat16)
     grad = torch.randn(shape_q, device="cuda", generator=gen, dtype=torch.bfloat16)
     results = []
@@ -68,8 +71,10 @@ def test_tiny_gpt_oss_trains_on_shakespeare(tmp_path):
     with the sinks and the 16-key window, biased grouped experts, the lean step): falling loss."""
     from tests.gpu.test_train_gpu import _losses, _train
 
+    # flex attention's first compile (forward and backward, both windows) on top of a tiny
+    # run's ~45 s: more than the dense runs' limit
     run = _train(tmp_path, "tiny-gpt-oss", script="examples/moe/train_gpt_oss.sh",
-                 TRANSFORMER_IMPL="native", TOTAL_ITERS=30)
+                 timeout_s=240, TRANSFORMER_IMPL="native", TOTAL_ITERS=30)
     losses = _losses(run)
     first = sum(losses[i] for i in range(1, 6)) / 5
     last = sum(losses[i] for i in range(26, 31)) / 5

@@ -48,7 +48,7 @@ def _free_port() -> int:
 
 
 def _train(tmp_path: Path, name: str, *words: str, script: str = "examples/llama/train_llama3.sh",
-           **toggles) -> Path:
+           timeout_s: float = TIMEOUT_S, **toggles) -> Path:
     if not (SAMPLE / "train.bin").exists():
         pytest.skip("the shipped corpus is not built: run `make data-sample` first")
     env = dict(os.environ, MODEL_SIZE="tiny", GPUS_PER_NODE="1", EXP_NAME=name, RUN_ID="run",
@@ -59,7 +59,7 @@ def _train(tmp_path: Path, name: str, *words: str, script: str = "examples/llama
     proc = subprocess.Popen(["bash", str(REPO / script), *words],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        out, err = proc.communicate(timeout=TIMEOUT_S)
+        out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         # The local backend's tiny run hung here on 2 H200s (2026-11-30): print where.
         launchers = subprocess.run(["pgrep", "-f", f"torchrun.*run-dir {tmp_path}"],
@@ -70,7 +70,7 @@ def _train(tmp_path: Path, name: str, *words: str, script: str = "examples/llama
         subprocess.run(["pkill", "-KILL", "-f", f"run-dir {tmp_path}"], check=False)
         proc.kill()
         out, err = proc.communicate()
-        pytest.fail(f"{name}: no end after {TIMEOUT_S} s; the stacks at that moment "
+        pytest.fail(f"{name}: no end after {timeout_s} s; the stacks at that moment "
                     f"(SIGUSR1):\n{out[-3000:]}\n{err[-12000:]}")
     run = tmp_path / "experiment" / name / str(toggles.get("PRECISION", "bf16")) / "run"
     log = out[-4000:] + err[-4000:]

@@ -87,6 +87,30 @@ def test_launches_pass_megatrons_validation(base_env, toggles):
         assert config.yarn_correction_range_round_to_int is False
 
 
+def test_the_mlperf_preset_is_the_references_model(base_env):
+    """MLPerf's gpt_oss_20b reference (Primus's gpt_oss_20B.yaml on deepseek_v2_base.yaml on
+    llama_base.yaml, with the benchmark's overrides) is gpt-oss-20b's shape with Llama's parts:
+    no sinks, no biases, q/k RMSNorm, plain SwiGLU and RoPE, a (128, 0) window every other
+    layer (docs/gpt_oss.md); gpt-oss-20b itself keeps its sinks and biases."""
+    from megatron.training.argument_utils import core_transformer_config_from_args
+
+    result = oss(base_env, MODEL_SIZE="20b-mlperf", NUM_LAYERS=4)
+    args = megatron_args(result)
+    config = core_transformer_config_from_args(args)
+    assert config.softmax_type == "vanilla" and config.qk_layernorm
+    assert not config.add_bias_linear and not config.add_qkv_bias
+    assert config.window_size == (128, 0) and config.window_attn_skip_freq == 2
+    assert config.gated_linear_unit and config.activation_func_clamp_value is None
+    assert args.position_embedding_type == "rope" and args.rotary_base == 150000
+    assert not result.settings["FUSED_SINGLE_QKV_ROPE"]   # the q/k norms sit before RoPE
+    assert not notices(result, "gpt_oss_kernels")   # nothing of the biased experts applies
+    sequential = oss(base_env, MODEL_SIZE="20b-mlperf", NUM_LAYERS=4, MOE_GROUPED_GEMM=0)
+    assert not megatron_args(sequential).moe_grouped_gemm   # unbiased: SequentialMLP trains
+    gpt_oss_20b = core_transformer_config_from_args(megatron_args(oss(base_env, NUM_LAYERS=4)))
+    assert gpt_oss_20b.softmax_type == "learnable" and gpt_oss_20b.add_bias_linear
+    assert not gpt_oss_20b.qk_layernorm
+
+
 def test_yarn_turns_the_fused_qkv_rope_off_with_why_or_refuses(base_env):
     result = oss(base_env, NUM_LAYERS=4)
     assert not result.settings["FUSED_SINGLE_QKV_ROPE"]

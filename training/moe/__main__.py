@@ -1,5 +1,5 @@
 """`python -m training.moe flops --model qwen3-30B-A3B [--num-layers N] [--seq-length S]`:
-training.metrics' FLOPs command with the MoE presets registered (the run floor imports no
+training.metrics' FLOPs command with the MoE presets (gpt-oss's too) registered (the run floor imports no
 family, so its own CLI knows the core presets only)."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 from training import metrics
 
-from . import presets  # noqa: F401 - registers the MoE presets
+from . import gpt_oss, presets  # noqa: F401 - register the MoE presets and gpt-oss's
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,12 +56,13 @@ class GptOssPreset(MoEPreset):
     yarn_beta_slow: float = 1.0
     clamped_swiglu: bool = True        # False: Megatron's plain SwiGLU (the MLPerf reference's)
     yarn: bool = True                  # False: plain RoPE at rotary_base (the MLPerf reference's)
+    linear_bias: bool = True           # biases on every linear (False: the MLPerf reference)
     init_std: float = 0.02
 
     def gpt_args(self, num_layers: int, seq_length: int) -> list[str]:
         args = []
         for word in super().gpt_args(num_layers, seq_length):
-            if word == "--disable-bias-linear":       # gpt-oss: biases on every linear
+            if word == "--disable-bias-linear" and self.linear_bias:   # gpt-oss: on every linear
                 continue
             if word == "--swiglu" and self.clamped_swiglu:
                 args += ["--quick-geglu", "--glu-linear-offset", str(self.glu_linear_offset),
@@ -96,16 +97,21 @@ def _gpt_oss(name, layers, experts, vocab_size=201088, seq_length=4096, **kw):
 GPT_OSS_20B = _gpt_oss("gpt-oss-20b", 24, 32)
 GPT_OSS_120B = _gpt_oss("gpt-oss-120b", 36, 128)
 
-# MLPerf Training's gpt_oss_20b (examples/mlperf/gpt_oss_20b/config.yaml): gpt-oss-20b's shape as
-# the reference trains it from scratch (mlcommons/training gpt_oss_20b/primus/conf/
-# gpt_oss_20B-pretrain*.yaml's overrides): the Llama 3.1 8B tokenizer's vocabulary (128256: the
-# C4 files are llama31_8b's), plain RoPE at theta 150000 (no YaRN), Megatron's SwiGLU,
-# window_size (128, 0) on every other layer (129 keys in Hugging Face's count), init std 0.008,
-# no load-balancing loss. Sinks and biases stay gpt-oss's: the reference's overrides do not set
-# them and its base model file is Primus's main branch, not pinned (docs/gpt_oss.md).
+# MLPerf Training's gpt_oss_20b (examples/mlperf/gpt_oss_20b/config.yaml): the model the reference
+# trains from scratch, which is gpt-oss-20b's shape, not its architecture. The reference
+# (mlcommons/training gpt_oss_20b/primus) builds Primus's `gpt_oss_20B.yaml` (which extends
+# `deepseek_v2_base.yaml`, which extends `llama_base.yaml`) with conf/gpt_oss_20B-pretrain*.yaml's
+# overrides: the Llama 3.1 8B tokenizer's vocabulary (128256: the C4 files are llama31_8b's),
+# plain RoPE at theta 150000 (no YaRN), Megatron's SwiGLU, window_size (128, 0) on every other
+# layer (129 keys in Hugging Face's count), init std 0.008, no load-balancing loss; and from the
+# bases, what the overrides leave: q/k RMSNorm (deepseek_v2_base's qk_layernorm: true), no
+# biases (llama_base's add_bias_linear: false), no sinks (no softmax_type anywhere: Megatron's
+# vanilla softmax). Primus main of 2026-02-10 (3e7b8fa6), the reference's RCP runs of 2026-02-13
+# (docs/gpt_oss.md).
 GPT_OSS_20B_MLPERF = _gpt_oss("gpt-oss-20b-mlperf", 24, 32, vocab_size=128256,
                               seq_length=8192, clamped_swiglu=False, yarn=False,
-                              sliding_window=129, init_std=0.008)
+                              sliding_window=129, init_std=0.008, attention_sinks=False,
+                              linear_bias=False, qk_layernorm=True)
 
 # Tests and smoke runs: the tiny MoE shape (2 layers: one banded, one full) with gpt-oss's
 # parts, a head dim of its own (4 heads of 32 in a width of 256 -> a 128-wide query), a window
@@ -193,6 +199,8 @@ def gpt_oss_kernels(ctx: LaunchContext) -> None:
                        "YaRN RoPE scales cos and sin by its attention factor (1 + 0.1 ln 32), "
                        "which Megatron's fused QKV RoPE path does not apply (its split path "
                        "does)", "Set FUSED_SINGLE_QKV_ROPE=0.")
+    if not preset.linear_bias:      # the MLPerf reference's: Megatron's own unbiased experts
+        return
     if "BIAS_DROPOUT_FUSION" in ctx.settings.values:
         _off_or_refuse(ctx, "BIAS_DROPOUT_FUSION", "gpt_oss_kernels",
                        "megatron-core's TEGroupedMLP asserts 'bias_dropout_fusion is not "
