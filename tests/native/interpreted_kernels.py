@@ -3,7 +3,8 @@
 Started by test_kernels_interpreted.py in a fresh process: the interpreter is chosen when
 triton is first imported, so it cannot be switched on inside the test process. Prints one JSON
 object: for each check its name and either "ok" or the failure text. With --quick: the offsets
-and one odd shape per kernel (the default test run's seconds-long check).
+and one odd shape per kernel (the default test run's seconds-long check); the grouped wgrad
+cases (small) run in both.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from tests.native import kernel_refs as refs  # noqa: E402
-from training.native import rope, swiglu  # noqa: E402
+from training.native import grouped_wgrad, rope, swiglu  # noqa: E402
 
 DTYPES = (torch.bfloat16, torch.float32)
 
@@ -82,6 +83,33 @@ def rope_case(s: int, b: int, groups: int, per_group: int, head_dim: int, dtype)
     assert split == [per_group * head_dim, head_dim, head_dim]
 
 
+# (out, in, rows per expert, tiles): experts without rows (first, middle, last), tiles and row
+# steps cut mid-block at small blocks, and the default blocks (BLOCKS) crossed by one.
+WGRAD_CASES = [(40, 70, [0, 3, 0, 70, 1, 0], (16, 32, 16)),
+               (33, 130, [65, 0, 7], grouped_wgrad.BLOCKS)]
+
+
+def grouped_wgrad_case(out: int, inp: int, counts: list[int], blocks, grad_dtype) -> None:
+    """main_grad (nonzero, fp32 or bf16) += each expert's dY^T @ X, against float64; experts
+    without rows keep their main_grad bit for bit. The rows hold bf16 values in float32:
+    Triton 3.6's interpreter multiplies bf16 operands of tl.dot as their raw 16-bit patterns
+    (the compiled bf16 path: tests/gpu/test_grouped_wgrad_gpu.py)."""
+    gen = torch.Generator().manual_seed(out * 131 + inp)
+    rows = sum(counts)
+    x = torch.randn(rows, inp, generator=gen).bfloat16().float()
+    dy = torch.randn(rows, out, generator=gen).bfloat16().float()
+    before = torch.randn(len(counts), out, inp, generator=gen).to(grad_dtype)
+    ends = torch.cumsum(torch.tensor(counts), 0).to(torch.int32)
+    expected = before.double().clone()
+    for e, (end, n) in enumerate(zip(ends.tolist(), counts)):
+        expected[e] += dy[end - n:end].double().t() @ x[end - n:end].double()
+    main_grad = before.clone()
+    grouped_wgrad.triton_accumulate_(main_grad, x, dy, ends, blocks)
+    refs.assert_close(main_grad, expected, grad_dtype, scale="row")
+    for e, n in enumerate(counts):
+        assert n or torch.equal(main_grad[e], before[e]), f"expert {e} (no rows) was written"
+
+
 QUICK_SWIGLU, QUICK_ROPE = [(3, 1025)], [(3, 2, 3, 1, 10)]   # cut mid-block; GQA, odd head_dim/2
 
 
@@ -101,6 +129,9 @@ def main(quick: bool = False) -> None:
             check(f"swiglu {rows}x{f} {dtype}", swiglu_case, rows, f, dtype)
         for shape in QUICK_ROPE if quick else refs.ROPE_SHAPES:
             check(f"rope {shape} {dtype}", rope_case, *shape, dtype)
+        for out, inp, counts, blocks in WGRAD_CASES:
+            check(f"grouped_wgrad {out}x{inp} {counts} {blocks} {dtype}", grouped_wgrad_case,
+                  out, inp, counts, blocks, dtype)
     print(json.dumps(results))
 
 

@@ -1,4 +1,5 @@
-"""The native Triton kernels (SwiGLU, fused QKV RoPE) on the CPU, through Triton's interpreter:
+"""The native Triton kernels (SwiGLU, fused QKV RoPE, the grouped experts' wgrad accumulation)
+on the CPU, through Triton's interpreter:
 their int64 offset helpers with indices whose int32 products wrap, and forward and backward
 over odd shapes in bf16 and fp32 against float64 references (tests/native/kernel_refs.py).
 The same shapes, and tensors past 2^31 elements, run compiled on a GPU: tests/gpu. The offsets
@@ -31,13 +32,25 @@ def interpreted():
     return _run()
 
 
-def test_offsets_and_one_odd_shape_per_kernel():
+@pytest.fixture(scope="module")
+def quick():
+    return _run("--quick")
+
+
+def test_offsets_and_one_odd_shape_per_kernel(quick):
     """The default run's check (seconds): int64 offsets, SwiGLU cut mid-block, GQA RoPE with
     an odd half head_dim, both dtypes, forward and backward."""
-    got = _run("--quick")
+    got = quick
     assert got["offsets"]["swiglu"] == got["offsets"]["swiglu_expected"]
     assert got["offsets"]["rope"] == got["offsets"]["rope_expected"]
-    checks = {k: v for k, v in got.items() if k != "offsets"}
+    checks = {k: v for k, v in got.items() if k.startswith(("swiglu", "rope"))}
+    assert len(checks) == 4 and all(v == "ok" for v in checks.values()), checks
+
+
+def test_grouped_wgrad_accumulates_into_main_grad_like_float64(quick):
+    """main_grad[e] += dY_e^T @ X_e (training/native/grouped_wgrad.py) onto a nonzero fp32 and
+    bf16 main_grad: odd sizes cut mid-tile, experts without rows left bit for bit."""
+    checks = {k: v for k, v in quick.items() if k.startswith("grouped_wgrad")}
     assert len(checks) == 4 and all(v == "ok" for v in checks.values()), checks
 
 

@@ -26,6 +26,10 @@ fc2's is returned, as TE's grouped linear returns it (TEGroupedMLP builds fc2 wi
 skip_bias_add), for the experts module to add weighted by each row's routing probability:
 `BiasedGroupedMLP` does that in one gather too, where Megatron's TEGroupedMLP splits the rows
 by host counts (which MOE_DEVICE_COUNTS keeps on the GPU).
+
+With GRADIENT_ACCUMULATION_FUSION and Megatron's DDP (the weight has a `main_grad`), the
+grouped_mm path adds its weight gradients into main_grad in the backward
+(GroupedMatmulAccumulate, the kernel in grouped_wgrad.py), as Megatron's dense linears do.
 """
 from __future__ import annotations
 
@@ -35,6 +39,8 @@ from functools import lru_cache, partial
 from itertools import accumulate
 
 import torch
+
+from training.native import grouped_wgrad
 
 # auto: grouped_mm where it has its fast kernel, the loop elsewhere
 IMPLS = ("auto", "grouped_mm", "loop")
@@ -116,25 +122,60 @@ def expert_of_rows(counts: "list[int] | DeviceCounts", rows: int,
     return torch.repeat_interleave(experts, tokens, output_size=rows)
 
 
+class GroupedMatmulAccumulate(torch.autograd.Function):
+    """grouped_mm's x @ weight[e].T whose backward adds the weight gradient into `main_grad`
+    (training/native/grouped_wgrad.py) instead of returning it: gradient-accumulation fusion
+    with Megatron's contract. The weight's `grad_added_to_main_grad` (DDP's attribute) is set
+    and a placeholder gradient returned, so DDP's backward hook runs (under
+    overlap_grad_reduce it asserts a gradient) and adds nothing; without DDP's attribute, no
+    weight gradient. dX is grouped_mm's, as in the autograd path."""
+
+    @staticmethod
+    def forward(ctx, x, weight, ends, main_grad):
+        ctx.save_for_backward(x, weight, ends)
+        ctx.main_grad = main_grad   # kept out of save_for_backward: written in the backward
+        return _grouped_mm(x, weight.transpose(1, 2), ends)
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, ends = ctx.saved_tensors
+        dy = dy.contiguous()
+        dx = _grouped_mm(dy, weight, ends) if ctx.needs_input_grad[0] else None
+        grouped_wgrad.accumulate_(ctx.main_grad, x, dy, ends)
+        dw = None
+        if hasattr(weight, "grad_added_to_main_grad"):
+            weight.grad_added_to_main_grad = True   # DDP's hook adds only zero_out_wgrad's zeros
+            dw = (torch.zeros_like if getattr(weight, "zero_out_wgrad", False)
+                  else torch.empty_like)(weight)
+        return dx, dw, None, None
+
+
 def grouped_matmul(x: torch.Tensor, weight: torch.Tensor, counts: "list[int] | DeviceCounts",
-                   impl: str = "auto") -> torch.Tensor:
+                   impl: str = "auto", main_grad: torch.Tensor | None = None) -> torch.Tensor:
     """Rows of x grouped by expert (counts[e] rows for expert e, in order) times each expert's
     weight transposed: out[rows of e] = x[rows of e] @ weight[e].T. weight: [experts, out, in].
     Counts on the device (DeviceCounts) go to grouped_mm as they are; its loop (the CPU, GPUs
-    without the fast kernel) reads them on the host."""
+    without the fast kernel) reads them on the host. `main_grad`: where grouped_mm runs, its
+    backward accumulates the weight gradient there (GroupedMatmulAccumulate)."""
     if len(counts) != weight.shape[0]:
         raise ValueError(f"{len(counts)} token counts for {weight.shape[0]} experts")
     use_grouped = impl == "grouped_mm" or (impl == "auto"
                                            and has_fast_grouped_mm(x.device, x.dtype))
+
+    def grouped(ends):
+        if main_grad is None:
+            return _grouped_mm(x, weight.transpose(1, 2), ends)
+        return GroupedMatmulAccumulate.apply(x, weight, ends, main_grad)
+
     if isinstance(counts, DeviceCounts):
         if use_grouped:
-            return (_grouped_mm(x, weight.transpose(1, 2), counts.ends()) if x.shape[0] > 0
+            return (grouped(counts.ends()) if x.shape[0] > 0
                     else x.new_empty(0, weight.shape[1]))
         counts = counts.counts.tolist()
     if sum(counts) != x.shape[0]:
         raise ValueError(f"token counts add up to {sum(counts)}, the input has {x.shape[0]} rows")
     if use_grouped and x.shape[0] > 0:
-        return _grouped_mm(x, weight.transpose(1, 2), group_offsets(counts, x.device))
+        return grouped(group_offsets(counts, x.device))
     # The loop: unbind once (its backward stacks the experts' gradients in one tensor; indexing
     # weight[e] per expert would build a full-size zero gradient for each).
     pieces = [part @ w.t() for part, w in zip(torch.split(x, counts), weight.unbind(0))]
@@ -222,12 +263,20 @@ class GroupedLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor, tokens_per_expert: "list[int] | DeviceCounts"):
         counts = tokens_per_expert if isinstance(tokens_per_expert, DeviceCounts) \
             else list(tokens_per_expert)
-        out = grouped_matmul(x, self.weight, counts, self.impl)
+        out = grouped_matmul(x, self.weight, counts, self.impl, self._fused_main_grad())
         if self.bias is None:
             return out, None
         if self.skip_bias_add:
             return out, self.bias
         return out + self.bias[expert_of_rows(counts, x.shape[0], x.device)], None
+
+    def _fused_main_grad(self) -> torch.Tensor | None:
+        """Megatron DDP's gradient buffer for the weight where the backward is to accumulate
+        into it (gradient_accumulation_fusion: GRADIENT_ACCUMULATION_FUSION), else None."""
+        if not (getattr(self.config, "gradient_accumulation_fusion", False)
+                and self.weight.requires_grad and torch.is_grad_enabled()):
+            return None
+        return getattr(self.weight, "main_grad", None)
 
     def backward_dw(self) -> None:
         """Delayed weight gradients (TE's delay_wgrad_compute) are not implemented: the

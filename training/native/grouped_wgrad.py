@@ -1,0 +1,102 @@
+"""Gradient-accumulation fusion for the native grouped experts: every expert's weight gradient
+added straight into Megatron's gradient buffer, one Triton kernel per projection.
+
+Megatron's dense linears, with GRADIENT_ACCUMULATION_FUSION, accumulate their weight gradient
+into `main_grad` with a beta=1 GEMM (training/native/wgrad.py). torch's grouped_mm cannot
+accumulate, so without this the grouped experts' backward writes a new [experts, out, in]
+gradient per micro-batch and Megatron's DDP hook adds it to main_grad: one write and two reads
+of a whole [experts, out, in] tensor per projection and micro-batch that the fused kernel does
+not do. Here, for every expert e,
+
+    main_grad[e] += dY_e^T @ X_e    (rows offsets[e-1]:offsets[e] of grouped_mm's X and dY)
+
+with the product summed in fp32 registers and each main_grad tile read, added and written once
+in its own dtype (bf16 or fp32). The offsets are grouped_mm's int32 end rows on the GPU, read
+by the kernel only: nothing is copied to the host, so the lean MoE step stays sync-free. An
+expert without rows leaves its main_grad untouched.
+
+One tile configuration (128 x 128 output tile, 64 rows a step), no autotuning: autotuning would
+run the accumulating kernel several times on the live buffer and synchronise on its first
+call. Its speed is unmeasured until the lead's H200 run. Off the GPU a torch loop does the same arithmetic (CPU tests only).
+"""
+from __future__ import annotations
+
+import torch
+
+from .rope import HAVE_TRITON
+
+BLOCKS = (128, 128, 64)   # (out, in) tile of main_grad, rows per step
+
+if HAVE_TRITON:
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _grouped_wgrad_accum(x_ptr, dy_ptr, ends_ptr, grad_ptr, OUT, IN, TILES_OUT, TILES_IN,
+                             BLOCK_OUT: tl.constexpr, BLOCK_IN: tl.constexpr,
+                             BLOCK_K: tl.constexpr):
+        """One (expert, out tile, in tile) per program, experts slowest (neighbouring programs
+        read the same expert's rows). Offsets in int64: rows * IN and e * OUT * IN pass 2^31
+        at large token counts and expert widths."""
+        pid = tl.program_id(0)
+        tiles = TILES_OUT * TILES_IN
+        e = pid // tiles
+        o = (pid % tiles) // TILES_IN * BLOCK_OUT + tl.arange(0, BLOCK_OUT)
+        i = (pid % TILES_IN) * BLOCK_IN + tl.arange(0, BLOCK_IN)
+        start = tl.where(e > 0, tl.load(ends_ptr + tl.maximum(e - 1, 0)), 0).to(tl.int64)
+        end = tl.load(ends_ptr + e).to(tl.int64)
+        if end > start:
+            acc = tl.zeros((BLOCK_OUT, BLOCK_IN), dtype=tl.float32)
+            row = start
+            # a while, not range(start, end): Triton's interpreter takes int() of the loaded
+            # bounds, which NumPy 2 refuses for its one-element arrays
+            while row < end:
+                r = row + tl.arange(0, BLOCK_K)
+                dy = tl.load(dy_ptr + r[:, None] * OUT + o[None, :],
+                             mask=(r[:, None] < end) & (o[None, :] < OUT), other=0.0)
+                x = tl.load(x_ptr + r[:, None] * IN + i[None, :],
+                            mask=(r[:, None] < end) & (i[None, :] < IN), other=0.0)
+                acc = tl.dot(tl.trans(dy), x, acc)
+                row += BLOCK_K
+            tile = grad_ptr + e.to(tl.int64) * OUT * IN + o[:, None] * IN + i[None, :]
+            mask = (o[:, None] < OUT) & (i[None, :] < IN)
+            grad = tl.load(tile, mask=mask, other=0.0).to(tl.float32)
+            tl.store(tile, (grad + acc).to(grad_ptr.dtype.element_ty), mask=mask)
+
+
+def triton_accumulate_(main_grad: torch.Tensor, x: torch.Tensor, dy: torch.Tensor,
+                       ends: torch.Tensor, blocks: tuple[int, int, int] = BLOCKS) -> None:
+    """main_grad [experts, out, in] += each expert's dY^T @ X, in place (the Triton kernel;
+    `blocks` other than BLOCKS: the interpreter's tests, to cut tiles at small sizes)."""
+    experts, out, inp = main_grad.shape
+    if not main_grad.is_contiguous():
+        raise ValueError("main_grad must be contiguous (Megatron's gradient buffer is)")
+    if ends.numel() != experts or x.shape[1] != inp or dy.shape[1] != out:
+        raise ValueError(f"shapes do not match: main_grad {tuple(main_grad.shape)}, x "
+                         f"{tuple(x.shape)}, dy {tuple(dy.shape)}, {ends.numel()} offsets")
+    block_out, block_in, block_k = blocks
+    tiles_out, tiles_in = triton.cdiv(out, block_out), triton.cdiv(inp, block_in)
+    _grouped_wgrad_accum[(experts * tiles_out * tiles_in,)](
+        x.contiguous(), dy.contiguous(), ends, main_grad, out, inp, tiles_out, tiles_in,
+        BLOCK_OUT=block_out, BLOCK_IN=block_in, BLOCK_K=block_k, num_warps=8, num_stages=3)
+
+
+def torch_accumulate_(main_grad: torch.Tensor, x: torch.Tensor, dy: torch.Tensor,
+                      ends: torch.Tensor) -> None:
+    """The same arithmetic as a loop over the experts (the CPU; reads the offsets)."""
+    start = 0
+    for e, end in enumerate(ends.tolist()):
+        if end > start:
+            part = dy[start:end].t().float() @ x[start:end].float()
+            main_grad[e].copy_(main_grad[e].float() + part)
+        start = end
+
+
+def accumulate_(main_grad: torch.Tensor, x: torch.Tensor, dy: torch.Tensor,
+                ends: torch.Tensor) -> None:
+    """main_grad[e] += dY_e^T @ X_e for every expert: the kernel on the GPU, torch elsewhere."""
+    if main_grad.is_cuda and HAVE_TRITON:
+        triton_accumulate_(main_grad, x, dy, ends)
+    else:
+        torch_accumulate_(main_grad, x, dy, ends)
+
