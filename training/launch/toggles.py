@@ -401,7 +401,8 @@ REGISTRY: tuple[Toggle, ...] = (
     # -- default-on performance toggles (=0 disables) ---------------------------------------
     _perf("GRADIENT_ACCUMULATION_FUSION", TRAIN_ARGS,
           "Weight-gradient GEMM accumulates straight into the fp32/bf16 main_grad buffer "
-          "(TE, apex's fused wgrad, or the native backend's cuBLAS beta=1 GEMM).",
+          "(TE, apex's fused wgrad, or the native backend's cuBLAS beta=1 GEMM; the native "
+          "grouped experts: a Triton kernel).",
           off=("--no-gradient-accumulation-fusion",)),
     _perf("GRAD_REDUCE_IN_BF16", GPT_ARGS,
           "Gradient buffer and data-parallel reduce in bf16 instead of fp32: half the gradient "
