@@ -4,7 +4,8 @@ rank, tests/native/megatron_cpu.py), with grouped_mm's CPU kernel and the torch 
 the Triton accumulation (the kernel itself: tests/native/test_kernels_interpreted.py; on the
 GPU: tests/gpu/test_grouped_wgrad_gpu.py). Against the autograd path: dX the same, main_grad
 over two micro-batches the same and equal to the float64 sum (nothing counted twice), DDP's
-`grad_added_to_main_grad` contract kept."""
+`grad_added_to_main_grad` contract kept. And (slow) the kernel compiled for sm_90 without a
+GPU."""
 from __future__ import annotations
 
 import types
@@ -123,3 +124,23 @@ def test_without_fusion_or_main_grad_the_autograd_path_runs(monkeypatch):
         x = torch.randn(sum(COUNTS[0]), 16).bfloat16()
         experts(x, COUNTS[0]).backward(torch.randn(sum(COUNTS[0]), 24).bfloat16())
     assert called == [] and experts.fc1.weight.grad is not None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("grad_dtype", ["*fp32", "*bf16"])
+def test_the_kernel_compiles_for_sm90_on_tensor_cores(grad_dtype):
+    """The compiled path the interpreter does not see: Triton builds the kernel for an
+    H100/H200 (sm_90, no GPU needed) with bf16 rows, its product on wgmma."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    out, inp, k = grouped_wgrad.BLOCKS
+    signature = {"x_ptr": "*bf16", "dy_ptr": "*bf16", "ends_ptr": "*i32", "grad_ptr": grad_dtype,
+                 **{n: "i32" for n in ("OUT", "IN", "TILES_OUT", "TILES_IN")},
+                 **{n: "constexpr" for n in ("BLOCK_OUT", "BLOCK_IN", "BLOCK_K")}}
+    source = ASTSource(fn=grouped_wgrad._grouped_wgrad_accum, signature=signature,
+                       constexprs={"BLOCK_OUT": out, "BLOCK_IN": inp, "BLOCK_K": k})
+    ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                         options={"num_warps": 8}).asm["ptx"]
+    assert "wgmma.mma_async" in ptx

@@ -4,9 +4,9 @@ added straight into Megatron's gradient buffer, one Triton kernel per projection
 Megatron's dense linears, with GRADIENT_ACCUMULATION_FUSION, accumulate their weight gradient
 into `main_grad` with a beta=1 GEMM (training/native/wgrad.py). torch's grouped_mm cannot
 accumulate, so without this the grouped experts' backward writes a new [experts, out, in]
-gradient per micro-batch and Megatron's DDP hook adds it to main_grad: one write and two reads
-of a whole [experts, out, in] tensor per projection and micro-batch that the fused kernel does
-not do. Here, for every expert e,
+gradient per micro-batch and Megatron's DDP hook reads it back to add it to main_grad: one write
+and one read of a whole [experts, out, in] tensor per projection and micro-batch that the fused
+kernel does not do. Here, for every expert e,
 
     main_grad[e] += dY_e^T @ X_e    (rows offsets[e-1]:offsets[e] of grouped_mm's X and dY)
 
@@ -17,7 +17,9 @@ expert without rows leaves its main_grad untouched.
 
 One tile configuration (128 x 128 output tile, 64 rows a step), no autotuning: autotuning would
 run the accumulating kernel several times on the live buffer and synchronise on its first
-call. Its speed is unmeasured until the lead's H200 run. Off the GPU a torch loop does the same arithmetic (CPU tests only).
+call. The row loop is a `while` (see the kernel), which Triton does not software-pipeline.
+Its speed is unmeasured until the lead's H200 run. Off the GPU a torch loop does the same
+arithmetic (CPU tests only).
 """
 from __future__ import annotations
 
@@ -78,7 +80,7 @@ def triton_accumulate_(main_grad: torch.Tensor, x: torch.Tensor, dy: torch.Tenso
     tiles_out, tiles_in = triton.cdiv(out, block_out), triton.cdiv(inp, block_in)
     _grouped_wgrad_accum[(experts * tiles_out * tiles_in,)](
         x.contiguous(), dy.contiguous(), ends, main_grad, out, inp, tiles_out, tiles_in,
-        BLOCK_OUT=block_out, BLOCK_IN=block_in, BLOCK_K=block_k, num_warps=8, num_stages=3)
+        BLOCK_OUT=block_out, BLOCK_IN=block_in, BLOCK_K=block_k, num_warps=8)
 
 
 def torch_accumulate_(main_grad: torch.Tensor, x: torch.Tensor, dy: torch.Tensor,
