@@ -128,9 +128,11 @@ def test_without_fusion_or_main_grad_the_autograd_path_runs(monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("grad_dtype", ["*fp32", "*bf16"])
-def test_the_kernel_compiles_for_sm90_on_tensor_cores(grad_dtype):
+def test_the_kernel_compiles_for_sm90_pipelined_on_tensor_cores(grad_dtype):
     """The compiled path the interpreter does not see: Triton builds the kernel for an
-    H100/H200 (sm_90, no GPU needed) with bf16 rows, its product on wgmma."""
+    H100/H200 (sm_90, no GPU needed) with bf16 rows and the launch's options, its pointers and
+    sizes 16-divisible as the launcher specializes them at Qwen3's shape: the product on
+    wgmma, the row loop's loads pipelined in three shared-memory stages."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -140,7 +142,10 @@ def test_the_kernel_compiles_for_sm90_on_tensor_cores(grad_dtype):
                  **{n: "i32" for n in ("OUT", "IN", "TILES_OUT", "TILES_IN")},
                  **{n: "constexpr" for n in ("BLOCK_OUT", "BLOCK_IN", "BLOCK_K")}}
     source = ASTSource(fn=grouped_wgrad._grouped_wgrad_accum, signature=signature,
-                       constexprs={"BLOCK_OUT": out, "BLOCK_IN": inp, "BLOCK_K": k})
-    ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32),
-                         options={"num_warps": 8}).asm["ptx"]
-    assert "wgmma.mma_async" in ptx
+                       constexprs={"BLOCK_OUT": out, "BLOCK_IN": inp, "BLOCK_K": k},
+                       attrs={(i,): [["tt.divisibility", 16]] for i in range(6)})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                              options=grouped_wgrad.LAUNCH)
+    assert "wgmma.mma_async" in compiled.asm["ptx"]
+    stages = grouped_wgrad.LAUNCH["num_stages"]
+    assert f"memdesc<{stages}x{k}x{out}xbf16" in compiled.asm["ttgir"]

@@ -8,6 +8,7 @@ cases (small) run in both.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -89,6 +90,25 @@ WGRAD_CASES = [(40, 70, [0, 3, 0, 70, 1, 0], (16, 32, 16)),
                (33, 130, [65, 0, 7], grouped_wgrad.BLOCKS)]
 
 
+@contextlib.contextmanager
+def loaded_loop_bounds():
+    """range() over bounds a kernel loaded: Triton 3.6's interpreter takes int() of the loaded
+    value, a one-element array, which NumPy 2 refuses; its one element is the bound."""
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+
+    def patch(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    interpreter._patch_lang_tensor = patch
+    try:
+        yield
+    finally:
+        interpreter._patch_lang_tensor = original
+
+
 def grouped_wgrad_case(out: int, inp: int, counts: list[int], blocks, grad_dtype) -> None:
     """main_grad (nonzero, fp32 or bf16) += each expert's dY^T @ X, against float64; experts
     without rows keep their main_grad bit for bit. The rows hold bf16 values in float32:
@@ -104,7 +124,8 @@ def grouped_wgrad_case(out: int, inp: int, counts: list[int], blocks, grad_dtype
     for e, (end, n) in enumerate(zip(ends.tolist(), counts)):
         expected[e] += dy[end - n:end].double().t() @ x[end - n:end].double()
     main_grad = before.clone()
-    grouped_wgrad.triton_accumulate_(main_grad, x, dy, ends, blocks)
+    with loaded_loop_bounds():
+        grouped_wgrad.triton_accumulate_(main_grad, x, dy, ends, blocks)
     refs.assert_close(main_grad, expected, grad_dtype, scale="row")
     for e, n in enumerate(counts):
         assert n or torch.equal(main_grad[e], before[e]), f"expert {e} (no rows) was written"

@@ -17,8 +17,9 @@ expert without rows leaves its main_grad untouched.
 
 One tile configuration (128 x 128 output tile, 64 rows a step), no autotuning: autotuning would
 run the accumulating kernel several times on the live buffer and synchronise on its first
-call. The row loop is a `while` (see the kernel), which Triton does not software-pipeline.
-Its speed is unmeasured until the lead's H200 run. Off the GPU a torch loop does the same
+call. The row loop is a `for` over the loaded bounds, which Triton software-pipelines (a
+`while` it does not; the interpreter test patches the interpreter to take such bounds). Its
+speed is unmeasured until the lead's H200 run. Off the GPU a torch loop does the same
 arithmetic (CPU tests only).
 """
 from __future__ import annotations
@@ -28,6 +29,7 @@ import torch
 from .rope import HAVE_TRITON
 
 BLOCKS = (128, 128, 64)   # (out, in) tile of main_grad, rows per step
+LAUNCH = {"num_warps": 8, "num_stages": 3}   # the row loop's loads three steps ahead
 
 if HAVE_TRITON:
     import triton
@@ -49,17 +51,13 @@ if HAVE_TRITON:
         end = tl.load(ends_ptr + e).to(tl.int64)
         if end > start:
             acc = tl.zeros((BLOCK_OUT, BLOCK_IN), dtype=tl.float32)
-            row = start
-            # a while, not range(start, end): Triton's interpreter takes int() of the loaded
-            # bounds, which NumPy 2 refuses for its one-element arrays
-            while row < end:
+            for row in range(start, end, BLOCK_K):
                 r = row + tl.arange(0, BLOCK_K)
                 dy = tl.load(dy_ptr + r[:, None] * OUT + o[None, :],
                              mask=(r[:, None] < end) & (o[None, :] < OUT), other=0.0)
                 x = tl.load(x_ptr + r[:, None] * IN + i[None, :],
                             mask=(r[:, None] < end) & (i[None, :] < IN), other=0.0)
                 acc = tl.dot(tl.trans(dy), x, acc)
-                row += BLOCK_K
             tile = grad_ptr + e.to(tl.int64) * OUT * IN + o[:, None] * IN + i[None, :]
             mask = (o[:, None] < OUT) & (i[None, :] < IN)
             grad = tl.load(tile, mask=mask, other=0.0).to(tl.float32)
@@ -80,7 +78,7 @@ def triton_accumulate_(main_grad: torch.Tensor, x: torch.Tensor, dy: torch.Tenso
     tiles_out, tiles_in = triton.cdiv(out, block_out), triton.cdiv(inp, block_in)
     _grouped_wgrad_accum[(experts * tiles_out * tiles_in,)](
         x.contiguous(), dy.contiguous(), ends, main_grad, out, inp, tiles_out, tiles_in,
-        BLOCK_OUT=block_out, BLOCK_IN=block_in, BLOCK_K=block_k, num_warps=8)
+        BLOCK_OUT=block_out, BLOCK_IN=block_in, BLOCK_K=block_k, **LAUNCH)
 
 
 def torch_accumulate_(main_grad: torch.Tensor, x: torch.Tensor, dy: torch.Tensor,
