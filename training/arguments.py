@@ -84,6 +84,10 @@ def add_training_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
                        help="Native grouped experts, MoE models at EP = TP = 1: the tokens per expert "
                             "stay on the GPU (the grouped experts' offsets computed there), so "
                             "no MoE layer's dispatch waits for the GPU (MOE_DEVICE_COUNTS).")
+    model.add_argument("--moe-wgrad-fusion", action="store_true",
+                       help="Native grouped experts with --gradient-accumulation-fusion: their "
+                            "weight gradients added into main_grad by a Triton kernel instead "
+                            "of a full gradient then DDP's add (MOE_WGRAD_FUSION).")
     model.add_argument("--ce-chunk-mem", type=int, default=_default("ce_chunk_mem"),
                        help="Liger fused linear cross-entropy's chunk_mem_const: each chunk's "
                             "logits stay under N x tokens x hidden (native or TE backend, "

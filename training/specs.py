@@ -156,11 +156,16 @@ def moe_parts(args) -> dict[str, str]:
                 "moe_permute": ("Transformer Engine's fused permute"
                                 if getattr(args, "moe_permute_fusion", False)
                                 else "Megatron's torch permute")}
-    from training.native.grouped_experts import describe as describe_experts
+    from training.native.grouped_experts import WGRAD_FUSION, describe as describe_experts
 
     bf16 = (" (bf16: the precision recipe covers TE's layers)"
             if getattr(args, "fp8", None) or getattr(args, "fp4", None) else "")
-    return {"experts": describe_experts() + bf16,
+    # the run's choice, read by GroupedLinear in the backward (set before the model is built)
+    WGRAD_FUSION["on"] = bool(getattr(args, "moe_wgrad_fusion", False)
+                              and getattr(args, "gradient_accumulation_fusion", False))
+    wgrad = ("; weight gradients added into main_grad by a Triton kernel "
+             "(training.native.grouped_wgrad)" if WGRAD_FUSION["on"] else "")
+    return {"experts": describe_experts() + bf16 + wgrad,
             "moe_permute": (f"permute: {in_place('native_moe_permute')}; unpermute: "
                             f"{in_place('native_moe_unpermute')}"),
             "moe_token_counts": (

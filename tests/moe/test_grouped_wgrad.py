@@ -23,6 +23,14 @@ COUNTS = [[3, 0, 7, 0, 1, 9], [0, 4, 2, 0, 11, 1]]   # per micro-batch; expert 3
 
 
 @pytest.fixture(autouse=True)
+def _wgrad_fusion_on(monkeypatch):
+    """MOE_WGRAD_FUSION for these tests (off by default until measured on a GPU)."""
+    from training.native import grouped_experts
+
+    monkeypatch.setitem(grouped_experts.WGRAD_FUSION, "on", True)
+
+
+@pytest.fixture(autouse=True)
 def _no_cuda_stream(monkeypatch):
     """DDP's gradient reduce asks for the current CUDA stream (to wait on CUDA-graph events,
     none here)."""
@@ -114,8 +122,10 @@ def test_fused_main_grad_and_dx_match_the_autograd_path(grad_dtype, overlap, dev
 
 
 def test_without_fusion_or_main_grad_the_autograd_path_runs(monkeypatch):
-    """GRADIENT_ACCUMULATION_FUSION=0, or no DDP (no main_grad): the kernel is not called and
-    the weight gets autograd's gradient, as before."""
+    """GRADIENT_ACCUMULATION_FUSION=0, no DDP (no main_grad), or MOE_WGRAD_FUSION off (the
+    default): the kernel is not called and the weight gets autograd's gradient, as before."""
+    from training.native import grouped_experts
+
     called = []
     monkeypatch.setattr(grouped_wgrad, "accumulate_", lambda *a: called.append(a))
     with on_cpu():
@@ -123,7 +133,27 @@ def test_without_fusion_or_main_grad_the_autograd_path_runs(monkeypatch):
         experts = _experts(True)
         x = torch.randn(sum(COUNTS[0]), 16).bfloat16()
         experts(x, COUNTS[0]).backward(torch.randn(sum(COUNTS[0]), 24).bfloat16())
+        monkeypatch.setitem(grouped_experts.WGRAD_FUSION, "on", False)
+        _micro_batches(_ddp_linear(True, torch.float32, False), False)
     assert called == [] and experts.fc1.weight.grad is not None
+
+
+def test_the_run_switch_follows_the_flag_and_ga_fusion(monkeypatch):
+    """--moe-wgrad-fusion (MOE_WGRAD_FUSION) turns the kernel on for the run, with
+    --gradient-accumulation-fusion; training.specs.moe_parts sets it and names it."""
+    from types import SimpleNamespace
+
+    from training import specs
+    from training.native import grouped_experts
+
+    def args(wgrad, ga):
+        return SimpleNamespace(num_experts=8, moe_grouped_gemm=True, moe_expert_impl="native",
+                               moe_wgrad_fusion=wgrad, gradient_accumulation_fusion=ga,
+                               moe_device_counts=False)
+    for wgrad, ga in ((True, True), (True, False), (False, True)):
+        parts = specs.moe_parts(args(wgrad, ga))
+        assert grouped_experts.WGRAD_FUSION["on"] is (wgrad and ga)
+        assert ("Triton kernel" in parts["experts"]) is (wgrad and ga)
 
 
 @pytest.mark.slow

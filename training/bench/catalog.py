@@ -208,6 +208,11 @@ def moe_levers() -> list[Lever]:
               {"CUDA_GRAPH": "full_iteration"}, "CUDA_GRAPH=full_iteration", "CUDA_GRAPH=none",
               False, note="Megatron's full-iteration CUDA graph of the lean MoE step (one "
                           "launch per micro-batch's forward and backward) vs the eager step"),
+        Lever("MOE_WGRAD_FUSION=1", "MOE_WGRAD_FUSION", "toggle", "moe",
+              {"MOE_WGRAD_FUSION": "1"}, "MOE_WGRAD_FUSION=1", "MOE_WGRAD_FUSION=0", False,
+              needs_backend="native",
+              note="the experts' weight gradients added into main_grad by the Triton kernel "
+                   "vs grouped_mm's whole gradient then DDP's add"),
         # the same comparison since the graph is the lean step's default (session 14): the
         # variant switches it off
         Lever("CUDA_GRAPH=none", "CUDA_GRAPH", "toggle", "moe", {"CUDA_GRAPH": "none"},
@@ -519,6 +524,9 @@ MOE_PARTS = (
     # and in larger chunks (at hidden 2048 the default makes 8 chunks of 512 tokens, each a
     # pass over the bf16 output-weight gradient)
     ("moe-levers-ce", "toggles", ("CROSS_ENTROPY_LOSS_FUSION", "CE_CHUNK_MEM=32")),
+    # gradient-accumulation fusion for the native grouped experts (session 14's Triton kernel,
+    # off until this part and tests/gpu/test_grouped_wgrad_gpu.py have run)
+    ("moe-levers-wgrad", "toggles", ("MOE_WGRAD_FUSION=1",)),
 )
 # gpt-oss-20b cut to 8 layers (same width, 32 experts, top-4, sinks, the alternating window; the
 # lean step's estimate 90.6 GiB on one H200), seq 8192, global batch 8: ours at the gpt-oss

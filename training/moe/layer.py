@@ -74,6 +74,13 @@ TOGGLES: tuple[Toggle, ...] = (
            "(alone it measured within noise); MOE_LEAN_STEP turns it on with the rest of the "
            "lean step where it applies.",
            on=("--moe-device-counts",), group=GROUP, levers=True),
+    Toggle("MOE_WGRAD_FUSION", "bool", False, GPT_ARGS,
+           "Gradient-accumulation fusion for the native grouped experts: with "
+           "GRADIENT_ACCUMULATION_FUSION, each expert's weight gradient is added into "
+           "Megatron's main_grad by a Triton kernel (training/native/grouped_wgrad.py) instead "
+           "of a whole [experts, out, in] gradient per micro-batch that DDP then adds. Off by "
+           "default: checked on the CPU only; its GPU test and A/B are in dev/gpu_runbook.md.",
+           on=("--moe-wgrad-fusion",), group=GROUP),
     Toggle("MOE_LEAN_STEP", "bool", True, LAUNCHER,
            "Where the step can run without a host synchronisation (the native grouped experts "
            "on either backend, EP = TP = ETP = 1, dropless, all-to-all; bf16 or an fp8 recipe; "

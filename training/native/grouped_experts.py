@@ -27,9 +27,10 @@ skip_bias_add), for the experts module to add weighted by each row's routing pro
 `BiasedGroupedMLP` does that in one gather too, where Megatron's TEGroupedMLP splits the rows
 by host counts (which MOE_DEVICE_COUNTS keeps on the GPU).
 
-With GRADIENT_ACCUMULATION_FUSION and Megatron's DDP (the weight has a `main_grad`), the
-grouped_mm path adds its weight gradients into main_grad in the backward
-(GroupedMatmulAccumulate, the kernel in grouped_wgrad.py), as Megatron's dense linears do.
+With MOE_WGRAD_FUSION (WGRAD_FUSION, off by default until measured on a GPU),
+GRADIENT_ACCUMULATION_FUSION and Megatron's DDP (the weight has a `main_grad`), the grouped_mm
+path adds its weight gradients into main_grad in the backward (GroupedMatmulAccumulate, the
+kernel in grouped_wgrad.py), as Megatron's dense linears do.
 """
 from __future__ import annotations
 
@@ -44,6 +45,11 @@ from training.native import grouped_wgrad
 
 # auto: grouped_mm where it has its fast kernel, the loop elsewhere
 IMPLS = ("auto", "grouped_mm", "loop")
+
+# The experts' weight gradients into main_grad by the Triton kernel (MOE_WGRAD_FUSION,
+# --moe-wgrad-fusion; set for the run by training.specs.moe_parts). Off until its GPU test and
+# A/B have run on an H200: the kernel is checked on the CPU (interpreter, sm_90 compile) only.
+WGRAD_FUSION = {"on": False}
 
 
 def grouped_mm_available() -> bool:
@@ -273,7 +279,7 @@ class GroupedLinear(torch.nn.Module):
     def _fused_main_grad(self) -> torch.Tensor | None:
         """Megatron DDP's gradient buffer for the weight where the backward is to accumulate
         into it (gradient_accumulation_fusion: GRADIENT_ACCUMULATION_FUSION), else None."""
-        if not (getattr(self.config, "gradient_accumulation_fusion", False)
+        if not (WGRAD_FUSION["on"] and getattr(self.config, "gradient_accumulation_fusion", False)
                 and self.weight.requires_grad and torch.is_grad_enabled()):
             return None
         return getattr(self.weight, "main_grad", None)
