@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 import training.moe.presets  # noqa: F401 - registers qwen3_moe and mixtral
 from training.checkpoint import record
@@ -75,6 +76,44 @@ def test_a_published_family_round_trips_and_computes_hf_logits(base_env, tmp_pat
     assert load_weights(gpt, out) == []
     theirs, ours = logits(hf_model, gpt.eval(), config["vocab_size"])
     assert (ours - theirs).abs().max().item() < 1e-4 * max(theirs.abs().mean().item(), 1.0)
+
+
+@pytest.mark.parametrize("hub_id", ["Qwen/Qwen3-30B-A3B", "mistralai/Mixtral-8x7B-v0.1"])
+def test_fused_expert_tensors_import_as_per_expert_ones_and_go_back_fused(tmp_path, hub_id):
+    """transformers 5 saves a layer's experts fused (save_original_format=False: the router
+    mlp.gate, mlp.experts.gate_up_proj, down_proj): the import of that folder writes the same
+    Megatron checkpoint as the per-expert folder of the same model, and the export writes the
+    fused tensors back, bitwise (the folder transformers wrote)."""
+    from .helpers import safetensors_tensors
+
+    config = tiny(PUBLISHED[hub_id])
+    hf_model, per_expert = random_hf_model(tmp_path, config)
+    fused = tmp_path / "fused"
+    hf_model.save_pretrained(fused, save_original_format=False)
+    assert "model.layers.1.mlp.experts.gate_up_proj" in safetensors_tensors(fused)
+    for folder in (per_expert, fused):
+        import_checkpoint(str(folder), tmp_path / f"{folder.name}-megatron", progress=False)
+    for name in ("hf", "fused"):
+        export_checkpoint(tmp_path / f"{name}-megatron", tmp_path / f"{name}-back",
+                          progress=False)
+    assert_bitwise_equal(per_expert, tmp_path / "hf-back")
+    assert_bitwise_equal(fused, tmp_path / "fused-back")
+    ours = {}
+    # the two imports hold the same tensors: the fused rows land where the per-expert ones do
+    from training.checkpoint.convert import single_process_group
+    from training.checkpoint.megatron import DistCheckpointReader, iteration_dir
+
+    with single_process_group():
+        for name in ("hf", "fused"):
+            reader = DistCheckpointReader(iteration_dir(tmp_path / f"{name}-megatron"))
+            try:
+                keys = sorted((key, None) for key in reader.metadata)
+                ours[name] = dict(zip(keys, reader.read(keys)))
+            finally:
+                reader.close()
+    assert ours["hf"].keys() == ours["fused"].keys()
+    for key, tensor in ours["hf"].items():
+        assert torch.equal(tensor, ours["fused"][key]), key
 
 
 def test_a_sliding_window_is_refused_naming_it(base_env, tmp_path):

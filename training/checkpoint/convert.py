@@ -101,6 +101,10 @@ def plan_import(source: str, preset_name: str | None = None, presets: dict | Non
     preset = (layout.match_preset(arch, presets, preset_name) if preset_name is not None
               else layout.matching_preset(arch, presets))
     files = hf.SafetensorsFolder(folder)
+    # a folder whose experts are fused (transformers 5's save_original_format=False) is read,
+    # and exported back, in that form
+    if arch.moe and f"model.layers.0.{layout.FUSED_EXPERTS[1]}" in files.entries:
+        arch = dataclasses.replace(arch, fused_experts=True)
     expected = layout.hf_shapes(arch)
     missing = [n for n in expected if n not in files.entries]
     if missing:
@@ -120,11 +124,6 @@ def plan_import(source: str, preset_name: str | None = None, presets: dict | Non
         raise ConversionError(f"{folder} mixes dtypes ({', '.join(sorted(map(str, dtypes)))}); "
                               "the import keeps one dtype per checkpoint")
     return folder, config, arch, preset, files, dtypes.pop()
-
-
-def _flat(tensor):
-    """A tensor seen as 2-D rows (layout.Block's rows): [all but the last axis, last axis]."""
-    return tensor.view(-1, tensor.shape[-1]) if tensor.dim() > 1 else tensor
 
 
 class ChunkBuffer:
@@ -188,7 +187,7 @@ def import_checkpoint(source: str, out: Path, preset_name: str | None = None,
 
             def produce(spec: layout.MegatronTensor) -> torch.Tensor:
                 chunk = buffer.take((spec.rows, *spec.shape[1:]), dtype)
-                rows, row = _flat(chunk), 0
+                rows, row = layout.rows_view(chunk), 0
                 for block in spec.blocks:
                     files.read_rows(block.hf_name, block.row, block.rows,
                                     rows[row:row + block.rows])
@@ -236,8 +235,9 @@ def single_process_group():
             dist.destroy_process_group()
 
 
-def _config_source(root: Path, args, hf_config: Path | None) -> tuple[dict | None, Path | None]:
-    """The Hugging Face config (and the folder of its side files) an export writes back:
+def _config_source(root: Path, args, hf_config: Path | None):
+    """The Hugging Face config, the folder of its side files, and the import's Architecture
+    (None without a record) of what an export writes back:
     --hf-config; else the checkpoint's own import record; else the record of the checkpoint the
     run started from (its saved --pretrained-checkpoint); else none."""
     candidates = []
@@ -250,13 +250,14 @@ def _config_source(root: Path, args, hf_config: Path | None) -> tuple[dict | Non
     for i, path in enumerate(candidates):
         rec = record.read_record(path) if path.is_dir() else None
         if rec is not None:
-            return rec["hf_config"], path / record.SIDE_DIR
+            return rec["hf_config"], path / record.SIDE_DIR, rec["architecture"]
         if i == 0 and hf_config is not None:
             config_file = path if path.is_file() else path / hf.CONFIG
             if not config_file.is_file():
                 raise ConversionError(f"--hf-config {hf_config}: no config.json there")
-            return hf.read_object(config_file, "Hugging Face config.json"), config_file.parent
-    return None, None
+            return (hf.read_object(config_file, "Hugging Face config.json"), config_file.parent,
+                    None)
+    return None, None, None
 
 
 def architecture_from_args(args) -> Architecture:
@@ -279,9 +280,11 @@ def _describe(root: Path, common: dict, hf_config: Path | None
     from training.launch.presets import PRESETS
 
     args = common.get("args")
-    config, side = _config_source(root, args, hf_config)
-    if config is not None:
-        return Architecture.from_hf_config(config), config, side
+    config, side, imported = _config_source(root, args, hf_config)
+    if config is not None:   # an import's experts go back in the form they came in
+        fused = imported is not None and imported.fused_experts
+        return (dataclasses.replace(Architecture.from_hf_config(config), fused_experts=fused),
+                config, side)
     if args is None:
         raise ConversionError(f"{root} records neither its model (no saved arguments) nor an "
                               "import: pass --hf-config with the Hugging Face folder it came from")
@@ -290,7 +293,8 @@ def _describe(root: Path, common: dict, hf_config: Path | None
     for preset in PRESETS.values():
         base = Architecture.from_model(preset)
         if not base.differences(arch, ignore=("num_layers", "vocab_size", "family",
-                                              "architecture", "max_position_embeddings")) \
+                                              "architecture", "max_position_embeddings",
+                                              "fused_experts")) \
                 and preset.vocab_size <= arch.vocab_size:
             arch = dataclasses.replace(arch, vocab_size=preset.vocab_size)
             break
@@ -363,8 +367,8 @@ def export_checkpoint(ckpt: Path, out: Path, hf_config: Path | None = None,
                     for name in names:
                         tensor = torch.empty(shapes[name], dtype=dtype)
                         for spec, row, block in sources[name]:
-                            chunk = _flat(_chunk(reader, cache, spec, arch))
-                            _flat(tensor)[block.row:block.row + block.rows].copy_(
+                            chunk = layout.rows_view(_chunk(reader, cache, spec, arch))
+                            layout.rows_view(tensor)[block.row:block.row + block.rows].copy_(
                                 chunk[row:row + block.rows])
                         shard[name] = tensor
                         bar.advance(tensor.nbytes)

@@ -1,8 +1,12 @@
 """gpt-oss's tensors: Hugging Face's GptOssForCausalLM <-> our GPTModel, both ways, exactly.
 
-Self-contained (one family's table, to join the per-family conversion package): functions of
-state dicts, so a round trip is tested bit for bit, plus the copy into a built model (the parity
-tests, whichever experts module the backend built) and an export to a Hugging Face folder.
+One conversion table (`table`), both directions, in the row model of the other families
+(training/checkpoint/layout.py: every row of one of our tensors is one row of one Hugging Face
+tensor; layout.table_to_megatron and table_to_hf apply a table to state dicts either way). The
+experts, which Hugging Face multiplies as x @ W with gate and up interleaved, are read through
+VIEWS: one pair of inverse functions per tensor, turning the stored tensor into the rows the
+table reads and back. Beside the table: the copy into a built model (the parity tests,
+whichever experts module the backend built) and an export to a Hugging Face folder.
 
 Where the layouts differ (per layer; Megatron's names are the native/local spec's modules):
   linear_qkv      q_proj, k_proj, v_proj (weights and biases) stacked per KV group:
@@ -28,37 +32,22 @@ from pathlib import Path
 
 import torch
 
-HF_EMBEDDING, HF_NORM, HF_HEAD = "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"
-EMBEDDING = "embedding.word_embeddings.weight"
-FINAL_NORM = "decoder.final_layernorm.weight"
-OUTPUT = "output_layer.weight"
+from . import layout
+from .layout import EMBEDDING, FINAL_NORM, HF_EMBEDDING, HF_HEAD, HF_NORM, OUTPUT, Block
 
 
 class GptOssShapeError(ValueError):
     """A state dict whose tensors do not fit the shape given (message printed as is)."""
 
 
-def _shape(config) -> tuple[int, int, int, int, int]:
-    """(layers, heads, KV groups, head dim, hidden) from a GptOssConfig or a dict of it."""
+def _shape(config) -> dict:
+    """The table's sizes from a GptOssConfig or a dict of it."""
     get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
     hidden, heads = get("hidden_size"), get("num_attention_heads")
-    return (get("num_hidden_layers"), heads, get("num_key_value_heads"),
-            get("head_dim") or hidden // heads, hidden)
-
-
-def _qkv(q, k, v, groups: int):
-    """Stack q, k, v (weights [rows, hidden] or biases [rows]) per KV group."""
-    tail = q.shape[1:]
-    parts = [t.reshape(groups, -1, *tail) for t in (q, k, v)]
-    return torch.cat(parts, dim=1).reshape(-1, *tail)
-
-
-def _unqkv(qkv, groups: int, per_group: int, head_dim: int):
-    tail = qkv.shape[1:]
-    grouped = qkv.reshape(groups, (per_group + 2) * head_dim, *tail)
-    q, k, v = torch.split(grouped, [per_group * head_dim, head_dim, head_dim], dim=1)
-    return (q.reshape(-1, *tail).contiguous(), k.reshape(-1, *tail).contiguous(),
-            v.reshape(-1, *tail).contiguous())
+    return {"layers": get("num_hidden_layers"), "heads": heads,
+            "groups": get("num_key_value_heads"), "head_dim": get("head_dim") or hidden // heads,
+            "hidden": hidden, "experts": get("num_local_experts"),
+            "ffn": get("intermediate_size"), "vocab": get("vocab_size")}
 
 
 def _deinterleave(t):
@@ -71,69 +60,87 @@ def _interleave(t):
     return torch.stack([gate, up], dim=-1).flatten(-2)
 
 
+# Hugging Face tensors the table reads in another form than stored, by name suffix: (stored ->
+# the rows the table reads, and back). The experts multiply x @ W where Megatron's do W x.
+VIEWS = {
+    "mlp.experts.gate_up_proj": (lambda t: _deinterleave(t).transpose(1, 2),
+                                 lambda r: _interleave(r.transpose(1, 2))),
+    "mlp.experts.gate_up_proj_bias": (_deinterleave, _interleave),
+    "mlp.experts.down_proj": (lambda t: t.transpose(1, 2), lambda r: r.transpose(1, 2)),
+}
+
+
+def _view(name: str, tensor, way: int):
+    for suffix, pair in VIEWS.items():
+        if name.endswith(suffix):
+            return pair[way](tensor).contiguous()
+    return tensor
+
+
+def table(config) -> list[tuple[str, tuple, tuple, dict]]:
+    """gpt-oss's conversion table, both directions: (our key, its shape, its rows as blocks of
+    Hugging Face tensors, those tensors' shapes as the table reads them), layout's row model."""
+    n = _shape(config)
+    h, hd, heads, groups = n["hidden"], n["head_dim"], n["heads"], n["groups"]
+    e, f = n["experts"], n["ffn"]
+    q_rows, kv_rows = heads * hd, groups * hd
+
+    def whole(ours: str, theirs: str, shape: tuple) -> tuple:
+        return ours, shape, (Block(theirs, 0, layout.flat_rows(shape)),), {theirs: shape}
+
+    rows = [whole(EMBEDDING, HF_EMBEDDING, (n["vocab"], h))]
+    for i in range(n["layers"]):
+        src, dst = f"model.layers.{i}.", f"decoder.layers.{i}."
+        attn, ours = src + "self_attn.", dst + "self_attention."
+        for kind, tail in (("weight", (h,)), ("bias", ())):
+            names = [f"{attn}{p}_proj.{kind}" for p in "qkv"]
+            rows.append((f"{ours}linear_qkv.{kind}", (q_rows + 2 * kv_rows, *tail),
+                         layout.qkv_blocks(*names, groups, heads // groups, hd),
+                         dict(zip(names, [(q_rows, *tail), (kv_rows, *tail), (kv_rows, *tail)]))))
+        rows += [whole(f"{ours}linear_proj.weight", f"{attn}o_proj.weight", (h, q_rows)),
+                 whole(f"{ours}linear_proj.bias", f"{attn}o_proj.bias", (h,)),
+                 whole(f"{ours}core_attention.softmax_offset", f"{attn}sinks", (heads,)),
+                 whole(f"{dst}input_layernorm.weight", f"{src}input_layernorm.weight", (h,)),
+                 whole(f"{dst}pre_mlp_layernorm.weight", f"{src}post_attention_layernorm.weight",
+                       (h,)),
+                 whole(f"{dst}mlp.router.weight", f"{src}mlp.router.weight", (e, h)),
+                 whole(f"{dst}mlp.router.bias", f"{src}mlp.router.bias", (e,))]
+        experts, mine = src + "mlp.experts.", dst + "mlp.experts."
+        rows += [whole(f"{mine}linear_fc1.weight", f"{experts}gate_up_proj", (e, 2 * f, h)),
+                 whole(f"{mine}linear_fc1.bias", f"{experts}gate_up_proj_bias", (e, 2 * f)),
+                 whole(f"{mine}linear_fc2.weight", f"{experts}down_proj", (e, h, f)),
+                 whole(f"{mine}linear_fc2.bias", f"{experts}down_proj_bias", (e, h))]
+    rows += [whole(FINAL_NORM, HF_NORM, (h,)), whole(OUTPUT, HF_HEAD, (n["vocab"], h))]
+    return rows
+
+
+def _refuse_misfit(what: str, got: tuple, want: tuple, config) -> None:
+    if tuple(got) != tuple(want):
+        n = _shape(config)
+        raise GptOssShapeError(f"{what} {tuple(got)}, the config's heads ({n['heads']} / "
+                               f"{n['groups']} groups of {n['head_dim']}), hidden {n['hidden']}, "
+                               f"experts {n['experts']} of {n['ffn']} make {tuple(want)}")
+
+
 def hf_to_megatron(hf: dict, config) -> dict:
     """Hugging Face GptOss state dict -> our GPTModel's (the native backend's module names,
     experts as one [E, out, in] tensor per projection)."""
-    layers, heads, groups, head_dim, _ = _shape(config)
-    out = {EMBEDDING: hf[HF_EMBEDDING], FINAL_NORM: hf[HF_NORM], OUTPUT: hf[HF_HEAD]}
-    for i in range(layers):
-        src, dst = f"model.layers.{i}.", f"decoder.layers.{i}."
-        attn, ours = src + "self_attn.", dst + "self_attention."
-        for kind in ("weight", "bias"):
-            out[f"{ours}linear_qkv.{kind}"] = _qkv(*(hf[f"{attn}{p}_proj.{kind}"] for p in "qkv"),
-                                                   groups)
-            out[f"{ours}linear_proj.{kind}"] = hf[f"{attn}o_proj.{kind}"]
-        out[ours + "core_attention.softmax_offset"] = hf[attn + "sinks"]
-        out[dst + "input_layernorm.weight"] = hf[src + "input_layernorm.weight"]
-        out[dst + "pre_mlp_layernorm.weight"] = hf[src + "post_attention_layernorm.weight"]
-        for kind in ("weight", "bias"):
-            out[f"{dst}mlp.router.{kind}"] = hf[f"{src}mlp.router.{kind}"]
-        experts = src + "mlp.experts."
-        out[dst + "mlp.experts.linear_fc1.weight"] = _deinterleave(
-            hf[experts + "gate_up_proj"]).transpose(1, 2).contiguous()
-        out[dst + "mlp.experts.linear_fc1.bias"] = _deinterleave(hf[experts + "gate_up_proj_bias"])
-        out[dst + "mlp.experts.linear_fc2.weight"] = hf[experts + "down_proj"].transpose(
-            1, 2).contiguous()
-        out[dst + "mlp.experts.linear_fc2.bias"] = hf[experts + "down_proj_bias"]
-    _check_heads(out, config)
-    return out
+    rows = table(config)
+    seen = {}
+    for key, _shape_, _blocks, reads in rows:
+        for name, want in reads.items():
+            seen[name] = _view(name, hf[name], 0)
+            _refuse_misfit(f"{key.split('.')[-2]} is built from {name}, of shape",
+                           seen[name].shape, want, config)
+    return layout.table_to_megatron(rows, seen)
 
 
 def megatron_to_hf(ours: dict, config) -> dict:
     """Our GPTModel's state dict (hf_to_megatron's names) -> Hugging Face GptOss's."""
-    layers, heads, groups, head_dim, _ = _shape(config)
-    _check_heads(ours, config)
-    out = {HF_EMBEDDING: ours[EMBEDDING], HF_NORM: ours[FINAL_NORM], HF_HEAD: ours[OUTPUT]}
-    for i in range(layers):
-        src, dst = f"decoder.layers.{i}.", f"model.layers.{i}."
-        attn, theirs = src + "self_attention.", dst + "self_attn."
-        for kind in ("weight", "bias"):
-            q, k, v = _unqkv(ours[f"{attn}linear_qkv.{kind}"], groups, heads // groups, head_dim)
-            out.update({f"{theirs}q_proj.{kind}": q, f"{theirs}k_proj.{kind}": k,
-                        f"{theirs}v_proj.{kind}": v,
-                        f"{theirs}o_proj.{kind}": ours[f"{attn}linear_proj.{kind}"]})
-        out[theirs + "sinks"] = ours[attn + "core_attention.softmax_offset"]
-        out[dst + "input_layernorm.weight"] = ours[src + "input_layernorm.weight"]
-        out[dst + "post_attention_layernorm.weight"] = ours[src + "pre_mlp_layernorm.weight"]
-        for kind in ("weight", "bias"):
-            out[f"{dst}mlp.router.{kind}"] = ours[f"{src}mlp.router.{kind}"]
-        experts = dst + "mlp.experts."
-        out[experts + "gate_up_proj"] = _interleave(
-            ours[src + "mlp.experts.linear_fc1.weight"].transpose(1, 2)).contiguous()
-        out[experts + "gate_up_proj_bias"] = _interleave(ours[src + "mlp.experts.linear_fc1.bias"])
-        out[experts + "down_proj"] = ours[src + "mlp.experts.linear_fc2.weight"].transpose(
-            1, 2).contiguous()
-        out[experts + "down_proj_bias"] = ours[src + "mlp.experts.linear_fc2.bias"]
-    return out
-
-
-def _check_heads(ours: dict, config) -> None:
-    layers, heads, groups, head_dim, hidden = _shape(config)
-    want = ((heads + 2 * groups) * head_dim, hidden)
-    got = tuple(ours["decoder.layers.0.self_attention.linear_qkv.weight"].shape)
-    if got != want:
-        raise GptOssShapeError(f"linear_qkv is {got}, the config's heads ({heads} / {groups} "
-                               f"groups of {head_dim}) and hidden {hidden} make {want}")
+    rows = table(config)
+    for key, shape, _blocks, _reads in rows:
+        _refuse_misfit(f"{key.split('.')[-2]} is", ours[key].shape, shape, config)
+    return {name: _view(name, t, 1) for name, t in layout.table_to_hf(rows, ours).items()}
 
 
 # -- into and out of a built model -----------------------------------------------------------

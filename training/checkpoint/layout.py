@@ -85,6 +85,11 @@ class ExpertNames:
 
 EXPERT_NAMES = {"qwen3_moe": ExpertNames("mlp", "gate_proj", "up_proj", "down_proj"),
                 "mixtral": ExpertNames("block_sparse_moe", "w1", "w3", "w2")}
+# Either family's experts fused, per layer (transformers 5's modules, both families alike):
+# the router mlp.gate.weight [E, hidden]; mlp.experts.gate_up_proj [E, 2F, hidden], each
+# expert's gate rows then its up rows (Megatron's linear_fc1 row for row); mlp.experts.down_proj
+# [E, hidden, F] (Megatron's linear_fc2)
+FUSED_EXPERTS = ("mlp.gate.weight", "mlp.experts.gate_up_proj", "mlp.experts.down_proj")
 
 
 class ArchitectureError(ValueError):
@@ -124,6 +129,10 @@ class Architecture:
     moe_ffn_hidden_size: int = 0
     family: str = "llama"
     architecture: str = "LlamaForCausalLM"   # the Hugging Face class an export names
+    # the Hugging Face folder holds each layer's experts fused (FUSED_EXPERTS), as transformers
+    # 5 keeps them in memory and saves them with save_original_format=False; else one tensor
+    # per expert, the published form. Read from the files, not the config: not part of a shape.
+    fused_experts: bool = False
 
     def __post_init__(self):
         if not self.head_dim:
@@ -138,7 +147,8 @@ class Architecture:
         return bool(self.num_experts)
 
     def differences(self, other: "Architecture",
-                    ignore: tuple[str, ...] = ("num_layers", "family", "architecture")
+                    ignore: tuple[str, ...] = ("num_layers", "family", "architecture",
+                                               "fused_experts")
                     ) -> list[str]:
         """'field: ours vs theirs' for every field that differs."""
         out = []
@@ -362,6 +372,17 @@ def _slice_blocks(blocks: tuple[Block, ...], start: int, count: int) -> tuple[Bl
     return tuple(out)
 
 
+def qkv_blocks(q: str, k: str, v: str, groups: int, per_group: int, head_dim: int
+               ) -> tuple[Block, ...]:
+    """Megatron's linear_qkv rows (weight or bias) from Hugging Face's q, k and v: per query
+    group g, its query heads, then k_g, then v_g."""
+    out = []
+    for g in range(groups):
+        out += [Block(q, g * per_group * head_dim, per_group * head_dim),
+                Block(k, g * head_dim, head_dim), Block(v, g * head_dim, head_dim)]
+    return tuple(out)
+
+
 def _layer_table(arch: Architecture, layer: int) -> list[tuple[str, tuple, tuple, tuple]]:
     """The family's conversion table for one layer: (Megatron key, Megatron shape, its blocks,
     the Hugging Face tensors and shapes it reads) in the order the import writes them."""
@@ -374,12 +395,8 @@ def _layer_table(arch: Architecture, layer: int) -> list[tuple[str, tuple, tuple
         return hf_name(layer, part, kind)
 
     def grouped(kind: str) -> tuple[Block, ...]:
-        out = []
-        for g in range(groups):
-            out += [Block(name("self_attn.q_proj", kind), g * per_group * hd, per_group * hd),
-                    Block(name("self_attn.k_proj", kind), g * hd, hd),
-                    Block(name("self_attn.v_proj", kind), g * hd, hd)]
-        return tuple(out)
+        return qkv_blocks(*(name(f"self_attn.{p}_proj", kind) for p in "qkv"), groups,
+                          per_group, hd)
 
     def whole(hf: str, shape: tuple) -> tuple:
         return (Block(hf, 0, flat_rows(shape)),), {hf: shape}
@@ -406,6 +423,12 @@ def _layer_table(arch: Architecture, layer: int) -> list[tuple[str, tuple, tuple
         rows.append((FC2, (h, ffn), *whole(name("mlp.down_proj"), (h, ffn))))
         return rows
     e, f = arch.num_experts, arch.moe_ffn_hidden_size
+    if arch.fused_experts:
+        router, gate_up, down = (f"model.layers.{layer}.{part}" for part in FUSED_EXPERTS)
+        rows.append((ROUTER, (e, h), *whole(router, (e, h))))
+        rows.append((EXPERT_FC1, (e, 2 * f, h), *whole(gate_up, (e, 2 * f, h))))
+        rows.append((EXPERT_FC2, (e, h, f), *whole(down, (e, h, f))))
+        return rows
     names = EXPERT_NAMES[arch.family]
     rows.append((ROUTER, (e, h), *whole(name(f"{names.block}.gate"), (e, h))))
     fc1, fc2, reads1, reads2 = [], [], {}, {}
@@ -464,3 +487,41 @@ def extra_state_keys(num_layers: int, moe: bool = False) -> list[str]:
     return [f"decoder.layers.{m}._extra_state/shard_{layer}_{num_layers}"
             for layer in range(num_layers) for m in linears] + \
         [f"{FINAL_NORM_EXTRA_STATE}/shard_0_1"]
+
+
+# -- a table in memory (state dicts) -------------------------------------------------------------
+
+def table_to_megatron(rows, hf_tensors: dict) -> dict:
+    """A conversion table's rows ((Megatron key, shape, blocks, reads), as _layer_table's) applied
+    to Hugging Face tensors in memory: each Megatron tensor its blocks' rows, stacked."""
+    import torch
+
+    out = {}
+    for key, shape, blocks, _reads in rows:
+        parts = [rows_view(hf_tensors[b.hf_name].contiguous())[b.row:b.row + b.rows]
+                 for b in blocks]
+        out[key] = torch.cat(parts).reshape(shape) if len(parts) > 1 else \
+            parts[0].reshape(shape).clone()
+    return out
+
+
+def table_to_hf(rows, megatron_tensors: dict) -> dict:
+    """The same table the other way: each Hugging Face tensor (its shape in `reads`) filled
+    from the rows of the Megatron tensors its blocks are in."""
+    import torch
+
+    out: dict = {}
+    for key, _shape, blocks, reads in rows:
+        source, at = rows_view(megatron_tensors[key].contiguous()), 0
+        for b in blocks:
+            if b.hf_name not in out:
+                out[b.hf_name] = torch.empty(reads[b.hf_name], dtype=source.dtype)
+            rows_view(out[b.hf_name])[b.row:b.row + b.rows] = source[at:at + b.rows]
+            at += b.rows
+    return out
+
+
+def rows_view(tensor):
+    """A tensor seen as 2-D rows, Block's rows ([all but the last axis, last axis]; a 1-D
+    tensor: its elements), as a view: writing into it writes the tensor."""
+    return tensor.view(-1, tensor.shape[-1]) if tensor.dim() > 1 else tensor
