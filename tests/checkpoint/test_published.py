@@ -230,3 +230,32 @@ def test_the_model_a_launch_builds_from_an_import_trains(base_env, tmp_path, hub
         optimizer.step()
         losses.append(loss.item())
     assert losses[-1] < losses[0] - 1.0, losses
+
+
+def _published_check():
+    """dev/check_published_models.py (the issue's check, kept outside the product) as a
+    module."""
+    import importlib.util
+
+    from .helpers import REPO
+
+    spec = importlib.util.spec_from_file_location("check_published_models",
+                                                  REPO / "dev" / "check_published_models.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_docs_table_is_the_recorded_check_of_all_eleven():
+    """docs/checkpoints.md's table is generated from the check's record, which holds every
+    published model; a failed model shows where it stopped."""
+    check = _published_check()
+    data = json.loads(check.RECORD.read_text())
+    assert set(data["results"]) == set(PUBLISHED)
+    assert check.docs_block(data) in check.DOC.read_text(), \
+        "docs/checkpoints.md's table is stale: python dev/check_published_models.py --docs"
+    hub_id = "Qwen/Qwen3-8B"
+    failed = {"layers": 2, "results": {hub_id: {"ok": False, "import": True, "export": True,
+                                                "error": "AssertionError"}}}
+    row = next(line for line in check.render(failed).splitlines() if hub_id in line)
+    assert row.split(" | ")[1:5] == ["pass", "pass", "**fail**", "not run"]
