@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from training.checkpoint.__main__ import main
 from training.checkpoint.staging import OutputError, Staging
@@ -114,8 +115,8 @@ def test_hub_config_is_fetched_and_checked_before_any_weight(capsys, tmp_path, t
 
     config = tmp_path / "config.json"
     fetched = []
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download",
-                        lambda repo, name, **kw: fetched.append(name) or str(config))
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", _hub_files(fetched, {
+        "config.json": config}))
     monkeypatch.setattr(huggingface_hub, "snapshot_download",
                         lambda repo, **kw: fetched.append("weights") or str(tiny_hf))
     tiny = json.loads((tiny_hf / "config.json").read_text())
@@ -125,7 +126,47 @@ def test_hub_config_is_fetched_and_checked_before_any_weight(capsys, tmp_path, t
     config.write_text(json.dumps(tiny))
     fetched.clear()
     assert main(["import", "example-org/tiny", str(tmp_path / "out"), "--no-progress"]) == 0
-    assert fetched == ["config.json", "weights"]
+    assert fetched == ["config.json", "model.safetensors.index.json", "weights"]
+
+
+def _hub_files(fetched: list, files: dict):
+    """A mocked hf_hub_download of a repository holding `files` (name -> local path)."""
+    from huggingface_hub.errors import RemoteEntryNotFoundError
+
+    def download(repo, name, **kw):
+        fetched.append(name)
+        if name not in files:   # the Hub's 404 (built without the HTTP response it wraps)
+            missing = RemoteEntryNotFoundError.__new__(RemoteEntryNotFoundError)
+            Exception.__init__(missing, f"404 Client Error: {name} not found")
+            raise missing
+        return str(files[name])
+    return download
+
+
+def test_hub_weights_are_the_files_transformers_reads(capsys, tmp_path, tiny_hf, monkeypatch):
+    """A repository holding its weights twice (Mistral's consolidated.safetensors beside the
+    sharded files): only the files its index names are downloaded; without an index,
+    model.safetensors."""
+    import huggingface_hub
+
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors",
+                                                "b": "model-00002-of-00002.safetensors"}}))
+    asked = []
+    monkeypatch.setattr(huggingface_hub, "snapshot_download",
+                        lambda repo, allow_patterns, **kw: asked.append(allow_patterns)
+                        or str(tiny_hf))
+    for files, weights in (({"model.safetensors.index.json": index},
+                            ["model-00001-of-00002.safetensors",
+                             "model-00002-of-00002.safetensors"]),
+                           ({}, ["model.safetensors"])):
+        monkeypatch.setattr(huggingface_hub, "hf_hub_download", _hub_files(
+            [], {"config.json": tiny_hf / "config.json", **files}))
+        asked.clear()
+        out = tmp_path / f"out{len(files)}"
+        assert main(["import", "example-org/mistral", str(out), "--no-progress"]) == 0
+        (patterns,) = asked
+        assert [p for p in patterns if "safetensors" in p] == weights
 
 
 def test_hub_offline_while_mocked_names_offline(capsys, tmp_path, monkeypatch):
@@ -187,3 +228,16 @@ except Interrupted as err:
     assert proc.returncode == 143, proc.stderr
     assert ".out.partial-" in proc.stdout
     assert _leftovers(tmp_path) == []
+
+
+def test_a_folder_reads_model_safetensors_as_transformers_does(tmp_path, tiny_hf):
+    """Without an index, a folder's model.safetensors is the model (as transformers reads
+    it): another safetensors file beside it (Mistral's consolidated.safetensors, other names)
+    is left alone, not refused as tensors the config does not imply."""
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "hf"
+    shutil.copytree(tiny_hf, folder)
+    save_file({"layers.0.attention.wq.weight": torch.zeros(2, 2)},
+              str(folder / "consolidated.safetensors"))
+    assert main(["import", str(folder), str(tmp_path / "out"), "--no-progress"]) == 0

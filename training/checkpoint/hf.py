@@ -25,6 +25,7 @@ from training.cli import BadFile, read_json
 DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
 CONFIG = "config.json"
 INDEX = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
 # Files an import keeps beside the checkpoint (OUT/hf/) and an export puts back: what lm-eval
 # and vLLM read besides the weights.
 SIDE_FILES = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
@@ -58,10 +59,30 @@ def resolve_source(arg: str, check=None) -> Path:
     if check is not None:
         check(read_object(config, "Hugging Face config.json"))
     try:
-        return Path(snapshot_download(arg, allow_patterns=["*.json", "*.safetensors",
-                                                           "tokenizer.model"]))
+        weights = _hub_weight_files(arg, hf_hub_download)
+        return Path(snapshot_download(arg, allow_patterns=["*.json", "tokenizer.model",
+                                                           *weights]))
+    except HFError:
+        raise
     except Exception as err:
         raise HFError(_hub_failure(arg, err)) from None
+
+
+def _hub_weight_files(arg: str, hf_hub_download) -> list[str]:
+    """The safetensors files a Hub repository's model is in, as transformers reads them: those
+    its index names, else model.safetensors. A repository may hold the weights twice (Mistral's
+    consolidated.safetensors beside the sharded ones): only these are downloaded."""
+    from huggingface_hub.errors import RemoteEntryNotFoundError
+
+    try:
+        index = Path(hf_hub_download(arg, INDEX))
+    except RemoteEntryNotFoundError:
+        return [SINGLE_FILE]
+    weight_map = read_object(index, "safetensors index").get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map or \
+            not all(isinstance(f, str) for f in weight_map.values()):
+        raise HFError(f"{arg}: its {INDEX}'s weight_map is not an object of file names")
+    return sorted(set(weight_map.values()))
 
 
 def _hub_failure(arg: str, err: Exception) -> str:
@@ -164,6 +185,8 @@ class SafetensorsFolder:
             if not isinstance(weight_map, dict) or not all(isinstance(f, str) for f in weight_map.values()):
                 raise HFError(f"{index}: its weight_map is not an object of file names")
             files = sorted({folder / f for f in weight_map.values()})
+        elif (folder / SINGLE_FILE).is_file():   # as transformers reads a folder
+            files = [folder / SINGLE_FILE]
         else:
             files = sorted(folder.glob("*.safetensors"))
         if not files:
