@@ -165,9 +165,8 @@ def render(data: dict) -> str:
                      f" | {r.get('seconds', '')} | {sha} |")
     passed = [h for h in PUBLISHED if results.get(h, {}).get("ok")]
     return (f"{len(passed)} of {len(PUBLISHED)} pass at their published widths, "
-            f"{data.get('layers')} layers, bf16 (recorded in "
-            "[docs/benchmarks/checkpoint_published_cpu.json](benchmarks/checkpoint_published_cpu.json)"
-            "):\n\n" + "\n".join(lines))
+            f"{data.get('layers')} layers, bf16 (recorded in [docs/benchmarks/{RECORD.name}]"
+            f"(benchmarks/{RECORD.name})):\n\n" + "\n".join(lines))
 
 
 def docs_block(data: dict) -> str:

@@ -12,6 +12,7 @@ a time into a temporary sibling folder that is renamed at the end (docs/checkpoi
 
   layout      each family's conversion table (the tensors of each side, one map for both
               directions); the config is read by training/launch/model_config.py
+  gpt_oss     gpt-oss's table (layout's row blocks, state dicts in memory, both directions)
   hf          a Hugging Face folder: config, safetensors headers and reads, the export's files
   megatron    the Megatron side: the streaming dist-checkpoint writer, the per-layer reader
   record      the import record (hf_import.json) the launcher's guard reads (no torch)
