@@ -69,7 +69,9 @@ def check(config: dict, root: Path, ours: bool, steps: dict) -> dict:
     steps["bitwise"] = True
     tokens = torch.randint(0, config["vocab_size"], (1, 16),
                            generator=torch.Generator().manual_seed(0))
-    if not ours:   # one model in memory at a time (Mixtral's 2 layers: ~6 GB each)
+    if ours:   # HF's fp32 yardstick before our model is built: one model in fp32 at a time
+        reference = fp32_logits(hf_model, tokens)
+    else:      # one model in memory at a time (Mixtral's 2 layers: ~6 GB each)
         del hf_model
     logits = []
     with torch.no_grad():   # both as transformers loads them (RoPE frequencies alike)
@@ -93,7 +95,7 @@ def check(config: dict, root: Path, ours: bool, steps: dict) -> dict:
         from tests.moe.model import cpu_dispatcher_streams
 
         with cpu_dispatcher_streams():
-            compared = compare(hf_model, gpt.eval(), tokens, fp32_logits(hf_model, tokens))
+            compared = compare(hf_model, gpt.eval(), tokens, reference)
         check_bf16_parity(compared)
         steps["ours_vs_hf"] = {k: round(v, 6) for k, v in compared.items()}
     steps["seconds"] = round(time.perf_counter() - start, 1)

@@ -235,8 +235,8 @@ def random_hf_model(folder, config: dict, dtype=torch.float32):
     write_config(folder / "config", config)
     hf_config = AutoConfig.from_pretrained(folder / "config")
     hf_config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(hf_config).eval()
+    torch.manual_seed(0)   # built in its dtype: Mixtral's 2 real-width layers are 12 GB in fp32
+    model = AutoModelForCausalLM.from_config(hf_config, dtype=dtype).eval()
     with torch.no_grad():   # norms start at 1 and biases at 0: make a swapped one visible
         for name, param in model.named_parameters():
             if "norm" in name:
