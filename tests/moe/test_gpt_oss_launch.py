@@ -228,8 +228,8 @@ def test_the_bench_part_of_the_bar():
 def test_the_lean_steps_cuda_graph_is_off_for_flex_attention(base_env):
     """gpt-oss's flex attention has not run under a CUDA graph: the lean step's default graph
     is turned off with the reason; a user's CUDA_GRAPH=full_iteration is refused."""
-    result = oss(base_env, TRANSFORMER_IMPL="native", TOTAL_ITERS=20)
+    result = oss(base_env, TRANSFORMER_IMPL="native", TOTAL_ITERS=20, PLATFORM="h200")
     graph = result.settings.setting("CUDA_GRAPH")
     assert graph.value == "none" and graph.source == "guard" and "flex" in graph.reason
     assert "flex" in refused(base_env, "gpt_oss_cuda_graph", TRANSFORMER_IMPL="native",
-                             TOTAL_ITERS=20, CUDA_GRAPH="full_iteration")
+                             TOTAL_ITERS=20, CUDA_GRAPH="full_iteration", PLATFORM="h200")

@@ -483,14 +483,15 @@ def test_the_lean_step_is_graphed_on_the_native_backend_in_bf16(base_env):
     """Where it was measured (native, bf16, a run long enough to replay): CUDA_GRAPH from the
     MoE layer with its reason; the core guard keeps the eager iterations and the capture out
     of the measure; Megatron's parser takes the words."""
-    result = moe(base_env, TRANSFORMER_IMPL="native", NUM_LAYERS=4, TOTAL_ITERS=20)
+    result = moe(base_env, TRANSFORMER_IMPL="native", NUM_LAYERS=4, TOTAL_ITERS=20,
+                 PLATFORM="h200")
     graph = result.settings.setting("CUDA_GRAPH")
     assert (graph.value, graph.source) == ("full_iteration", "recipe")
     assert graph.reason.startswith("moe: MOE_LEAN_STEP: ") and "CUDA graph" in graph.reason
     assert result.settings["METRICS_WARMUP_ITERS"] >= 4
     args = megatron_args(result)
     assert (args.cuda_graph_impl, args.cuda_graph_warmup_steps) == ("full_iteration", 3)
-    assert moe(base_env, TRANSFORMER_IMPL="native", NUM_LAYERS=4,
+    assert moe(base_env, TRANSFORMER_IMPL="native", NUM_LAYERS=4, PLATFORM="h200",
                MOE_LEAN_STEP=0).settings["CUDA_GRAPH"] == "none"
 
 
@@ -500,10 +501,12 @@ def test_the_lean_step_is_graphed_on_the_native_backend_in_bf16(base_env):
     ({"PROFILE": "torch"}, "PROFILE=torch"),
     ({"RECOMPUTE": "full"}, "RECOMPUTE=full"),
     ({"NAN_CHECK": "bucket"}, "NAN_CHECK=bucket"),
+    ({"PLATFORM": "mi355x"}, "measured on sm90 only"),
+    ({"PLATFORM": "b300"}, "measured on sm90 only"),
 ])
 def test_the_lean_step_is_not_graphed_where_the_graph_is_unmeasured(base_env, toggles, why):
     result = moe(base_env, TRANSFORMER_IMPL="native", NUM_LAYERS=4,
-                 **{"TOTAL_ITERS": 20, **toggles})
+                 **{"TOTAL_ITERS": 20, "PLATFORM": "h200", **toggles})
     graph = result.settings.setting("CUDA_GRAPH")
     assert graph.value == "none" and why in graph.reason, graph
     assert "--cuda-graph-impl" not in " ".join(result.buckets["GPT_ARGS"])
@@ -511,6 +514,6 @@ def test_the_lean_step_is_not_graphed_where_the_graph_is_unmeasured(base_env, to
 
 def test_the_users_cuda_graph_setting_is_kept(base_env):
     result = moe(base_env, TRANSFORMER_IMPL="native", NUM_LAYERS=4, TOTAL_ITERS=20,
-                 CUDA_GRAPH="none")
+                 CUDA_GRAPH="none", PLATFORM="h200")
     assert result.settings.setting("CUDA_GRAPH").source != "recipe"
     assert result.settings["CUDA_GRAPH"] == "none"

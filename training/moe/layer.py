@@ -80,7 +80,7 @@ TOGGLES: tuple[Toggle, ...] = (
            "Megatron's main_grad by a Triton kernel (training/native/grouped_wgrad.py) instead "
            "of a whole [experts, out, in] gradient per micro-batch that DDP then adds. Off by "
            "default: checked on the CPU only; its GPU test and A/B are in dev/gpu_runbook.md.",
-           on=("--moe-wgrad-fusion",), group=GROUP),
+           on=("--moe-wgrad-fusion",), group=GROUP, levers=True),
     Toggle("MOE_LEAN_STEP", "bool", True, LAUNCHER,
            "Where the step can run without a host synchronisation (the native grouped experts "
            "on either backend, EP = TP = ETP = 1, dropless, all-to-all; bf16 or an fp8 recipe; "
@@ -88,8 +88,9 @@ TOGGLES: tuple[Toggle, ...] = (
            "without offload, ADAM_BETA2 <= 0.99), the "
            "MoE launch's defaults for three settings the user left unset: MOE_DEVICE_COUNTS=1, "
            "ADAM_MOMENTS_DTYPE=bf16 and MASTER_WEIGHTS=remainder (exact fp32 masters in 2 B); "
-           "on the native backend in bf16 also CUDA_GRAPH=full_iteration (the step captured "
-           "once, replayed without a launch per kernel; where the run is long enough); "
+           "on the native backend in bf16 on SM90 (where it was measured) also "
+           "CUDA_GRAPH=full_iteration (the step captured once, replayed without a launch per "
+           "kernel; where the run is long enough); "
            "the fused linear cross-entropy stays on (sync-free since session 14; before, "
            "Liger's own entry read the host and the lean step turned it off). Measured together against the core defaults (bench "
            "parts moe-levers-syncfree, moe-levers-lean, moe-levers-lean-mixtral): faster and "
@@ -321,10 +322,21 @@ LEAN_GRAPH = ("Megatron's full-iteration CUDA graph of the lean step: one launch
               "(measured faster on the lean step: docs/levers.md, the CUDA_GRAPH rows)")
 
 
+# GPU architectures where the lean step's graph was measured (bench part moe-levers-graph, H200)
+GRAPH_MEASURED_ARCHS = ("sm90",)
+
+
 def lean_graph_conflicts(s) -> list[str]:
     """Why the lean step is not graphed here (none: CUDA_GRAPH=full_iteration is its default).
     Only where the graph was measured and tested: the native backend in bf16, a plain step."""
+    from training.launch.capabilities import resolve as capabilities
+
     why = []
+    platform = capabilities(s["PLATFORM"]).info
+    arch = platform.arch if platform else None
+    if arch not in GRAPH_MEASURED_ARCHS:
+        why.append(f"PLATFORM={s['PLATFORM']} ({arch or 'its GPU architecture is unknown'}: "
+                   f"the graph is measured on {', '.join(GRAPH_MEASURED_ARCHS)} only)")
     if s["TRANSFORMER_IMPL"] != "native":
         why.append(f"TRANSFORMER_IMPL={s['TRANSFORMER_IMPL']} (the graph is measured on the "
                    "native backend only)")
