@@ -213,12 +213,6 @@ def moe_levers() -> list[Lever]:
               needs_backend="native",
               note="the experts' weight gradients added into main_grad by the Triton kernel "
                    "vs grouped_mm's whole gradient then DDP's add"),
-        # the same comparison since the graph is the lean step's default (session 14): the
-        # variant switches it off
-        Lever("CUDA_GRAPH=none", "CUDA_GRAPH", "toggle", "moe", {"CUDA_GRAPH": "none"},
-              "CUDA_GRAPH=full_iteration", "CUDA_GRAPH=none", True,
-              note="Megatron's full-iteration CUDA graph of the lean MoE step (its default on "
-                   "the native backend in bf16) vs the eager step"),
         Lever("MOE_EXPERT_IMPL=te", "MOE_EXPERT_IMPL", "toggle", "moe",
               {"MOE_EXPERT_IMPL": "te"}, "MOE_EXPERT_IMPL=native", "MOE_EXPERT_IMPL=te", True,
               needs_backend="transformer_engine",
@@ -513,7 +507,7 @@ MOE_PARTS = (
     # the MoE default since session 11 against the core defaults
     ("moe-levers-lean", "toggles", ("MOE_LEAN_STEP",)),
     # the lean step replayed from a CUDA graph (session 11's try: +4%, one process each)
-    ("moe-levers-graph", "toggles", ("CUDA_GRAPH=none",)),
+    ("moe-levers-graph", "toggles", ("CUDA_GRAPH=full_iteration",)),
     # the lean step on the other MoE family (few wide experts, top-2: MIXTRAL_SHAPE)
     ("moe-levers-lean-mixtral", "toggles", ("MOE_LEAN_STEP",)),
     # issue 37's bar on the native backend (TRANSFORMER_IMPL=auto's MoE choice on SM90): ours
@@ -560,6 +554,9 @@ PART_SHAPES: dict[str, BenchShape] = {
     **{name: MOE_CORE_SHAPE if name in MOE_CORE_PARTS else MOE_SHAPE
        for name, _kind, _keys in MOE_PARTS},
     "moe-levers-lean-mixtral": MIXTRAL_SHAPE,
+    # the graph is the lean step's default on SM90 since session 14: this part's baseline is
+    # the eager step, set explicitly, against the graph
+    "moe-levers-graph": replace(MOE_SHAPE, toggles=(("CUDA_GRAPH", "none"),)),
     **{name: replace(MIXTRAL_SHAPE if "mixtral" in name else MOE_SHAPE,
                      backend="transformer_engine")
        for _kind, name, _keys in MOE_TE_PARTS},
