@@ -42,14 +42,14 @@ def test_no_module_of_a_script_folder_shadows_the_standard_library():
     """torchrun runs training/pretrain_gpt.py as a script, so training/ is first on sys.path
     in the worker: a training/secrets.py was imported by numpy.random as the standard
     `secrets`, torch's dynamo lost numpy, and every GPU run failed at Megatron's import
-    (2026-12-03). The same holds for any folder whose files are run as scripts."""
+    (2026-12-03). The same holds for any folder whose files are run as scripts (dev/,
+    tests/native/): every folder of the project's own code is checked."""
     import sys
     from pathlib import Path
 
     root = Path(floors.TRAINING).parent
-    script_folders = {root / "training", *(p.parent for p in root.glob("training/**/__main__.py")),
-                      root / "dev" / "gpu", root / "tools"}
-    shadows = sorted(str(p.relative_to(root)) for folder in script_folders if folder.is_dir()
-                     for p in folder.glob("*.py")
+    shadows = sorted(str(p.relative_to(root)) for top in ("training", "dev", "tests", "examples",
+                                                          "launchers")
+                     for p in (root / top).rglob("*.py")
                      if p.stem in sys.stdlib_module_names and p.stem != "__main__")
     assert not shadows, f"rename these (they shadow the standard library): {shadows}"

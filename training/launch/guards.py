@@ -100,13 +100,17 @@ def run_guards(ctx: LaunchContext, guards=None) -> None:
         raise Refusals(refusals)
 
 
-def _off_or_refuse(ctx: LaunchContext, name: str, guard_name: str, why: str, instead: str) -> None:
-    """Turn a default-on toggle off with a reason; refuse when the user set it to 1."""
-    if not ctx.settings[name]:
+def _off_or_refuse(ctx: LaunchContext, name: str, guard_name: str, why: str, instead: str,
+                   off=False) -> None:
+    """Turn a toggle that is on (a bool's 1, a choice other than `off`) off with a reason;
+    refuse when the user set it."""
+    value = ctx.settings[name]
+    if value == off:
         return
     if ctx.settings.is_explicit(name):
-        raise Refusal(guard_name, f"{name}=1 cannot run here: {why}. {instead}")
-    ctx.settings.correct(name, False, guard_name, why)
+        shown = "1" if value is True else value
+        raise Refusal(guard_name, f"{name}={shown} cannot run here: {why}. {instead}")
+    ctx.settings.correct(name, off, guard_name, why)
 
 
 # -- input -------------------------------------------------------------------------------------

@@ -222,16 +222,11 @@ def gpt_oss_cuda_graph(ctx: LaunchContext) -> None:
     """The lean MoE step's CUDA graph is measured with SDPA attention; gpt-oss's flex attention
     (a block mask built each forward) has not run under a graph: the default is turned off
     with the reason, a user's CUDA_GRAPH=full_iteration refused."""
-    preset = ctx.preset
-    s = ctx.settings
-    if not isinstance(preset, GptOssPreset) or s["CUDA_GRAPH"] == "none":
-        return
-    why = (f"{preset.name}'s attention (flex attention with sinks and a sliding window) has "
-           "not run under a CUDA graph")
-    if s.is_explicit("CUDA_GRAPH"):
-        raise Refusal("gpt_oss_cuda_graph", f"CUDA_GRAPH={s['CUDA_GRAPH']} cannot run here: "
-                                            f"{why}. Set CUDA_GRAPH=none.")
-    s.correct("CUDA_GRAPH", "none", "gpt_oss_cuda_graph", why)
+    if isinstance(ctx.preset, GptOssPreset):
+        _off_or_refuse(ctx, "CUDA_GRAPH", "gpt_oss_cuda_graph",
+                       f"{ctx.preset.name}'s attention (flex attention with sinks and a sliding "
+                       "window) has not run under a CUDA graph", "Set CUDA_GRAPH=none.",
+                       off="none")
 
 
 GUARDS = (gpt_oss_attention, gpt_oss_kernels, gpt_oss_cuda_graph)
