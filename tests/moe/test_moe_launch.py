@@ -517,3 +517,15 @@ def test_the_users_cuda_graph_setting_is_kept(base_env):
                  CUDA_GRAPH="none", PLATFORM="h200")
     assert result.settings.setting("CUDA_GRAPH").source != "recipe"
     assert result.settings["CUDA_GRAPH"] == "none"
+
+
+@pytest.mark.parametrize("toggles,why", [
+    ({"GRADIENT_ACCUMULATION_FUSION": 0}, "GRADIENT_ACCUMULATION_FUSION=0"),
+    ({"MOE_GROUPED_GEMM": 0}, "not the native grouped experts"),
+])
+def test_wgrad_fusion_where_it_would_change_nothing_is_refused(base_env, toggles, why):
+    assert why in refused(base_env, "moe_wgrad_fusion", TRANSFORMER_IMPL="native",
+                          NUM_LAYERS=4, MOE_WGRAD_FUSION=1, **toggles)
+    args = megatron_args(moe(base_env, TRANSFORMER_IMPL="native", NUM_LAYERS=4,
+                             MOE_WGRAD_FUSION=1))
+    assert args.moe_wgrad_fusion and args.gradient_accumulation_fusion

@@ -17,7 +17,7 @@ from training.launch.recipes import RECIPES
 from training.launch.layers import RecipeLayer, RecipeValue
 from training.launch.settings import Refusal, Setting
 from training.launch.toggles import (GPT_ARGS, LAUNCHER, Flags, Toggle, auto_expert_impl,
-                                     device_counts_conflicts)
+                                     device_counts_conflicts, step_host_reads)
 from training.run_description import divisors
 
 GROUP = "moe"
@@ -259,6 +259,23 @@ def moe_device_counts(ctx: LaunchContext) -> None:
                       f"all-to-all dispatcher; here: {'; '.join(why)}. Set MOE_DEVICE_COUNTS=0.")
 
 
+def moe_wgrad_fusion(ctx: LaunchContext) -> None:
+    """MOE_WGRAD_FUSION=1 acts on the native grouped experts with gradient-accumulation fusion
+    only: elsewhere it would be ignored, so it is refused."""
+    s = ctx.settings
+    if not s["MOE_WGRAD_FUSION"]:
+        return
+    why = []
+    if not s["GRADIENT_ACCUMULATION_FUSION"]:
+        why.append("GRADIENT_ACCUMULATION_FUSION=0 (the kernel adds into its main_grad)")
+    if not s["MOE_GROUPED_GEMM"] or s["MOE_EXPERT_IMPL"] != "native" or ctx.backend == "local":
+        why.append("the experts are not the native grouped experts (MOE_GROUPED_GEMM=1, "
+                   "MOE_EXPERT_IMPL=native, native or TE backend)")
+    if why:
+        raise Refusal("moe_wgrad_fusion", f"MOE_WGRAD_FUSION=1 would change nothing here: "
+                                          f"{'; '.join(why)}. Unset MOE_WGRAD_FUSION.")
+
+
 def moe_capacity(ctx: LaunchContext) -> None:
     """Token dropping: a positive capacity factor, with a load balancing that allows it.
 
@@ -342,8 +359,8 @@ def lean_graph_conflicts(s) -> list[str]:
                    "native backend only)")
     if s["PRECISION"] != "bf16":
         why.append(f"PRECISION={s['PRECISION']} (the graph is tried at bf16 only)")
-    if s["NAN_CHECK"] == "bucket":
-        why.append("NAN_CHECK=bucket (a host read per gradient bucket)")
+    # the core's rule for a step a graph can capture (the lean step keeps the counts on the GPU)
+    why += [reason for _name, reason, _fix in step_host_reads(s["NAN_CHECK"], 1, True)]
     if s["RECOMPUTE"] != "none":
         why.append(f"RECOMPUTE={s['RECOMPUTE']} (untested under the graph)")
     if s["PROFILE"] != "none":
@@ -431,6 +448,7 @@ def moe_low_precision(ctx: LaunchContext) -> None:
 
 GUARDS = (expert_parallel_sizes, moe_sequence_parallel, fsdp_expert_parallel,
           moe_dispatcher_kernels, moe_expert_kernels, moe_expert_impl, moe_device_counts,
+          moe_wgrad_fusion,
           moe_capacity, moe_aux_loss, moe_lean_step, moe_low_precision)
 
 MOE = RecipeLayer("moe", values=lambda settings: [], toggles=TOGGLES, guards=GUARDS,
