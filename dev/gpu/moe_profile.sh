@@ -1,24 +1,31 @@
 #!/usr/bin/env bash
-# 1xH200, ~3 min, timed-ish (run on an idle GPU): why ours is 0.68x HF Qwen3-MoE at the MoE
-# bench shape (issue 25, session 7). Qwen3-30B-A3B cut to 8 layers, seq 4096, global batch 8 on
-# one GPU (training/bench/catalog.py MOE_SHAPE), iterations 5-6 under the torch profiler, then
-# the trace report (where the step goes: GEMMs, the permute, the router, idle/launch gaps).
-# Then Hugging Face's Qwen3-MoE at the same shape (training.bench.hf_peer --profile-dir), its
-# last two steps under the same profiler, and the same report: the two breakdowns side by side.
+# 1xH200, ~3-5 min, timed-ish (run on an idle GPU): where an MoE step goes, ours beside Hugging
+# Face's model of the family at the bench shape (training/bench/catalog.py MOE_SHAPE and
+# GPT_OSS_SHAPE, global batch 8 on one GPU). Ours: iterations 5-6 under the torch profiler, then
+# the trace report (GEMMs, the permute, the router, attention, idle/launch gaps). HF: its last two
+# steps under the same profiler (training.bench.hf_peer --profile-dir; --compile where the bench
+# peer is compiled) and the same report: the two breakdowns side by side.
 # Into $OUT: train.log, ours/ and hf/ (trace_report.md/.json), the traces archived.
-# Usage: GIT_SHA=<sha> bash dev/gpu/moe_profile.sh    Carry: .whl
+# Usage: GIT_SHA=<sha> bash dev/gpu/moe_profile.sh [qwen3|gpt_oss] [--compile]   Carry: .whl
 source "$(dirname "$0")/env.sh"
 bash "$(dirname "$0")/burst.sh" idle || exit 1
+family=${1:-qwen3}; hf_args=()
+[ "${2:-}" = --compile ] && hf_args=(--compile)
+case $family in
+    qwen3) script=train_qwen3_moe.sh size=30B-A3B hf_model=qwen3-30B-A3B seq=4096 ;;
+    gpt_oss) script=train_gpt_oss.sh size=20b hf_model=gpt-oss-20b seq=8192 ;;
+    *) echo "family: qwen3 or gpt_oss"; exit 2 ;;
+esac
 export EXPERIMENT_DIR=/tmp/moe_profile
-timeout 300 bash examples/moe/train_qwen3_moe.sh MODEL_SIZE=30B-A3B NUM_LAYERS=8 SEQ_LENGTH=4096 \
+timeout 300 bash "examples/moe/$script" MODEL_SIZE=$size NUM_LAYERS=8 SEQ_LENGTH=$seq \
     MBS=1 BS=8 TOTAL_ITERS=8 EVAL_ITERS=0 GPUS_PER_NODE=1 PROFILE=torch PROFILE_STEP_START=5 \
     PROFILE_STEP_END=7 2>&1 | tail -40 | tee "$OUT/train_tail.log"
 run=$(dirname "$(find /tmp/moe_profile -name manifest.json | head -1)")
 cp "$run/train.log" "$OUT/" 2>/dev/null
 timeout 200 python3 -m training.profiling.trace_report "$run" --out "$OUT/ours" --top 40 2>&1 | tail -60
 tar czf "$OUT/profile_ours.tgz" -C "$run" profile 2>/dev/null
-timeout 200 python3 -m training.bench.hf_peer --model qwen3-30B-A3B --num-layers 8 --seq-length 4096 \
-    --mbs 1 --global-batch 8 --steps 3 --warmup 2 --json-out "$OUT/hf_peer.json" \
+timeout 240 python3 -m training.bench.hf_peer --model $hf_model --num-layers 8 --seq-length $seq \
+    --mbs 1 --global-batch 8 --steps 4 --warmup 2 --json-out "$OUT/hf_peer.json" "${hf_args[@]}" \
     --profile-dir /tmp/moe_profile_hf 2>&1 | tail -20 | tee "$OUT/hf_tail.log"
 timeout 200 python3 -m training.profiling.trace_report /tmp/moe_profile_hf --out "$OUT/hf" --top 40 2>&1 | tail -60
 tar czf "$OUT/profile_hf.tgz" -C /tmp moe_profile_hf 2>/dev/null
