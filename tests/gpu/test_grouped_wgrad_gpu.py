@@ -15,7 +15,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(autouse=True)
 def _wgrad_fusion_on(monkeypatch):
-    """MOE_WGRAD_FUSION for these tests (off by default until this file and its A/B ran)."""
+    """MOE_WGRAD_FUSION for these tests (the run sets it: training.specs.moe_parts)."""
     from training.native import grouped_experts
 
     monkeypatch.setitem(grouped_experts.WGRAD_FUSION, "on", True)

@@ -24,7 +24,7 @@ COUNTS = [[3, 0, 7, 0, 1, 9], [0, 4, 2, 0, 11, 1]]   # per micro-batch; expert 3
 
 @pytest.fixture(autouse=True)
 def _wgrad_fusion_on(monkeypatch):
-    """MOE_WGRAD_FUSION for these tests (off by default until measured on a GPU)."""
+    """MOE_WGRAD_FUSION for these tests (the run sets it: training.specs.moe_parts)."""
     from training.native import grouped_experts
 
     monkeypatch.setitem(grouped_experts.WGRAD_FUSION, "on", True)

@@ -48,6 +48,15 @@ def test_moe_parts_come_last_at_one_gpu_with_their_own_shape():
     assert SCRIPTS[mixtral.family] == "examples/moe/train_mixtral.sh"
 
 
+def test_the_wgrad_part_measures_the_fusion_against_it_off_now_it_is_the_default():
+    """MOE_WGRAD_FUSION is on by default on SM90: the part's baseline sets it to 0, so its
+    configurations stay "default" (off) and "MOE_WGRAD_FUSION=1", as recorded."""
+    shape = catalog.PART_SHAPES["moe-levers-wgrad"]
+    assert dict(shape.toggles) == {"MOE_WGRAD_FUSION": "0"} and shape.tag() == TAG
+    lever = next(lever for lever in catalog.moe_levers() if lever.key == "MOE_WGRAD_FUSION=1")
+    assert lever.env == {"MOE_WGRAD_FUSION": "1"} and lever.baseline == "MOE_WGRAD_FUSION=0"
+
+
 def test_moe_parts_plan_and_run(monkeypatch, tmp_path, capsys):
     runner = FakeRunner(speed={"default": 9000.0, "native": 9000.0, "hf": 7000.0,
                                "hf_liger": 8000.0, "torchtitan": 8500.0,

@@ -56,9 +56,9 @@ def test_the_core_launcher_knows_no_moe_toggle(base_env):
     from training.moe.layer import TOGGLES
 
     assert not {t.name for t in TOGGLES} & set(BY_NAME)
-    result = launch(base_env)
+    result = launch(base_env, PLATFORM="h200")   # SM90: where MOE_WGRAD_FUSION is on for MoE
     assert not [w for w in result.buckets["GPT_ARGS"] if "expert" in w or "moe" in w]
-    assert "EP" not in result.settings.values
+    assert "EP" not in result.settings.values and "MOE_WGRAD_FUSION" not in result.settings.values
 
 
 @pytest.mark.parametrize("toggles,needle", [
@@ -519,13 +519,70 @@ def test_the_users_cuda_graph_setting_is_kept(base_env):
     assert result.settings["CUDA_GRAPH"] == "none"
 
 
-@pytest.mark.parametrize("toggles,why", [
+WGRAD_OFF = [
     ({"GRADIENT_ACCUMULATION_FUSION": 0}, "GRADIENT_ACCUMULATION_FUSION=0"),
     ({"MOE_GROUPED_GEMM": 0}, "not the native grouped experts"),
-])
+    ({"TRANSFORMER_IMPL": "transformer_engine", "MOE_EXPERT_IMPL": "te"},
+     "the experts are TE's grouped linear"),
+]
+
+
+@pytest.mark.parametrize("toggles,why", WGRAD_OFF)
 def test_wgrad_fusion_where_it_would_change_nothing_is_refused(base_env, toggles, why):
-    assert why in refused(base_env, "moe_wgrad_fusion", TRANSFORMER_IMPL="native",
-                          NUM_LAYERS=4, MOE_WGRAD_FUSION=1, **toggles)
+    assert why in refused(base_env, "moe_wgrad_fusion", PLATFORM="h200", NUM_LAYERS=4,
+                          MOE_WGRAD_FUSION=1, **{"TRANSFORMER_IMPL": "native", **toggles})
     args = megatron_args(moe(base_env, TRANSFORMER_IMPL="native", NUM_LAYERS=4,
                              MOE_WGRAD_FUSION=1))
     assert args.moe_wgrad_fusion and args.gradient_accumulation_fusion
+
+
+@pytest.mark.parametrize("platform", ["h200", "h100"])
+def test_wgrad_fusion_is_the_moe_default_where_it_was_measured(base_env, platform):
+    """SM90, the native grouped experts with gradient-accumulation fusion (bench part
+    moe-levers-wgrad): on by default, the flag given, Megatron's parser takes it."""
+    result = moe(base_env, PLATFORM=platform, NUM_LAYERS=4)
+    setting = result.settings.setting("MOE_WGRAD_FUSION")
+    assert (setting.value, setting.source) == (True, "default")
+    assert result.settings["MOE_EXPERT_IMPL"] == "native"
+    assert "--moe-wgrad-fusion" in result.buckets["GPT_ARGS"]
+    args = megatron_args(result)
+    assert args.moe_wgrad_fusion and args.gradient_accumulation_fusion
+
+
+@pytest.mark.parametrize("toggles,why", [
+    *WGRAD_OFF,
+    ({"FSDP": 1}, "FSDP=1"),
+    ({"PLATFORM": "mi355x"}, "measured on sm90 only: PLATFORM=mi355x (gfx950) unmeasured; "
+                             "set MOE_WGRAD_FUSION=1 to try"),
+    ({"PLATFORM": "b300"}, "measured on sm90 only"),
+])
+def test_wgrad_fusion_steps_aside_with_a_reason_where_unmeasured_or_idle(base_env, toggles,
+                                                                        why):
+    result = moe(base_env, NUM_LAYERS=4,
+                 **{"PLATFORM": "h200", "TRANSFORMER_IMPL": "native", **toggles})
+    setting = result.settings.setting("MOE_WGRAD_FUSION")
+    assert (setting.value, setting.source) == (False, "derived"), setting
+    assert setting.reason.startswith("not here: ") and why in setting.reason
+    assert "--moe-wgrad-fusion" not in result.buckets["GPT_ARGS"]
+
+
+def test_wgrad_fusion_asked_for_on_an_unmeasured_gpu_is_kept(base_env):
+    result = moe(base_env, PLATFORM="mi355x", TRANSFORMER_IMPL="native", NUM_LAYERS=4,
+                 MOE_WGRAD_FUSION=1)
+    assert result.settings.is_explicit("MOE_WGRAD_FUSION")
+    assert "--moe-wgrad-fusion" in result.buckets["GPT_ARGS"]
+
+
+def test_the_wgrad_guard_turns_the_default_off_and_refuses_only_a_users_1(base_env,
+                                                                       monkeypatch):
+    """Where the fusion is off by the guards' time but the derivation left the default on (a
+    core guard turning GRADIENT_ACCUMULATION_FUSION off after it), the guard corrects it with
+    why instead of refusing a setting the user never made."""
+    from training.moe import layer
+
+    monkeypatch.setattr(layer, "wgrad_fusion", lambda settings: None)
+    result = moe(base_env, PLATFORM="h200", TRANSFORMER_IMPL="native", NUM_LAYERS=4,
+                 GRADIENT_ACCUMULATION_FUSION=0)
+    assert result.settings["MOE_WGRAD_FUSION"] is False
+    assert "GRADIENT_ACCUMULATION_FUSION=0" in result.settings.setting("MOE_WGRAD_FUSION").reason
+    assert "--moe-wgrad-fusion" not in result.buckets["GPT_ARGS"]

@@ -518,8 +518,9 @@ MOE_PARTS = (
     # and in larger chunks (at hidden 2048 the default makes 8 chunks of 512 tokens, each a
     # pass over the bf16 output-weight gradient)
     ("moe-levers-ce", "toggles", ("CROSS_ENTROPY_LOSS_FUSION", "CE_CHUNK_MEM=32")),
-    # gradient-accumulation fusion for the native grouped experts (session 14's Triton kernel,
-    # off until this part and tests/gpu/test_grouped_wgrad_gpu.py have run)
+    # gradient-accumulation fusion for the native grouped experts (session 14's Triton kernel;
+    # the MoE default on SM90 since session 15, after this part and
+    # tests/gpu/test_grouped_wgrad_gpu.py ran on an H200)
     ("moe-levers-wgrad", "toggles", ("MOE_WGRAD_FUSION=1",)),
 )
 # gpt-oss-20b cut to 8 layers (same width, 32 experts, top-4, sinks, the alternating window; the
@@ -557,6 +558,9 @@ PART_SHAPES: dict[str, BenchShape] = {
     # the graph is the lean step's default on SM90 since session 14: this part's baseline is
     # the eager step, set explicitly, against the graph
     "moe-levers-graph": replace(MOE_SHAPE, toggles=(("CUDA_GRAPH", "none"),)),
+    # the experts' wgrad fusion is the MoE default on SM90 since session 15: this part's
+    # baseline is the fusion off, set explicitly, against it on
+    "moe-levers-wgrad": replace(MOE_SHAPE, toggles=(("MOE_WGRAD_FUSION", "0"),)),
     **{name: replace(MIXTRAL_SHAPE if "mixtral" in name else MOE_SHAPE,
                      backend="transformer_engine")
        for _kind, name, _keys in MOE_TE_PARTS},

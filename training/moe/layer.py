@@ -74,12 +74,16 @@ TOGGLES: tuple[Toggle, ...] = (
            "(alone it measured within noise); MOE_LEAN_STEP turns it on with the rest of the "
            "lean step where it applies.",
            on=("--moe-device-counts",), group=GROUP, levers=True),
-    Toggle("MOE_WGRAD_FUSION", "bool", False, GPT_ARGS,
+    Toggle("MOE_WGRAD_FUSION", "bool", True, GPT_ARGS,
            "Gradient-accumulation fusion for the native grouped experts: with "
            "GRADIENT_ACCUMULATION_FUSION, each expert's weight gradient is added into "
            "Megatron's main_grad by a Triton kernel (training/native/grouped_wgrad.py) instead "
-           "of a whole [experts, out, in] gradient per micro-batch that DDP then adds. Off by "
-           "default: checked on the CPU only; its GPU test and A/B are in dev/gpu_runbook.md.",
+           "of a whole [experts, out, in] gradient per micro-batch that DDP then adds. On by "
+           "default where it was measured: the native grouped experts with "
+           "GRADIENT_ACCUMULATION_FUSION on SM90 (bench part moe-levers-wgrad, one H200: "
+           "faster at the same peak memory; docs/levers.md). Elsewhere shown 0 with the reason "
+           "(other experts, no gradient-accumulation fusion, an unmeasured GPU: there a 1 "
+           "tries it).",
            on=("--moe-wgrad-fusion",), group=GROUP, levers=True),
     Toggle("MOE_LEAN_STEP", "bool", True, LAUNCHER,
            "Where the step can run without a host synchronisation (the native grouped experts "
@@ -259,21 +263,68 @@ def moe_device_counts(ctx: LaunchContext) -> None:
                       f"all-to-all dispatcher; here: {'; '.join(why)}. Set MOE_DEVICE_COUNTS=0.")
 
 
-def moe_wgrad_fusion(ctx: LaunchContext) -> None:
-    """MOE_WGRAD_FUSION=1 acts on the native grouped experts with gradient-accumulation fusion
-    only: elsewhere it would be ignored, so it is refused."""
-    s = ctx.settings
-    if not s["MOE_WGRAD_FUSION"]:
-        return
+# GPU architectures where MOE_WGRAD_FUSION was measured (bench part moe-levers-wgrad, H200)
+WGRAD_MEASURED_ARCHS = ("sm90",)
+
+
+def _arch(settings) -> str | None:
+    """The GPU architecture of PLATFORM (auto: this node's), None where unknown."""
+    from training.launch.capabilities import resolve as capabilities
+
+    platform = capabilities(settings["PLATFORM"]).info
+    return platform.arch if platform else None
+
+
+def wgrad_fusion_conflicts(s) -> list[str]:
+    """Why MOE_WGRAD_FUSION would change nothing with these settings (none: it acts). Backend
+    and experts resolved."""
     why = []
     if not s["GRADIENT_ACCUMULATION_FUSION"]:
         why.append("GRADIENT_ACCUMULATION_FUSION=0 (the kernel adds into its main_grad)")
-    if not s["MOE_GROUPED_GEMM"] or s["MOE_EXPERT_IMPL"] != "native" or ctx.backend == "local":
-        why.append("the experts are not the native grouped experts (MOE_GROUPED_GEMM=1, "
-                   "MOE_EXPERT_IMPL=native, native or TE backend)")
+    elif s["FSDP"]:
+        why.append("FSDP=1 (FSDP2 runs without gradient-accumulation fusion)")
+    if s["TRANSFORMER_IMPL"] == "local" or not s["MOE_GROUPED_GEMM"]:
+        setting = ("TRANSFORMER_IMPL=local" if s["TRANSFORMER_IMPL"] == "local"
+                   else "MOE_GROUPED_GEMM=0")
+        why.append(f"the experts are Megatron's SequentialMLP ({setting}), not the native "
+                   "grouped experts")
+    elif s["MOE_EXPERT_IMPL"] != "native":
+        why.append(f"the experts are TE's grouped linear (MOE_EXPERT_IMPL="
+                   f"{s['MOE_EXPERT_IMPL']}), not the native grouped experts")
+    return why
+
+
+def wgrad_fusion(settings) -> None:
+    """MOE_WGRAD_FUSION's default (on) where it acts and was measured; elsewhere, unless the
+    user set it, 0 with why (a user's 1 where it acts on an unmeasured GPU is kept; where it
+    would change nothing, refused by the guard moe_wgrad_fusion)."""
+    if not settings["MOE_WGRAD_FUSION"] or settings.is_explicit("MOE_WGRAD_FUSION"):
+        return
+    why = wgrad_fusion_conflicts(settings)
+    arch = _arch(settings)
+    if not why and arch not in WGRAD_MEASURED_ARCHS:
+        why.append(f"measured on {', '.join(WGRAD_MEASURED_ARCHS)} only: "
+                   f"PLATFORM={settings['PLATFORM']} "
+                   f"({arch or 'its GPU architecture is unknown'}) unmeasured; set "
+                   "MOE_WGRAD_FUSION=1 to try")
     if why:
+        settings.put("MOE_WGRAD_FUSION", False, "derived", "not here: " + "; ".join(why))
+
+
+def moe_wgrad_fusion(ctx: LaunchContext) -> None:
+    """MOE_WGRAD_FUSION=1 acts on the native grouped experts with gradient-accumulation fusion
+    only: a user's 1 elsewhere would be ignored, so it is refused; the default's is turned off
+    with why (a core guard may have turned the fusion off after the derivation)."""
+    s = ctx.settings
+    if not s["MOE_WGRAD_FUSION"]:
+        return
+    why = wgrad_fusion_conflicts(s)
+    if not why:
+        return
+    if s.is_explicit("MOE_WGRAD_FUSION"):
         raise Refusal("moe_wgrad_fusion", f"MOE_WGRAD_FUSION=1 would change nothing here: "
                                           f"{'; '.join(why)}. Unset MOE_WGRAD_FUSION.")
+    s.correct("MOE_WGRAD_FUSION", False, "moe_wgrad_fusion", "; ".join(why))
 
 
 def moe_capacity(ctx: LaunchContext) -> None:
@@ -346,11 +397,8 @@ GRAPH_MEASURED_ARCHS = ("sm90",)
 def lean_graph_conflicts(s) -> list[str]:
     """Why the lean step is not graphed here (none: CUDA_GRAPH=full_iteration is its default).
     Only where the graph was measured and tested: the native backend in bf16, a plain step."""
-    from training.launch.capabilities import resolve as capabilities
-
     why = []
-    platform = capabilities(s["PLATFORM"]).info
-    arch = platform.arch if platform else None
+    arch = _arch(s)
     if arch not in GRAPH_MEASURED_ARCHS:
         why.append(f"PLATFORM={s['PLATFORM']} ({arch or 'its GPU architecture is unknown'}: "
                    f"the graph is measured on {', '.join(GRAPH_MEASURED_ARCHS)} only)")
@@ -416,19 +464,17 @@ def expert_impl(settings) -> None:
     with why: training.launch.toggles.auto_expert_impl)."""
     if settings["MOE_EXPERT_IMPL"] != "auto":
         return
-    from training.launch.capabilities import resolve as capabilities
-
-    platform = capabilities(settings["PLATFORM"]).info
-    experts, why = auto_expert_impl(settings["TRANSFORMER_IMPL"],
-                                    platform.arch if platform else None)
+    experts, why = auto_expert_impl(settings["TRANSFORMER_IMPL"], _arch(settings))
     # a user's explicit auto is replaced too, as TRANSFORMER_IMPL=auto is (resolve)
     settings.values["MOE_EXPERT_IMPL"] = Setting("MOE_EXPERT_IMPL", experts, "derived",
                                                  f"auto: {why}")
 
 
 def derived(settings) -> list[RecipeValue]:
-    """After the core's derivation: the experts for the backend, then the lean step."""
+    """After the core's derivation: the experts for the backend, their weight-gradient
+    fusion, then the lean step."""
     expert_impl(settings)
+    wgrad_fusion(settings)
     return lean_step(settings)
 
 

@@ -27,7 +27,7 @@ skip_bias_add), for the experts module to add weighted by each row's routing pro
 `BiasedGroupedMLP` does that in one gather too, where Megatron's TEGroupedMLP splits the rows
 by host counts (which MOE_DEVICE_COUNTS keeps on the GPU).
 
-With MOE_WGRAD_FUSION (WGRAD_FUSION, off by default until measured on a GPU),
+With MOE_WGRAD_FUSION (WGRAD_FUSION; the MoE launch's default where it was measured, SM90),
 GRADIENT_ACCUMULATION_FUSION and Megatron's DDP (the weight has a `main_grad`), the grouped_mm
 path adds its weight gradients into main_grad in the backward (GroupedMatmulAccumulate, the
 kernel in grouped_wgrad.py), as Megatron's dense linears do.
@@ -47,8 +47,10 @@ from training.native import grouped_wgrad
 IMPLS = ("auto", "grouped_mm", "loop")
 
 # The experts' weight gradients into main_grad by the Triton kernel (MOE_WGRAD_FUSION,
-# --moe-wgrad-fusion; set for the run by training.specs.moe_parts). Off until its GPU test and
-# A/B have run on an H200: the kernel is checked on the CPU (interpreter, sm_90 compile) only.
+# --moe-wgrad-fusion; set for the run by training.specs.moe_parts). The MoE launch gives the
+# flag by default where it was measured (SM90: bench part moe-levers-wgrad, and
+# tests/gpu/test_grouped_wgrad_gpu.py on an H200; training/moe/layer.py's wgrad_fusion); off
+# here until a run sets it (a plain torchrun without the flag, the modules used alone).
 WGRAD_FUSION = {"on": False}
 
 
