@@ -274,13 +274,16 @@ PEER_SIDES = {
     "native": "ours: launcher default (native backend: SDPA + Liger/Triton kernels)",
     "transformer_engine": "ours: Transformer Engine backend",
     "local": "Megatron-core local spec (stock Megatron without TE), through our launcher",
-    "hf": "HF transformers' model of the family (LlamaForCausalLM; Qwen3MoeForCausalLM or "
-          "MixtralForCausalLM for MoE), SDPA, bf16 params, fused AdamW",
-    "hf_compile": "HF transformers' model of the family (LlamaForCausalLM; Qwen3MoeForCausalLM "
-                  "or MixtralForCausalLM for MoE), SDPA, each decoder layer under torch.compile, "
-                  "bf16 params, fused AdamW",
-    "hf_liger": "HF transformers' model of the family (LlamaForCausalLM; Qwen3MoeForCausalLM or "
-                "MixtralForCausalLM for MoE), SDPA + Liger-Kernel, bf16, fused AdamW",
+    "hf": "HF transformers' model of the family (LlamaForCausalLM; Qwen3MoeForCausalLM, "
+          "MixtralForCausalLM or GptOssForCausalLM for MoE), SDPA (flex attention for gpt-oss's "
+          "sinks), bf16 params, fused AdamW",
+    "hf_compile": "HF transformers' model of the family (LlamaForCausalLM; Qwen3MoeForCausalLM, "
+                  "MixtralForCausalLM or GptOssForCausalLM for MoE), SDPA (flex attention for "
+                  "gpt-oss's sinks), each decoder layer under torch.compile, bf16 params, "
+                  "fused AdamW",
+    "hf_liger": "HF transformers' model of the family (LlamaForCausalLM; Qwen3MoeForCausalLM, "
+                "MixtralForCausalLM or GptOssForCausalLM for MoE), SDPA + Liger-Kernel, bf16, "
+                "fused AdamW",
     "torchtitan": "torchtitan's trainer (its llama3 model; its Qwen3 model with MoE for MoE), "
                   "bf16 autocast, fused AdamW, torch.compile",
     "megatron_te": "Megatron-LM with Transformer Engine: Megatron's TE spec at Megatron's own "
