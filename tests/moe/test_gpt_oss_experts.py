@@ -179,3 +179,30 @@ def test_bias_free_experts_keep_megatrons_module():
     assert grouped_experts.grouped_experts_builder("loop").keywords["bias"] is False
     assert grouped_experts.grouped_experts_builder("loop", bias=True).keywords["bias"] is True
     assert grouped_experts.biased_grouped_mlp() is grouped_experts.biased_grouped_mlp()
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_expert_bias_backward_sums_each_experts_rows_like_autograds_gather(weighted, dtype):
+    """add_expert_bias (one GEMM per backward) against autograd through `bias[rows]` (the
+    index_put backward it replaces), with an expert that gets no row."""
+    counts = [3, 0, 5, 2]
+    torch.manual_seed(0)
+    x = torch.randn(sum(counts), 6, dtype=dtype, requires_grad=True)
+    bias = torch.randn(len(counts), 6, dtype=dtype, requires_grad=True)
+    probs = torch.rand(sum(counts), 1, requires_grad=True) if weighted else None
+    grad = torch.randn(sum(counts), 6, dtype=dtype)
+    out = grouped_experts.add_expert_bias(x, bias, counts, probs)
+    assert type(out.grad_fn).__name__ == "ExpertBiasBackward"
+    ours = torch.autograd.grad(out, [x, bias] + ([probs] if weighted else []), grad)
+    rows = torch.repeat_interleave(torch.arange(len(counts)), torch.tensor(counts))
+    ref_out = x + (bias[rows] * probs if weighted else bias[rows])
+    ref_out = ref_out.to(dtype)
+    refs = torch.autograd.grad(ref_out, [x, bias] + ([probs] if weighted else []), grad)
+    tol = dict(rtol=0, atol=0) if dtype == torch.float32 and not weighted else \
+        dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(out, ref_out, **tol)
+    for a, b in zip(ours, refs):
+        assert a.dtype == b.dtype
+        torch.testing.assert_close(a, b, **tol)
+    assert ours[1][1].abs().max() == 0    # the expert without rows gets no gradient
