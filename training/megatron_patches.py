@@ -170,6 +170,12 @@ def _wgrad(run) -> bool:
             and bool(run.args.gradient_accumulation_fusion))
 
 
+def _clamped_geglu(run) -> bool:
+    """gpt-oss's experts: the clamped quick-GeGLU (any backend: the grouped MLP calls it)."""
+    return (_moe(run) and bool(getattr(run.args, "quick_geglu", False))
+            and getattr(run.args, "activation_func_clamp_value", None) is not None)
+
+
 def _kernels(run) -> Hashable:
     return run.args.native_kernels
 
@@ -400,6 +406,15 @@ PATCHES: tuple[Patch, ...] = (
           "GPU instead", SIG_DEVICE_COUNTS,
           what="tokens per expert kept on the GPU (no host synchronisation per MoE layer)",
           group="native", when=_moe_device_counts),
+    Patch("native_clamped_geglu",
+          "megatron.core.transformer.moe.experts:weighted_bias_quick_geglu_impl",
+          "training.native.clamped_geglu:clamped_geglu_replacement",
+          "MoE with the clamped quick-GeGLU (gpt-oss): Megatron clamps fc1's output outside its "
+          "compiled activation (chunk, two clamps, a cat: passes and copies each way, ~0.15 s of "
+          "a 3.06 s gpt-oss-20b 8-layer step on an H200); one Triton pass each way instead",
+          "(input, bias, weights, fp8_input_store=False, linear_offset=0.0, clamp_value=None)",
+          what="clamped quick-GeGLU x routing probability, one Triton pass each way",
+          group="native", when=_clamped_geglu),
     Patch("native_wgrad", "megatron.core.tensor_parallel.layers:fused_weight_gradient_mlp_cuda",
           "training.native.wgrad:TorchWgradAccum",
           "gradient-accumulation fusion calls apex's extension; without it, a cuBLAS GEMM "

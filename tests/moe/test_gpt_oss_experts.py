@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from training.native import grouped_experts
+from training.native.clamped_geglu import WeightedClampedQuickGeGLU, clamped_geglu_replacement
 from training.native.grouped_experts import DeviceCounts
 
 from tests.model.parity import init_single_rank
@@ -91,9 +92,16 @@ def reference_experts(x, probs, w1, b1, w2, b2, counts, alpha=1.702, limit=7.0):
 
 
 @pytest.mark.parametrize("impl", ["loop", "grouped_mm"])
-@pytest.mark.parametrize("fusion", [False, True])
-def test_biased_clamped_experts_match_the_reference(impl, fusion):
-    config = gpt_oss_expert_config(len(COUNTS), 16, 8, fusion=fusion)
+@pytest.mark.parametrize("fusion", [False, True, "native"])
+def test_biased_clamped_experts_match_the_reference(impl, fusion, monkeypatch):
+    """fusion: Megatron's unfused activation, its fused one, or ours in its place (the patch
+    table's native_clamped_geglu)."""
+    if fusion == "native":
+        from megatron.core.transformer.moe import experts
+
+        monkeypatch.setattr(experts, "weighted_bias_quick_geglu_impl", clamped_geglu_replacement(
+            experts.weighted_bias_quick_geglu_impl, None))
+    config = gpt_oss_expert_config(len(COUNTS), 16, 8, fusion=bool(fusion))
     sequential, grouped = biased_pair(config, impl)
     assert type(grouped).__name__ == "BiasedGroupedMLP"
     x, probs, grad = inputs(16)
@@ -206,3 +214,60 @@ def test_expert_bias_backward_sums_each_experts_rows_like_autograds_gather(weigh
         assert a.dtype == b.dtype
         torch.testing.assert_close(a, b, **tol)
     assert ours[1][1].abs().max() == 0    # the expert without rows gets no gradient
+
+
+def clamp_probe(rows: int, f: int, dtype, seed: int = 0):
+    """fc1 outputs with values beyond the clamp both ways and exactly on its bounds, routing
+    weights [rows, 1] in fp32 (Megatron's router dtype), and an output gradient."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(rows, 2 * f, generator=gen) * 6
+    x[0, :4] = torch.tensor([7.0, -7.0, 7.5, -9.0])
+    x[0, f:f + 4] = torch.tensor([7.0, -7.0, 7.5, -9.0])
+    return (x.to(dtype), torch.rand(rows, 1, generator=gen),
+            torch.randn(rows, f, generator=gen).to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_clamped_geglu_matches_megatrons_weighted_quick_geglu(dtype):
+    """Our clamped quick-GeGLU (its torch formulas, which the Triton kernel repeats: tests/gpu/)
+    against megatron-core's weighted_bias_quick_geglu_impl through autograd: output, input and
+    routing-weight gradients, the clamp's bounds passing gradient as torch's clamp does."""
+    from megatron.core.fusions.fused_bias_geglu import weighted_bias_quick_geglu_impl
+
+    x, w, dy = clamp_probe(12, 40, dtype)
+    results = []
+    for fn in (weighted_bias_quick_geglu_impl,
+               clamped_geglu_replacement(weighted_bias_quick_geglu_impl, None)):
+        xi, wi = x.clone().requires_grad_(), w.clone().requires_grad_()
+        out = fn(xi, None, wi, False, 1.0, 7.0)
+        out.backward(dy)
+        results.append((out.detach(), xi.grad, wi.grad))
+    (ref, ref_dx, ref_dw), (ours, dx, dw) = results
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    for a, b in ((ours, ref), (dx, ref_dx), (dw, ref_dw)):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        torch.testing.assert_close(a, b, **tol)
+    assert (dx[0, [2, 40 + 2, 40 + 3]] == 0).all()       # clamped: no gradient
+    assert (dx[0, [0, 40, 41]] != 0).all()                # on the bounds: passes
+    assert (dx[0, [1, 3]] != 0).all()                     # the gate has no lower clamp
+
+
+def test_clamped_geglu_defers_to_megatron_where_it_has_no_kernel():
+    calls = []
+
+    def original(*args):
+        calls.append(args)
+        return "megatron's"
+
+    fn = clamped_geglu_replacement(original, None)
+    x, w, _ = clamp_probe(2, 4, torch.float32)
+    assert fn(x, torch.zeros(8), w, False, 1.0, 7.0) == "megatron's"     # a bias
+    assert fn(x, None, w, True, 1.0, 7.0) == "megatron's"                # fp8 input store
+    assert fn(x, None, w, False, 1.0, None) == "megatron's"              # no clamp
+    assert len(calls) == 3
+    out = fn(x.view(2, 1, 8), None, w, False, 1.0, 7.0)
+    assert out.shape == (2, 1, 4) and out.grad_fn is None    # no grad asked: plain tensor
+    xi = x.clone().requires_grad_()
+    assert type(fn(xi, None, w, False, 1.0, 7.0).grad_fn).__name__ == \
+        "WeightedClampedQuickGeGLUBackward"
+    assert WeightedClampedQuickGeGLU.apply(x, w, 7.0, 1.0, 1.702).shape == (2, 4)
