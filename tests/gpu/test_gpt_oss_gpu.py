@@ -75,6 +75,40 @@ def test_clamped_geglu_kernel_against_megatrons_function(dtype):
     assert (dx[0, [2, 2880 + 2, 2880 + 3]] == 0).all() and (dx[0, [0, 1, 2880]] != 0).all()
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+def test_expert_bias_kernels_against_autograds_gather(weighted):
+    """ExpertBias's Triton forward and probabilities' gradient (training/native/expert_bias.py)
+    against autograd through `x + bias[rows] (* probs)` on CUDA at gpt-oss-20b's fc1 width
+    (5,760), the tokens per expert on the GPU (MOE_DEVICE_COUNTS), an expert without rows."""
+    from training.native.grouped_experts import DeviceCounts, add_expert_bias
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    counts = torch.tensor([700, 0, 1500, 33, 1], device="cuda")
+    rows, width = int(counts.sum()), 5760
+    x = torch.randn(rows, width, device="cuda", generator=gen, dtype=torch.bfloat16)
+    bias = torch.randn(len(counts), width, device="cuda", generator=gen, dtype=torch.bfloat16)
+    probs = torch.rand(rows, 1, device="cuda", generator=gen) if weighted else None
+    grad = torch.randn(rows, width, device="cuda", generator=gen, dtype=torch.bfloat16)
+    leaves = [x, bias] + ([probs] if weighted else [])
+    ours_in = [t.clone().requires_grad_() for t in leaves]
+    out = add_expert_bias(ours_in[0], ours_in[1], DeviceCounts(counts),
+                          ours_in[2] if weighted else None)
+    out.backward(grad)
+    ref_in = [t.clone().requires_grad_() for t in leaves]
+    index = torch.repeat_interleave(torch.arange(len(counts), device="cuda"), counts)
+    gathered = ref_in[1][index]
+    ref = (ref_in[0] + (gathered * ref_in[2] if weighted else gathered)).to(torch.bfloat16)
+    ref.backward(grad)
+    for name, a, b in zip(("out", "dx", "dbias", "dprobs"), [out] + [t.grad for t in ours_in],
+                          [ref] + [t.grad for t in ref_in]):
+        assert a.dtype == b.dtype and a.shape == b.shape, name
+        err = (a.float() - b.float()).abs().max().item()
+        scale = b.float().abs().max().item()
+        print(f"\nweighted={weighted} {name}: max abs err {err:.3e} (max |ref| {scale:.3e})")
+        assert err <= 1e-2 * max(scale, 1.0), name
+    assert ours_in[1].grad[1].abs().max() == 0
+
+
 HAVE_TE = importlib.util.find_spec("transformer_engine") is not None
 PARITY = [(TINY_GPT_OSS, 2, 1024, "native"),
           (dataclasses.replace(GPT_OSS_20B, vocab_size=8192), 2, 1024, "native")] + (

@@ -25,8 +25,9 @@ Biased experts (gpt-oss: `--add-bias-linear`) keep each projection's biases in o
 fc2's is returned, as TE's grouped linear returns it (TEGroupedMLP builds fc2 with
 skip_bias_add), for the experts module to add weighted by each row's routing probability:
 `BiasedGroupedMLP` does that in one gather too, where Megatron's TEGroupedMLP splits the rows
-by host counts (which MOE_DEVICE_COUNTS keeps on the GPU). Both go through ExpertBias,
-whose backward sums each expert's rows with one GEMM instead of autograd's index_put.
+by host counts (which MOE_DEVICE_COUNTS keeps on the GPU). Both go through ExpertBias
+(training/native/expert_bias.py: one Triton pass forward, a GEMM and one pass backward, where
+autograd's gather backward is index_put).
 
 With MOE_WGRAD_FUSION (WGRAD_FUSION; the MoE launch's default where it was measured, SM90),
 GRADIENT_ACCUMULATION_FUSION and Megatron's DDP (the weight has a `main_grad`), the grouped_mm
@@ -43,6 +44,7 @@ from itertools import accumulate
 import torch
 
 from training.native import grouped_wgrad
+from training.native.expert_bias import ExpertBias
 
 # auto: grouped_mm where it has its fast kernel, the loop elsewhere
 IMPLS = ("auto", "grouped_mm", "loop")
@@ -129,44 +131,6 @@ def expert_of_rows(counts: "list[int] | DeviceCounts", rows: int,
         list(counts), dtype=torch.long).to(device, non_blocking=True)
     experts = torch.arange(tokens.numel(), device=tokens.device)
     return torch.repeat_interleave(experts, tokens, output_size=rows)
-
-
-class ExpertBias(torch.autograd.Function):
-    """x + bias[expert of each row] (times the row's routing probability, fc2), the rows sorted
-    by expert. Autograd's own backward of the gather is index_put with accumulate, whose
-    sort-based kernel took ~8 ms a call at gpt-oss's 32,768 rows x 5,760 (about 0.9 s of a
-    3.06 s step, profile of session 15); here each expert's rows are summed by one GEMM, an
-    [experts, rows] matrix of ones (or the probabilities) times the gradient, with fp32
-    accumulation. Without probabilities the output has x's dtype; with them it is computed
-    in fp32 and cast back, as Megatron's _apply_bias does."""
-
-    @staticmethod
-    def forward(ctx, x, bias, experts, probs):
-        gathered = bias.index_select(0, experts)
-        if probs is None:
-            out = x + gathered
-        else:
-            out = (x + gathered * probs.reshape(-1, 1)).to(x.dtype)
-        ctx.save_for_backward(bias, experts, probs)
-        return out
-
-    @staticmethod
-    def backward(ctx, grad):
-        bias, experts, probs = ctx.saved_tensors
-        grad_x = grad if ctx.needs_input_grad[0] else None
-        grad_bias = grad_probs = None
-        if ctx.needs_input_grad[1]:
-            values = (torch.ones_like(experts, dtype=grad.dtype) if probs is None
-                      else probs.reshape(-1).to(grad.dtype))
-            rows = torch.zeros(bias.shape[0], grad.shape[0], dtype=grad.dtype,
-                               device=grad.device)
-            rows.scatter_(0, experts.view(1, -1), values.view(1, -1))
-            grad_bias = torch.mm(rows, grad).to(bias.dtype)
-        if probs is not None and ctx.needs_input_grad[3]:
-            gathered = bias.index_select(0, experts)
-            grad_probs = (grad.float() * gathered.float()).sum(-1).reshape(probs.shape)
-            grad_probs = grad_probs.to(probs.dtype)
-        return grad_x, grad_bias, None, grad_probs
 
 
 def add_expert_bias(x: torch.Tensor, bias: torch.Tensor, counts: "list[int] | DeviceCounts",
