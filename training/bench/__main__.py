@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
+import importlib.util
 import sys
 import tempfile
 import time
@@ -186,6 +187,20 @@ def parts_for(gpus: int, te: bool = False) -> list[tuple[str, str, tuple[str, ..
     return [(kind, name, keys) for name, kind, keys in catalog.PARTS_NODE]
 
 
+def _auto_needs_te(configs) -> None:
+    """In a TE part the `auto` side stands for the TE image's default: refused where Transformer
+    Engine does not import (auto would measure the native backend under that name)."""
+    if importlib.util.find_spec("transformer_engine") is not None:
+        return
+    if not any(config.id == "auto" for config in configs):
+        return
+    for config in configs:     # the part compares every side with auto: none runs
+        if config.runnable:
+            config.status, config.message = "refused", (
+                "Transformer Engine does not import here: the auto side measures the default "
+                "of an image with TE (send the TE carry first, dev/gpu_runbook.md)")
+
+
 def cmd_all(args) -> int:
     shape = _shape(args)
     precheck, availability, runner, cal = _tools(args)
@@ -236,6 +251,8 @@ def cmd_all(args) -> int:
                 configs = suites.peer_configs(part_shape, list(keys), part_precheck,
                                               availability)
                 extra = {"part": part}
+                if args.te:
+                    _auto_needs_te(configs)
         except suites.SuiteError as err:
             lines.append(f"  {name}: cannot run here: {err}")
             continue

@@ -273,6 +273,8 @@ GROUPS = ("toggles", "flce", "flce_chunk", "nan_check", "gc", "bda", "precision"
 PEER_SIDES = {
     "native": "ours: launcher default (native backend: SDPA + Liger/Triton kernels)",
     "transformer_engine": "ours: Transformer Engine backend",
+    "auto": "ours: every default with Transformer Engine installed (TRANSFORMER_IMPL=auto picks "
+            "the backend by the launch's rule)",
     "local": "Megatron-core local spec (stock Megatron without TE), through our launcher",
     "hf": "HF transformers' model of the family (LlamaForCausalLM; Qwen3MoeForCausalLM, "
           "MixtralForCausalLM or GptOssForCausalLM for MoE), SDPA (flex attention for gpt-oss's "
@@ -461,11 +463,14 @@ TE_PARTS = (
     ("toggles", "te-toggles-a", ("GRADIENT_ACCUMULATION_FUSION", "FUSED_SINGLE_QKV_ROPE")),
     ("toggles", "te-toggles-b", ("CROSS_ENTROPY_LOSS_FUSION", "GRAD_REDUCE_IN_BF16")),
 )
-# MoE where users run it (issue 37): the TE image's default (TRANSFORMER_IMPL=auto resolves to
-# TE where it imports; named here so that a node without TE runs none of these: TE's attention
-# and linears, the experts MOE_EXPERT_IMPL=auto picks) against the native backend and the
-# compiled HF peer, the expert path and fp8 as levers of it; the same for Mixtral cut to 4 layers.
+# MoE where users run it (issue 37), `bench all --te` after the TE carry: the TE image's
+# default (TRANSFORMER_IMPL=auto with TE importable: the `auto` side, the launch's rule picks
+# the backend) against the native backend and the compiled HF peer (moe-te-default, and
+# -mixtral for Mixtral cut to 4 layers); the TE backend itself (TE's attention and linears, the
+# experts MOE_EXPERT_IMPL=auto picks) the same way, the expert path and fp8 as levers of it.
 MOE_TE_PARTS = (
+    ("peers", "moe-te-default", ("auto", "native", "hf_compile")),
+    ("peers", "moe-te-default-mixtral", ("auto", "native", "hf_compile")),
     ("peers", "moe-te-peers", ("transformer_engine", "native", "hf_compile")),
     ("toggles", "moe-te-levers", ("MOE_EXPERT_IMPL=te", "PRECISION=fp8",
                                   "PRECISION=fp8+MOE_EXPERT_IMPL=te")),
@@ -565,8 +570,8 @@ PART_SHAPES: dict[str, BenchShape] = {
     # baseline is the fusion off, set explicitly, against it on
     "moe-levers-wgrad": replace(MOE_SHAPE, toggles=(("MOE_WGRAD_FUSION", "0"),)),
     **{name: replace(MIXTRAL_SHAPE if "mixtral" in name else MOE_SHAPE,
-                     backend="transformer_engine")
-       for _kind, name, _keys in MOE_TE_PARTS},
+                     backend=None if keys[0] == "auto" else "transformer_engine")
+       for _kind, name, keys in MOE_TE_PARTS},
     "gpt-oss-peers": GPT_OSS_SHAPE,
     "scale-x1": full_shape(1, backend="native", toggles=_scale_state()),
     "full-x2": full_shape(2, backend="native"),
