@@ -6,7 +6,7 @@
 # steps under the same profiler (training.bench.hf_peer --profile-dir; --compile where the bench
 # peer is compiled) and the same report: the two breakdowns side by side.
 # Into $OUT: train.log, ours/ and hf/ (trace_report.md/.json), the traces archived.
-# Usage: GIT_SHA=<sha> bash dev/gpu/moe_profile.sh [qwen3|gpt_oss] [--compile|--ours-only]
+# Usage: GIT_SHA=<sha> bash dev/gpu/moe_profile.sh [qwen3|gpt_oss|mixtral] [--compile|--ours-only]
 #        [TOGGLE=VALUE ...]   (the toggles go to ours: CUDA_GRAPH=full_iteration)   Carry: .whl
 source "$(dirname "$0")/env.sh"
 bash "$(dirname "$0")/burst.sh" idle || exit 1
@@ -14,12 +14,13 @@ family=${1:-qwen3}; hf_args=(); hf=1
 case ${2:-} in --compile) hf_args=(--compile) ;; --ours-only) hf=0 ;; esac
 toggles=("${@:3}")
 case $family in
-    qwen3) script=train_qwen3_moe.sh size=30B-A3B hf_model=qwen3-30B-A3B seq=4096 ;;
-    gpt_oss) script=train_gpt_oss.sh size=20b hf_model=gpt-oss-20b seq=8192 ;;
-    *) echo "family: qwen3 or gpt_oss"; exit 2 ;;
+    qwen3) script=train_qwen3_moe.sh size=30B-A3B hf_model=qwen3-30B-A3B seq=4096 layers=8 ;;
+    gpt_oss) script=train_gpt_oss.sh size=20b hf_model=gpt-oss-20b seq=8192 layers=8 ;;
+    mixtral) script=train_mixtral.sh size=8x7B hf_model=mixtral-8x7B seq=4096 layers=4 ;;
+    *) echo "family: qwen3, gpt_oss or mixtral"; exit 2 ;;
 esac
 EXPERIMENT_DIR=$(mktemp -d /tmp/moe_profile.XXXX); export EXPERIMENT_DIR; mkdir -p "$OUT"
-timeout 300 bash "examples/moe/$script" MODEL_SIZE=$size NUM_LAYERS=8 SEQ_LENGTH=$seq \
+timeout 300 bash "examples/moe/$script" MODEL_SIZE=$size NUM_LAYERS=$layers SEQ_LENGTH=$seq \
     MBS=1 BS=8 TOTAL_ITERS=8 EVAL_ITERS=0 GPUS_PER_NODE=1 PROFILE=torch PROFILE_STEP_START=5 \
     PROFILE_STEP_END=7 "${toggles[@]}" 2>&1 | tail -40 | tee "$OUT/train_tail.log"
 run=$(dirname "$(find "$EXPERIMENT_DIR" -name manifest.json | head -1)")
@@ -27,7 +28,7 @@ cp "$run/train.log" "$OUT/" 2>/dev/null
 timeout 200 python3 -m training.profiling.trace_report "$run" --out "$OUT/ours" --top 40 2>&1 | tail -60
 tar czf "$OUT/profile_ours.tgz" -C "$run" profile 2>/dev/null
 [ $hf = 1 ] || exit 0
-timeout 240 python3 -m training.bench.hf_peer --model $hf_model --num-layers 8 --seq-length $seq \
+timeout 240 python3 -m training.bench.hf_peer --model $hf_model --num-layers $layers --seq-length $seq \
     --mbs 1 --global-batch 8 --steps 4 --warmup 2 --json-out "$OUT/hf_peer.json" "${hf_args[@]}" \
     --profile-dir /tmp/moe_profile_hf 2>&1 | tail -20 | tee "$OUT/hf_tail.log"
 timeout 200 python3 -m training.profiling.trace_report /tmp/moe_profile_hf --out "$OUT/hf" --top 40 2>&1 | tail -60
