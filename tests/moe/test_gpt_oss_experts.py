@@ -271,3 +271,31 @@ def test_clamped_geglu_defers_to_megatron_where_it_has_no_kernel():
     assert type(fn(xi, None, w, False, 1.0, 7.0).grad_fn).__name__ == \
         "WeightedClampedQuickGeGLUBackward"
     assert WeightedClampedQuickGeGLU.apply(x, w, 7.0, 1.0, 1.702).shape == (2, 4)
+
+
+def test_the_clamped_geglu_patch_applies_to_clamped_quick_geglu_moe_only():
+    """native_clamped_geglu goes in for an MoE run with the clamped quick-GeGLU (gpt-oss, any
+    backend: the grouped experts call it), not for one without the clamp or without experts;
+    applied, Megatron's experts module calls ours; restored, Megatron's again."""
+    from argparse import Namespace
+
+    from megatron.core.transformer.moe import experts
+
+    import training.megatron_patches as mp
+    from training.run import Run
+
+    patch = mp.BY_NAME["native_clamped_geglu"]
+    gpt_oss = Namespace(num_experts=32, quick_geglu=True, activation_func_clamp_value=7.0)
+    assert patch.when(Run(args=gpt_oss))
+    for other in (Namespace(num_experts=32, quick_geglu=True, activation_func_clamp_value=None),
+                  Namespace(num_experts=32, quick_geglu=False, activation_func_clamp_value=7.0),
+                  Namespace(num_experts=None, quick_geglu=True, activation_func_clamp_value=7.0)):
+        assert not patch.when(Run(args=other))
+    original = experts.weighted_bias_quick_geglu_impl
+    try:
+        assert mp.apply(Run(args=gpt_oss), names=("native_clamped_geglu",)) == \
+            ["native_clamped_geglu"]
+        assert "one Triton pass" in experts.weighted_bias_quick_geglu_impl.description
+    finally:
+        mp.restore(names=("native_clamped_geglu",))
+    assert experts.weighted_bias_quick_geglu_impl is original
