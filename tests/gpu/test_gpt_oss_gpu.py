@@ -51,20 +51,9 @@ def test_clamped_geglu_kernel_against_megatrons_function(dtype):
     """The Triton clamped quick-GeGLU (training/native/clamped_geglu.py) against megatron-core's
     weighted_bias_quick_geglu_impl on CUDA at gpt-oss-20b's expert width (F 2880), values
     beyond the clamp and on its bounds: output, input and routing-weight gradients."""
-    from megatron.core.fusions.fused_bias_geglu import weighted_bias_quick_geglu_impl
+    from tests.moe.test_gpt_oss_experts import clamp_probe, geglu_against_megatron
 
-    from tests.moe.test_gpt_oss_experts import clamp_probe
-    from training.native.clamped_geglu import clamped_geglu_replacement
-
-    x, w, dy = (t.cuda() for t in clamp_probe(4099, 2880, dtype))
-    results = []
-    for fn in (weighted_bias_quick_geglu_impl,
-               clamped_geglu_replacement(weighted_bias_quick_geglu_impl, None)):
-        xi, wi = x.clone().requires_grad_(), w.clone().requires_grad_()
-        out = fn(xi, None, wi, False, 1.0, 7.0)
-        out.backward(dy)
-        results.append((out.detach(), xi.grad, wi.grad))
-    assert type(out.grad_fn).__name__ == "WeightedClampedQuickGeGLUBackward"
+    results = geglu_against_megatron(*(t.cuda() for t in clamp_probe(4099, 2880, dtype)))
     for name, ours, ref in zip(("out", "dx", "dw"), results[1], results[0]):
         assert ours.dtype == ref.dtype and ours.shape == ref.shape, name
         err = (ours.float() - ref.float()).abs().max().item()

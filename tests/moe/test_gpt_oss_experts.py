@@ -227,14 +227,11 @@ def clamp_probe(rows: int, f: int, dtype, seed: int = 0):
             torch.randn(rows, f, generator=gen).to(dtype))
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_clamped_geglu_matches_megatrons_weighted_quick_geglu(dtype):
-    """Our clamped quick-GeGLU (its torch formulas, which the Triton kernel repeats: tests/gpu/)
-    against megatron-core's weighted_bias_quick_geglu_impl through autograd: output, input and
-    routing-weight gradients, the clamp's bounds passing gradient as torch's clamp does."""
+def geglu_against_megatron(x, w, dy):
+    """(output, dx, dw) of megatron-core's weighted_bias_quick_geglu_impl, then of ours in its
+    place (gpt-oss's offset 1 and clamp 7), forward and backward on the same inputs."""
     from megatron.core.fusions.fused_bias_geglu import weighted_bias_quick_geglu_impl
 
-    x, w, dy = clamp_probe(12, 40, dtype)
     results = []
     for fn in (weighted_bias_quick_geglu_impl,
                clamped_geglu_replacement(weighted_bias_quick_geglu_impl, None)):
@@ -242,7 +239,16 @@ def test_clamped_geglu_matches_megatrons_weighted_quick_geglu(dtype):
         out = fn(xi, None, wi, False, 1.0, 7.0)
         out.backward(dy)
         results.append((out.detach(), xi.grad, wi.grad))
-    (ref, ref_dx, ref_dw), (ours, dx, dw) = results
+    assert type(out.grad_fn).__name__ == "WeightedClampedQuickGeGLUBackward"
+    return results
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_clamped_geglu_matches_megatrons_weighted_quick_geglu(dtype):
+    """Our clamped quick-GeGLU (its torch formulas, which the Triton kernel repeats: tests/gpu/)
+    against megatron-core's weighted_bias_quick_geglu_impl through autograd: output, input and
+    routing-weight gradients, the clamp's bounds passing gradient as torch's clamp does."""
+    (ref, ref_dx, ref_dw), (ours, dx, dw) = geglu_against_megatron(*clamp_probe(12, 40, dtype))
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
     for a, b in ((ours, ref), (dx, ref_dx), (dw, ref_dw)):
         assert a.dtype == b.dtype and a.shape == b.shape
