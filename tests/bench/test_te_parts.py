@@ -163,3 +163,42 @@ def test_bench_all_te_lists_only_the_te_parts_and_writes_nothing_without_te(tmp_
         assert f"{part}_h200_" in text
     assert "  toggles-a_h200" not in text and "nothing to measure here" in text
     assert not list(out.glob("*.json"))
+
+
+def test_the_te_image_default_parts_measure_auto_where_te_imports(monkeypatch):
+    """moe-te-default(-mixtral): the auto side carries no TRANSFORMER_IMPL (neither its own nor
+    the part shape's), so the launch's rule picks the backend; where TE does not import the
+    whole part is refused (auto would be the native backend under another name)."""
+    import importlib.util
+
+    from training.bench.catalog import MOE_TE_PARTS, PART_SHAPES
+    from training.bench.sweep import Config
+
+    parts = {name: keys for _kind, name, keys in MOE_TE_PARTS}
+    for name in ("moe-te-default", "moe-te-default-mixtral"):
+        assert parts[name] == ("auto", "native", "hf_compile")
+        assert PART_SHAPES[name].backend is None
+        assert "TRANSFORMER_IMPL" not in PART_SHAPES[name].env()
+    assert PART_SHAPES["moe-te-default-mixtral"].family == "mixtral"
+    assert PART_SHAPES["moe-te-peers"].backend == "transformer_engine"
+
+    def configs():
+        return [Config("auto", "ours", {}), Config("native", "ours",
+                                                   {"TRANSFORMER_IMPL": "native"}),
+                Config("hf_compile", "hf_compile")]
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: (
+        object() if name == "transformer_engine" else real(name, *a)))
+    present = configs()
+    cli._auto_needs_te(present)
+    assert all(c.runnable for c in present)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: (
+        None if name == "transformer_engine" else real(name, *a)))
+    absent = configs()
+    cli._auto_needs_te(absent)
+    assert not any(c.runnable for c in absent)
+    assert "Transformer Engine does not import here" in absent[0].message
+    others = [Config("native", "ours", {"TRANSFORMER_IMPL": "native"})]
+    cli._auto_needs_te(others)                     # a part without auto: untouched
+    assert others[0].runnable
