@@ -305,3 +305,19 @@ def test_the_clamped_geglu_patch_applies_to_clamped_quick_geglu_moe_only():
     finally:
         mp.restore(names=("native_clamped_geglu",))
     assert experts.weighted_bias_quick_geglu_impl is original
+
+
+def test_no_rows_pass_through_both_expert_functions():
+    """A micro-batch whose local experts get no token (possible under expert parallelism):
+    empty outputs, zero bias gradients, no kernel launched with an empty grid."""
+    x = torch.zeros(0, 8, requires_grad=True)
+    bias = torch.randn(3, 8, requires_grad=True)
+    probs = torch.zeros(0, 1, requires_grad=True)
+    out = grouped_experts.add_expert_bias(x, bias, [0, 0, 0], probs)
+    assert out.shape == (0, 8)
+    out.sum().backward()
+    assert bias.grad.abs().max() == 0 and probs.grad.shape == (0, 1)
+    y = WeightedClampedQuickGeGLU.apply(torch.zeros(0, 8, requires_grad=True),
+                                        torch.zeros(0, 1), 7.0, 1.0, 1.702)
+    assert y.shape == (0, 4)
+    y.sum().backward()

@@ -99,7 +99,7 @@ class WeightedClampedQuickGeGLU(torch.autograd.Function):
         f = width // 2
         ctx.save_for_backward(x, weights)
         ctx.constants = (limit, offset, alpha)
-        if not x.is_cuda:
+        if not x.is_cuda or not x.numel():     # (no rows: a grid of 0 cannot launch)
             return _forward_torch(x, weights, limit, offset, alpha)
         y = x.new_empty(rows, f)
         _geglu_fwd[(rows, triton.cdiv(f, _BLOCK))](x, weights.contiguous(), y, f, limit, offset,
@@ -110,7 +110,7 @@ class WeightedClampedQuickGeGLU(torch.autograd.Function):
     def backward(ctx, dy):
         x, weights = ctx.saved_tensors
         limit, offset, alpha = ctx.constants
-        if not x.is_cuda:
+        if not x.is_cuda or not x.numel():
             dx, dw = _backward_torch(x, weights, dy, limit, offset, alpha)
         else:
             rows, width = x.shape

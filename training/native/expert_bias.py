@@ -56,7 +56,7 @@ _BLOCK = 1024
 
 
 def _forward(x, bias, experts, probs):
-    if x.is_cuda and HAVE_TRITON:
+    if x.is_cuda and HAVE_TRITON and x.numel():   # (no rows: a grid of 0 cannot launch)
         out = torch.empty_like(x)
         rows, width = x.shape
         _bias_fwd[(rows, triton.cdiv(width, _BLOCK))](
@@ -71,7 +71,7 @@ def _forward(x, bias, experts, probs):
 
 def _probs_grad(grad, bias, experts):
     """dot(grad[r], bias[expert of r]) in fp32, [rows]."""
-    if grad.is_cuda and HAVE_TRITON:
+    if grad.is_cuda and HAVE_TRITON and grad.numel():
         out = torch.empty(grad.shape[0], dtype=torch.float32, device=grad.device)
         _bias_dprob[(grad.shape[0],)](grad, bias, experts, out, grad.shape[1], BLOCK=_BLOCK)
         return out
