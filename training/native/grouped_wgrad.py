@@ -65,9 +65,11 @@ if HAVE_TRITON:
 
 
 def triton_accumulate_(main_grad: torch.Tensor, x: torch.Tensor, dy: torch.Tensor,
-                       ends: torch.Tensor, blocks: tuple[int, int, int] = BLOCKS) -> None:
+                       ends: torch.Tensor, blocks: tuple[int, int, int] = BLOCKS,
+                       launch: dict | None = None) -> None:
     """main_grad [experts, out, in] += each expert's dY^T @ X, in place (the Triton kernel;
-    `blocks` other than BLOCKS: the interpreter's tests, to cut tiles at small sizes)."""
+    `blocks` other than BLOCKS: the interpreter's tests, to cut tiles at small sizes, and the
+    tile timing, training/native/wgrad_timing.py, with `launch` in place of LAUNCH)."""
     experts, out, inp = main_grad.shape
     if not main_grad.is_contiguous():
         raise ValueError("main_grad must be contiguous (Megatron's gradient buffer is)")
@@ -78,7 +80,7 @@ def triton_accumulate_(main_grad: torch.Tensor, x: torch.Tensor, dy: torch.Tenso
     tiles_out, tiles_in = triton.cdiv(out, block_out), triton.cdiv(inp, block_in)
     _grouped_wgrad_accum[(experts * tiles_out * tiles_in,)](
         x.contiguous(), dy.contiguous(), ends, main_grad, out, inp, tiles_out, tiles_in,
-        BLOCK_OUT=block_out, BLOCK_IN=block_in, BLOCK_K=block_k, **LAUNCH)
+        BLOCK_OUT=block_out, BLOCK_IN=block_in, BLOCK_K=block_k, **(launch or LAUNCH))
 
 
 def torch_accumulate_(main_grad: torch.Tensor, x: torch.Tensor, dy: torch.Tensor,
