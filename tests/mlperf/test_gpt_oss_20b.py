@@ -144,6 +144,7 @@ def test_data_less_dry_run_of_the_closed_launch_on_mi355x(tmp_path):
     assert (after("--seq-length"), after("--num-experts"), after("--window-size")) == (
         "8192", "32", "128,0")
     assert after("--transformer-impl") == "transformer_engine"      # the MI355X image's TE
+    assert "--eod-mask-loss" in words and after("--norm-epsilon") == "1e-06"   # the reference's
     assert "MLPerf gpt_oss_20b (closed division)" in proc.stderr
     assert "mock data" in proc.stderr
 

@@ -102,12 +102,16 @@ def test_the_mlperf_preset_is_the_references_model(base_env):
     assert config.window_size == (128, 0) and config.window_attn_skip_freq == 2
     assert config.gated_linear_unit and config.activation_func_clamp_value is None
     assert args.position_embedding_type == "rope" and args.rotary_base == 150000
+    # the reference's norm_epsilon 1e-6 (its layernorm_epsilon 1e-5 is overwritten by it in
+    # the Megatron-LM Primus pins); gpt-oss-20b's own config.json says 1e-5
+    assert config.layernorm_epsilon == 1e-6
     assert not result.settings["FUSED_SINGLE_QKV_ROPE"]   # the q/k norms sit before RoPE
     assert not notices(result, "gpt_oss_kernels")   # nothing of the biased experts applies
     sequential = oss(base_env, MODEL_SIZE="20b-mlperf", NUM_LAYERS=4, MOE_GROUPED_GEMM=0)
     assert not megatron_args(sequential).moe_grouped_gemm   # unbiased: SequentialMLP trains
     gpt_oss_20b = core_transformer_config_from_args(megatron_args(oss(base_env, NUM_LAYERS=4)))
     assert gpt_oss_20b.softmax_type == "learnable" and gpt_oss_20b.add_bias_linear
+    assert gpt_oss_20b.layernorm_epsilon == 1e-5
     assert not gpt_oss_20b.qk_layernorm
 
 

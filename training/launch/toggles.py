@@ -678,6 +678,10 @@ REGISTRY: tuple[Toggle, ...] = (
     Toggle("DATA_CACHE_PATH", "path", None, DATA_ARGS,
            "Where Megatron caches the dataset's sample indices (default: beside the data); on "
            "many nodes, a folder every node sees.", flag="--data-cache-path", group="data"),
+    _bool("EOD_MASK_LOSS", False, DATA_ARGS,
+          "1: the loss leaves out the positions whose token is the tokenizer's end-of-document "
+          "(Megatron's --eod-mask-loss; MLPerf gpt_oss_20b's reference sets it).",
+          on=("--eod-mask-loss",), group="data"),
 
     # -- output -------------------------------------------------------------------------------
     Toggle("EXPERIMENT_DIR", "path", "experiment", LAUNCHER, "Root of run folders.",

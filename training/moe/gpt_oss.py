@@ -85,11 +85,12 @@ class GptOssPreset(MoEPreset):
         return args
 
 
-def _gpt_oss(name, layers, experts, vocab_size=201088, seq_length=4096, **kw):
+def _gpt_oss(name, layers, experts, vocab_size=201088, seq_length=4096, norm_epsilon=1e-5,
+             **kw):
     # openai/gpt-oss-{20b,120b} config.json; router_aux_loss_coef as transformers' GptOssConfig
     return GptOssPreset(
         name, layers, 2880, 2880, 64, 8, vocab_size, 131072, seq_length, 150000,
-        norm_epsilon=1e-5,
+        norm_epsilon=norm_epsilon,
         num_experts=experts, router_topk=4, moe_ffn_hidden_size=2880, kv_channels=64,
         aux_loss_coeff=0.001, **kw)
 
@@ -107,9 +108,11 @@ GPT_OSS_120B = _gpt_oss("gpt-oss-120b", 36, 128)
 # bases, what the overrides leave: q/k RMSNorm (deepseek_v2_base's qk_layernorm: true), no
 # biases (llama_base's add_bias_linear: false), no sinks (no softmax_type anywhere: Megatron's
 # vanilla softmax). Primus main of 2026-02-10 (3e7b8fa6), the reference's RCP runs of 2026-02-13
-# (docs/gpt_oss.md).
+# (docs/gpt_oss.md). The norms' epsilon is 1e-6: the overrides set norm_epsilon 1e-6 and
+# layernorm_epsilon 1e-5, and the Megatron-LM Primus pins (847781764, 2025-10-10) builds its
+# TransformerConfig's layernorm_epsilon from args.norm_epsilon after copying the other fields.
 GPT_OSS_20B_MLPERF = _gpt_oss("gpt-oss-20b-mlperf", 24, 32, vocab_size=128256,
-                              seq_length=8192, clamped_swiglu=False, yarn=False,
+                              seq_length=8192, norm_epsilon=1e-6, clamped_swiglu=False, yarn=False,
                               sliding_window=129, init_std=0.008, attention_sinks=False,
                               linear_bias=False, qk_layernorm=True)
 
