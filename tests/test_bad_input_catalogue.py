@@ -338,6 +338,8 @@ CASES: list[Case] = [
     Case("metrics flops: unknown model", "training.metrics", ["flops", "--model", "gpt9"], "unknown model"),
     Case("native op_timing: --repeats 0", "training.native.op_timing", ["--repeats", "0"], "--repeats"),
     Case("native op_timing: --device gpu9", "training.native.op_timing", ["--device", "gpu9"], "not a torch device"),
+    Case("native wgrad_timing: --shapes llama", "training.native.wgrad_timing", ["--shapes", "llama", "--device", "cpu"], "matches none of"),
+    Case("native wgrad_timing: --iters 0", "training.native.wgrad_timing", ["--iters", "0"], "--iters"),
     # -- training.mlperf ----------------------------------------------------------------
     Case("mlperf summary: missing log", "training.mlperf.summary", ["{tmp}/none"], "no mlperf.log"),
     Case("mlperf summary: empty log", "training.mlperf.summary", ["{tmp}/mlperf.log", "--out", "{tmp}/o"],

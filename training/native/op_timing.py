@@ -98,6 +98,34 @@ class Timer:
         return (time.perf_counter() - begin) * 1e3 / iters
 
 
+def rotated_samples(steps: dict[str, Callable[[], None]], timer: "Timer", repeats: int,
+                    iters: int) -> dict[str, list[float]]:
+    """name -> one mean time per repeat; each repeat times every step once, the order rotated
+    by one each repeat (drift hits every step alike)."""
+    names = list(steps)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for repeat in range(repeats):
+        shift = repeat % len(names)
+        for name in names[shift:] + names[:shift]:
+            samples[name].append(timer(steps[name], iters))
+    return samples
+
+
+def timing_parser(prog: str, doc: str, iters: int, warmup: int) -> ArgumentParser:
+    """The kernel timings' common arguments: where the JSON goes, repeats, calls a sample,
+    warm-up calls, the device."""
+    from training.bench import record
+
+    parser = ArgumentParser(prog=prog, description=doc.split("\n\n")[0])
+    parser.add_argument("--out-dir", type=Path, default=record.BENCH_DIR)
+    parser.add_argument("--repeats", type=positive_int, default=5)
+    parser.add_argument("--iters", type=positive_int, default=iters)
+    parser.add_argument("--warmup", type=nonnegative_int, default=warmup)
+    parser.add_argument("--device", type=_device,
+                        default="cuda" if torch.cuda.is_available() else "cpu")
+    return parser
+
+
 def _fwd_bwd(fn: Callable, x: torch.Tensor, grad: torch.Tensor) -> Callable[[], None]:
     def step():
         x.grad = None
@@ -131,11 +159,7 @@ def measure(case: OpCase, dtype, device, repeats: int, iters: int, warmup: int) 
     for step in steps.values():                  # Triton compiles, autotuning, allocator
         timer(step, warmup)
     names = list(steps)
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    for repeat in range(repeats):
-        shift = repeat % len(names)
-        for name in names[shift:] + names[:shift]:
-            samples[name].append(timer(steps[name], iters))
+    samples = rotated_samples(steps, timer, repeats, iters)
     result = {
         "shape": list(case.shape), "dtype": str(dtype).replace("torch.", ""),
         "pass": "forward + backward", "iters_per_sample": iters, "ms": samples,
@@ -173,17 +197,11 @@ def run(argv: list[str] | None = None) -> Path:
     from training.bench.stats import VERDICT_RULE
     from training.native import IMPLEMENTATION
 
-    parser = ArgumentParser(prog="python -m training.native.op_timing",
-                            description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out-dir", type=Path, default=record.BENCH_DIR)
-    parser.add_argument("--repeats", type=positive_int, default=5)
-    parser.add_argument("--iters", type=positive_int, default=20)
-    parser.add_argument("--warmup", type=nonnegative_int, default=3)
+    parser = timing_parser("python -m training.native.op_timing", __doc__, iters=20, warmup=3)
     parser.add_argument("--tokens", type=positive_int, default=8192, help="MBS x seq (Llama3-8B: 8192)")
     parser.add_argument("--hidden", type=positive_int, default=4096)
     parser.add_argument("--ffn", type=positive_int, default=14336)
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="bf16")
-    parser.add_argument("--device", type=_device, default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
     device = args.device
     dtype = DTYPES[args.dtype]

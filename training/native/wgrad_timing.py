@@ -30,10 +30,8 @@ from pathlib import Path
 
 import torch
 
-from training.cli import ArgumentParser, nonnegative_int, positive_int
-
 from . import grouped_wgrad
-from .op_timing import Timer, _device, gpu_tag
+from .op_timing import Timer, gpu_tag, rotated_samples, timing_parser
 
 NAME = "kernels-moe-wgrad"
 
@@ -125,11 +123,7 @@ def measure(shape: WgradShape, device, repeats: int, iters: int, warmup: int) ->
             failed[name] = f"{type(err).__name__}: {str(err).splitlines()[0][:300]}"
             del steps[name], impls[name]
     names = list(steps)
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    for repeat in range(repeats):
-        shift = repeat % len(names)
-        for name in names[shift:] + names[:shift]:
-            samples[name].append(timer(steps[name], iters))
+    samples = rotated_samples(steps, timer, repeats, iters)
     baseline = names[0]
     per_s = {name: dict(enumerate(1e3 / ms for ms in values)) for name, values in samples.items()}
     return {
@@ -149,17 +143,10 @@ def run(argv: list[str] | None = None) -> Path:
     from training.bench import record
     from training.bench.stats import VERDICT_RULE
 
-    parser = ArgumentParser(prog="python -m training.native.wgrad_timing",
-                            description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out-dir", type=Path, default=record.BENCH_DIR)
-    parser.add_argument("--repeats", type=positive_int, default=5)
-    parser.add_argument("--iters", type=positive_int, default=10)
-    parser.add_argument("--warmup", type=nonnegative_int, default=2)
+    parser = timing_parser("python -m training.native.wgrad_timing", __doc__, iters=10, warmup=2)
     parser.add_argument("--shapes", default=None,
                         help="comma-separated words a shape's name must contain (default: all; "
                              "e.g. mixtral,gpt-oss)")
-    parser.add_argument("--device", type=_device,
-                        default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args(argv)
     wanted = [w.strip() for w in args.shapes.split(",")] if args.shapes else None
     shapes = [s for s in SHAPES if not wanted or any(w in s.name for w in wanted)]
@@ -181,5 +168,10 @@ def run(argv: list[str] | None = None) -> Path:
     return out
 
 
+def main(argv: list[str] | None = None) -> int:
+    run(argv)
+    return 0
+
+
 if __name__ == "__main__":
-    run()
+    sys.exit(main())
