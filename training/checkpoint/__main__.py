@@ -1,8 +1,10 @@
 """python -m training.checkpoint {import,export} ...
 
-    import HF_DIR OUT [--preset NAME]      Hugging Face Llama, Mistral, Qwen2/2.5, Qwen3, Qwen3-MoE
-                                           or Mixtral (folder or Hub id) -> Megatron
+    import HF_DIR OUT [--preset NAME]      Hugging Face Llama, Mistral, Qwen2/2.5, Qwen3, Qwen3-MoE,
+                                           Mixtral or gpt-oss (bf16/fp32, or MXFP4 experts,
+                                           dequantized) (folder or Hub id) -> Megatron
     export CKPT_DIR HF_DIR [--hf-config P]  Megatron checkpoint (any TP/PP) -> Hugging Face
+                                           (gpt-oss: bf16/fp32 experts, not MXFP4)
 
 Bad input (a missing folder, a family or field not converted, a preset that does not match, an output that exists,
 too little disk) exits 2 with one line and writes nothing; an interrupted conversion leaves
@@ -77,10 +79,14 @@ def main(argv: list[str] | None = None) -> int:
                                        progress=not args.no_progress)
             what = (f"{result.detail['name']} ({result.detail['family']}), "
                     f"{result.detail['num_layers']} layers")
+            if result.detail.get("mxfp4"):
+                what += f", {result.detail['mxfp4']} to {result.detail['dtype'][6:]}"
         else:
             result = export_checkpoint(args.ckpt_dir, args.hf_dir, args.hf_config,
                                        args.max_shard_size, progress=not args.no_progress)
             what = f"{result.detail['shards']} safetensors file(s)"
+            if result.detail.get("note"):
+                what += f"; {result.detail['note']}"
     except (ConversionError, HFError, ArchitectureError, CheckpointFormatError, RecordError,
             OutputError) as err:
         print(f"training.checkpoint {args.command}: {err}", file=sys.stderr)

@@ -126,6 +126,19 @@ def plan_import(source: str, preset_name: str | None = None, presets: dict | Non
     return folder, config, arch, preset, files, dtypes.pop()
 
 
+def _check_config(config: dict) -> None:
+    """A Hub id's config.json, before any weight is fetched: a family this converts."""
+    from . import gpt_oss_files
+
+    if gpt_oss_files.is_gpt_oss(config):
+        try:
+            gpt_oss_files.check_config(config)
+        except gpt_oss_files.GptOssFolderError as err:
+            raise ConversionError(str(err)) from None
+    else:
+        Architecture.from_hf_config(config)
+
+
 class ChunkBuffer:
     """Where the import puts each chunk. One writer thread writes one chunk at a time, so every
     chunk lives in the same anonymous mapping, the size of the largest (huge pages where the
@@ -172,7 +185,22 @@ def import_checkpoint(source: str, out: Path, preset_name: str | None = None,
     start = time.perf_counter()
     from training.launch.model_config import shape_name
 
-    folder, config, arch, preset, files, dtype = plan_import(source, preset_name, presets)
+    from . import gpt_oss_files
+
+    if presets is None:
+        from training.launch.presets import PRESETS as presets
+    if preset_name is not None and preset_name not in presets:
+        raise ConversionError(f"unknown preset {preset_name!r}: use one of {', '.join(presets)}")
+    folder = hf.resolve_source(source, check=_check_config)
+    config = hf.load_config(folder)
+    if gpt_oss_files.is_gpt_oss(config):   # its experts' views: converted a layer at a time
+        try:
+            return gpt_oss_files.import_folder(folder, config, out, preset_name, presets,
+                                               progress, max_chunk_bytes, _versions(), Progress,
+                                               Result)
+        except gpt_oss_files.GptOssFolderError as err:
+            raise ConversionError(str(err)) from None
+    folder, config, arch, preset, files, dtype = plan_import(str(folder), preset_name, presets)
     # a published shape keeps its preset's name (MODEL_SIZE); any other its folder's (or
     # Hub repository's) name
     name = preset.name if preset is not None else shape_name(Path(folder))
@@ -344,6 +372,20 @@ def export_checkpoint(ckpt: Path, out: Path, hf_config: Path | None = None,
         reader = DistCheckpointReader(folder)
         try:
             root = ckpt if folder != ckpt else ckpt.parent
+            found, found_side, _ = _config_source(root, reader.common.get("args"), hf_config)
+            if found is not None and found.get("model_type") == "gpt_oss":
+                from . import gpt_oss_files
+
+                try:
+                    count, nbytes, shards = gpt_oss_files.export_reader(
+                        reader, found, found_side, out, max_shard_bytes, progress, Progress)
+                except gpt_oss_files.GptOssFolderError as err:
+                    raise ConversionError(str(err)) from None
+                return Result(Path(out), count, nbytes, time.perf_counter() - start,
+                              {"source": str(folder), "shards": shards,
+                               "note": "gpt-oss experts written in "
+                                       f"{str(reader.metadata[layout.EMBEDDING][1])[6:]}, "
+                                       "not re-quantized to MXFP4"})
             arch, config, side_dir = _describe(root, reader.common, hf_config)
             _check_fits(arch, reader.metadata)
             dtype = reader.metadata[layout.EMBEDDING][1]

@@ -21,10 +21,12 @@ Where the layouts differ (per layer; Megatron's names are the native/local spec'
                   gate rows then up rows (Megatron's GLU chunks halves); its bias the same way
   experts fc2     mlp.experts.down_proj [E, F, hidden] (x @ W) -> linear_fc2 [E, hidden, F]
                   (W x); down_proj_bias [E, hidden] as it is
-The hub's gpt-oss checkpoints hold the experts in MXFP4 (…_blocks, …_scales): load them with
-transformers (which dequantizes) and convert the model's state dict; this table is bf16/fp32.
-Tested: tests/moe/test_gpt_oss_checkpoint.py (round trip bit for bit, forward equal) and
-tests/moe/test_gpt_oss_parity.py (logits against Hugging Face's own forward).
+This table is bf16/fp32. The CLI (`python -m training.checkpoint import/export`) converts
+folders with it one layer at a time (gpt_oss_files.py), and dequantizes the hub's MXFP4 experts
+(…_blocks, …_scales) on import; exports are bf16/fp32, never re-quantized to MXFP4.
+Tested: tests/moe/test_gpt_oss_checkpoint.py (round trip bit for bit, forward equal),
+tests/moe/test_gpt_oss_import.py (the CLI's folders, MXFP4) and tests/moe/test_gpt_oss_parity.py
+(logits against Hugging Face's own forward).
 """
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ import torch
 
 from training.cli import BadFile, read_json
 
-DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32,
+          "U8": torch.uint8}   # U8: MXFP4 blocks and scales (gpt-oss's experts)
 CONFIG = "config.json"
 INDEX = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
