@@ -297,7 +297,9 @@ def test_the_clamped_geglu_patch_applies_to_clamped_quick_geglu_moe_only():
                   Namespace(num_experts=32, quick_geglu=False, activation_func_clamp_value=7.0),
                   Namespace(num_experts=None, quick_geglu=True, activation_func_clamp_value=7.0)):
         assert not patch.when(Run(args=other))
+    mp.restore(names=("native_clamped_geglu",))   # an earlier test's run may have left it in
     original = experts.weighted_bias_quick_geglu_impl
+    assert not hasattr(original, "description")    # Megatron's own
     try:
         assert mp.apply(Run(args=gpt_oss), names=("native_clamped_geglu",)) == \
             ["native_clamped_geglu"]
