@@ -177,3 +177,20 @@ def test_a_config_megatron_cannot_build_is_refused(bf16_folder, tmp_path, capsys
     (folder / "config.json").write_text(json.dumps(config))
     err = _refused(capsys, ["import", folder, tmp_path / "out"], tmp_path)
     assert "layer_types" in err
+
+
+def test_a_gpt_oss_run_without_a_config_asks_for_one(base_env):
+    """A gpt-oss checkpoint whose run did not start from an import (no config.json beside it)
+    is refused in words that say what to give, not as 'not a Llama decoder'; the MLPerf
+    variant (plain SwiGLU, vanilla softmax, no biases, but a window every other layer) is
+    refused rather than exported as a Llama-family config without its window."""
+    from tests.launch.helpers import megatron_args
+    from tests.moe.test_gpt_oss_launch import oss
+    from training.checkpoint.convert import ConversionError, architecture_from_args
+
+    args = megatron_args(oss(base_env, MODEL_SIZE="tiny", NUM_LAYERS=2))
+    with pytest.raises(ConversionError, match="gpt-oss model .* give --hf-config"):
+        architecture_from_args(args)
+    mlperf = megatron_args(oss(base_env, MODEL_SIZE="20b-mlperf", NUM_LAYERS=2))
+    with pytest.raises(ConversionError, match="windowed .* would drop the window"):
+        architecture_from_args(mlperf)

@@ -293,6 +293,11 @@ def architecture_from_args(args) -> Architecture:
     the padded size: the caller fixes it)."""
     from training.run_description import Model
 
+    if getattr(args, "quick_geglu", False) or getattr(args, "softmax_type", "vanilla") != "vanilla":
+        raise ConversionError("the checkpoint is a gpt-oss model and no Hugging Face config was "
+                              "found beside it (a run started from `python -m "
+                              "training.checkpoint import` finds the import's): give "
+                              "--hf-config with a gpt-oss config.json of its shape")
     if getattr(args, "normalization", None) != "RMSNorm" or not getattr(args, "swiglu", False) \
             or getattr(args, "position_embedding_type", None) != "rope":
         raise ConversionError("the checkpoint's model is not a Llama-architecture decoder "
@@ -300,6 +305,10 @@ def architecture_from_args(args) -> Architecture:
     if getattr(args, "add_bias_linear", False):
         raise ConversionError("the checkpoint's linears carry biases (--add-bias-linear): "
                               "not exported")
+    if getattr(args, "window_size", None) is not None:
+        raise ConversionError(f"the checkpoint's attention is windowed (--window-size "
+                              f"{args.window_size}): the Hugging Face configs this writes "
+                              "(Llama, Qwen, Mixtral) would drop the window: not exported")
     return Architecture.from_model(Model.from_megatron_args(args))
 
 
