@@ -87,16 +87,27 @@ def _versions() -> dict[str, str]:
 
 # -- import ------------------------------------------------------------------------------------
 
-def plan_import(source: str, preset_name: str | None = None, presets: dict | None = None):
-    """Everything the import checks before writing: (folder, config, arch, preset or None,
-    files, dtype). A Hub id's config.json is fetched and checked before any weight."""
+def _resolve(source: str, preset_name: str | None, presets: dict | None):
+    """(folder, config, presets): the preset name checked, a Hub id's config.json fetched and
+    checked (_check_config) before any weight."""
     from training.launch.presets import PRESETS
 
     presets = PRESETS if presets is None else presets
     if preset_name is not None and preset_name not in presets:
         raise ConversionError(f"unknown preset {preset_name!r}: use one of {', '.join(presets)}")
-    folder = hf.resolve_source(source, check=Architecture.from_hf_config)
-    config = hf.load_config(folder)
+    folder = hf.resolve_source(source, check=_check_config)
+    return folder, hf.load_config(folder), presets
+
+
+def plan_import(source: str, preset_name: str | None = None, presets: dict | None = None):
+    """Everything the import checks before writing: (folder, config, arch, preset or None,
+    files, dtype). A Hub id's config.json is fetched and checked before any weight."""
+    folder, config, presets = _resolve(source, preset_name, presets)
+    return _plan_folder(folder, config, preset_name, presets)
+
+
+def _plan_folder(folder: Path, config: dict, preset_name: str | None, presets: dict):
+    """plan_import's checks of a resolved folder (a family of layout's row tables)."""
     arch = Architecture.from_hf_config(config)
     preset = (layout.match_preset(arch, presets, preset_name) if preset_name is not None
               else layout.matching_preset(arch, presets))
@@ -187,12 +198,7 @@ def import_checkpoint(source: str, out: Path, preset_name: str | None = None,
 
     from . import gpt_oss_files
 
-    if presets is None:
-        from training.launch.presets import PRESETS as presets
-    if preset_name is not None and preset_name not in presets:
-        raise ConversionError(f"unknown preset {preset_name!r}: use one of {', '.join(presets)}")
-    folder = hf.resolve_source(source, check=_check_config)
-    config = hf.load_config(folder)
+    folder, config, presets = _resolve(source, preset_name, presets)
     if gpt_oss_files.is_gpt_oss(config):   # its experts' views: converted a layer at a time
         try:
             return gpt_oss_files.import_folder(folder, config, out, preset_name, presets,
@@ -200,7 +206,8 @@ def import_checkpoint(source: str, out: Path, preset_name: str | None = None,
                                                Result)
         except gpt_oss_files.GptOssFolderError as err:
             raise ConversionError(str(err)) from None
-    folder, config, arch, preset, files, dtype = plan_import(str(folder), preset_name, presets)
+    folder, config, arch, preset, files, dtype = _plan_folder(folder, config, preset_name,
+                                                              presets)
     # a published shape keeps its preset's name (MODEL_SIZE); any other its folder's (or
     # Hub repository's) name
     name = preset.name if preset is not None else shape_name(Path(folder))
@@ -312,12 +319,13 @@ def architecture_from_args(args) -> Architecture:
     return Architecture.from_model(Model.from_megatron_args(args))
 
 
-def _describe(root: Path, common: dict, hf_config: Path | None
+def _describe(root: Path, common: dict, hf_config: Path | None, source: tuple | None = None
               ) -> tuple[Architecture, dict, Path | None]:
+    """source: _config_source's answer where the caller has it already."""
     from training.launch.presets import PRESETS
 
     args = common.get("args")
-    config, side, imported = _config_source(root, args, hf_config)
+    config, side, imported = source or _config_source(root, args, hf_config)
     if config is not None:   # an import's experts go back in the form they came in
         fused = imported is not None and imported.fused_experts
         return (dataclasses.replace(Architecture.from_hf_config(config), fused_experts=fused),
@@ -381,7 +389,8 @@ def export_checkpoint(ckpt: Path, out: Path, hf_config: Path | None = None,
         reader = DistCheckpointReader(folder)
         try:
             root = ckpt if folder != ckpt else ckpt.parent
-            found, found_side, _ = _config_source(root, reader.common.get("args"), hf_config)
+            source = _config_source(root, reader.common.get("args"), hf_config)
+            found, found_side, _ = source
             if found is not None and found.get("model_type") == "gpt_oss":
                 from . import gpt_oss_files
 
@@ -395,7 +404,7 @@ def export_checkpoint(ckpt: Path, out: Path, hf_config: Path | None = None,
                                "note": "gpt-oss experts written in "
                                        f"{str(reader.metadata[layout.EMBEDDING][1])[6:]}, "
                                        "not re-quantized to MXFP4"})
-            arch, config, side_dir = _describe(root, reader.common, hf_config)
+            arch, config, side_dir = _describe(root, reader.common, hf_config, source)
             _check_fits(arch, reader.metadata)
             dtype = reader.metadata[layout.EMBEDDING][1]
             shapes = layout.hf_shapes(arch)
