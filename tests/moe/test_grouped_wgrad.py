@@ -179,3 +179,31 @@ def test_the_kernel_compiles_for_sm90_pipelined_on_tensor_cores(grad_dtype):
     assert "wgmma.mma_async" in compiled.asm["ptx"]
     stages = grouped_wgrad.LAUNCH["num_stages"]
     assert f"memdesc<{stages}x{k}x{out}xbf16" in compiled.asm["ttgir"]
+
+
+@pytest.mark.parametrize("warp_specialize", [False, True], ids=["plain", "warp-specialized"])
+def test_the_tma_kernel_compiles_for_sm90_with_tensor_memory_loads(warp_specialize):
+    """The TMA kernel built for sm_90 (no GPU needed): its whole row steps come through the
+    tensor-memory accelerator (cp.async.bulk.tensor) into the shared memory the wgmma reads,
+    pipelined; with warp specialization Triton splits the loads and the products into warp
+    groups."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    out, inp, k = grouped_wgrad.TMA_BLOCKS
+    signature = {"x_desc": f"tensordesc<bf16[{k},{inp}]>", "dy_desc": f"tensordesc<bf16[{k},{out}]>",
+                 "x_ptr": "*bf16", "dy_ptr": "*bf16", "ends_ptr": "*i32", "grad_ptr": "*bf16",
+                 **{n: "i32" for n in ("OUT", "IN", "TILES_OUT", "TILES_IN")},
+                 **{n: "constexpr" for n in ("BLOCK_OUT", "BLOCK_IN", "BLOCK_K",
+                                             "WARP_SPECIALIZE")}}
+    source = ASTSource(fn=grouped_wgrad._grouped_wgrad_accum_tma, signature=signature,
+                       constexprs={"BLOCK_OUT": out, "BLOCK_IN": inp, "BLOCK_K": k,
+                                   "WARP_SPECIALIZE": warp_specialize},
+                       attrs={(i,): [["tt.divisibility", 16]] for i in range(2, 8)})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32),
+                              options=grouped_wgrad.TMA_LAUNCH)
+    ptx, ttgir = compiled.asm["ptx"], compiled.asm["ttgir"]
+    assert "wgmma.mma_async" in ptx and "cp.async.bulk.tensor" in ptx
+    assert "async_tma_copy_global_to_local" in ttgir
+    assert ("warp_specialize" in ttgir) is warp_specialize

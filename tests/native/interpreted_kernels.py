@@ -84,10 +84,13 @@ def rope_case(s: int, b: int, groups: int, per_group: int, head_dim: int, dtype)
     assert split == [per_group * head_dim, head_dim, head_dim]
 
 
-# (out, in, rows per expert, tiles): experts without rows (first, middle, last), tiles and row
-# steps cut mid-block at small blocks, and the default blocks (BLOCKS) crossed by one.
-WGRAD_CASES = [(40, 70, [0, 3, 0, 70, 1, 0], (16, 32, 16)),
-               (33, 130, [65, 0, 7], grouped_wgrad.BLOCKS)]
+# (out, in, rows per expert, tiles, kernel): experts without rows (first, middle, last), tiles
+# and row steps cut mid-block at small blocks, and the default blocks (BLOCKS) crossed by one.
+# The TMA kernel's rows need 16-byte strides (68 fp32 = 272 bytes): experts whose rows end
+# mid-step (70 = 4 x 16 + 6, the masked tail), on a whole step (32) and below one (3, 1).
+WGRAD_CASES = [(40, 70, [0, 3, 0, 70, 1, 0], (16, 32, 16), "pointer"),
+               (33, 130, [65, 0, 7], grouped_wgrad.BLOCKS, "pointer"),
+               (40, 68, [0, 3, 0, 70, 1, 32, 0], (16, 32, 16), "tma")]
 
 
 @contextlib.contextmanager
@@ -109,7 +112,8 @@ def loaded_loop_bounds():
         interpreter._patch_lang_tensor = original
 
 
-def grouped_wgrad_case(out: int, inp: int, counts: list[int], blocks, grad_dtype) -> None:
+def grouped_wgrad_case(out: int, inp: int, counts: list[int], blocks, kernel: str,
+                       grad_dtype) -> None:
     """main_grad (nonzero, fp32 or bf16) += each expert's dY^T @ X, against float64; experts
     without rows keep their main_grad bit for bit. The rows hold bf16 values in float32:
     Triton 3.6's interpreter multiplies bf16 operands of tl.dot as their raw 16-bit patterns
@@ -124,8 +128,9 @@ def grouped_wgrad_case(out: int, inp: int, counts: list[int], blocks, grad_dtype
     for e, (end, n) in enumerate(zip(ends.tolist(), counts)):
         expected[e] += dy[end - n:end].double().t() @ x[end - n:end].double()
     main_grad = before.clone()
+    assert kernel != "tma" or grouped_wgrad.tma_fits(x, dy), "the TMA case would fall back"
     with loaded_loop_bounds():
-        grouped_wgrad.triton_accumulate_(main_grad, x, dy, ends, blocks)
+        grouped_wgrad.triton_accumulate_(main_grad, x, dy, ends, blocks, kernel=kernel)
     refs.assert_close(main_grad, expected, grad_dtype, scale="row")
     for e, n in enumerate(counts):
         assert n or torch.equal(main_grad[e], before[e]), f"expert {e} (no rows) was written"
@@ -150,9 +155,9 @@ def main(quick: bool = False) -> None:
             check(f"swiglu {rows}x{f} {dtype}", swiglu_case, rows, f, dtype)
         for shape in QUICK_ROPE if quick else refs.ROPE_SHAPES:
             check(f"rope {shape} {dtype}", rope_case, *shape, dtype)
-        for out, inp, counts, blocks in WGRAD_CASES:
-            check(f"grouped_wgrad {out}x{inp} {counts} {blocks} {dtype}", grouped_wgrad_case,
-                  out, inp, counts, blocks, dtype)
+        for out, inp, counts, blocks, kernel in WGRAD_CASES:
+            check(f"grouped_wgrad {kernel} {out}x{inp} {counts} {blocks} {dtype}",
+                  grouped_wgrad_case, out, inp, counts, blocks, kernel, dtype)
     print(json.dumps(results))
 
 

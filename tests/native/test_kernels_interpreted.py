@@ -49,9 +49,11 @@ def test_offsets_and_one_odd_shape_per_kernel(quick):
 
 def test_grouped_wgrad_accumulates_into_main_grad_like_float64(quick):
     """main_grad[e] += dY_e^T @ X_e (training/native/grouped_wgrad.py) onto a nonzero fp32 and
-    bf16 main_grad: odd sizes cut mid-tile, experts without rows left bit for bit."""
+    bf16 main_grad, by the pointer kernel and the TMA one: odd sizes cut mid-tile, experts
+    without rows left bit for bit."""
     checks = {k: v for k, v in quick.items() if k.startswith("grouped_wgrad")}
-    assert len(checks) == 4 and all(v == "ok" for v in checks.values()), checks
+    assert len(checks) == 6 and all(v == "ok" for v in checks.values()), checks
+    assert sum(k.startswith("grouped_wgrad tma") for k in checks) == 2
 
 
 @pytest.mark.slow

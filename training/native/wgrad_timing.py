@@ -4,8 +4,9 @@ against the unfused path it replaces, at the MoE families' expert shapes.
 For each shape, one projection of one micro-batch (rows = tokens x top-k, split over the experts
 by a seeded multinomial draw, so the experts are unevenly loaded as in a run):
 
-  fused  training/native/grouped_wgrad.triton_accumulate_ at each tile configuration in
-         CONFIGS (the kernel's default, BLOCKS and LAUNCH, first): main_grad += dY^T X per expert;
+  fused  training/native/grouped_wgrad.triton_accumulate_ at each configuration in CONFIGS
+         (the run's default first; then the pointer kernel and the TMA kernel at several tiles,
+         with and without Triton's warp specialization): main_grad += dY^T X per expert;
   torch  torch's grouped GEMM for the weight gradient (grouped_mm on dY^T and X, the groups
          along the rows) and an add into main_grad: what the native experts do without the
          fusion.
@@ -60,13 +61,26 @@ SHAPES = (
     WgradShape("mixtral-8x7B fc2", 8, 4096, 14336, 4096 * 2),
 )
 
-# (label, (out tile, in tile, rows a step), launch): the kernel's default first
+def _config(kernel: str, blocks: tuple[int, int, int], warps: int, stages: int,
+            warp_specialize: bool = False) -> tuple:
+    """(label, blocks, launch, kernel, warp specialization) of one configuration."""
+    label = f"{kernel} {'x'.join(map(str, blocks))} w{warps} s{stages}" + (
+        " ws" if warp_specialize else "")
+    return label, blocks, {"num_warps": warps, "num_stages": stages}, kernel, warp_specialize
+
+
+# the run's configuration (grouped_wgrad.KERNEL with its blocks and launch) first, as "default"
 CONFIGS = (
-    ("default", grouped_wgrad.BLOCKS, grouped_wgrad.LAUNCH),
-    ("128x256x64 w8 s3", (128, 256, 64), {"num_warps": 8, "num_stages": 3}),
-    ("256x128x64 w8 s3", (256, 128, 64), {"num_warps": 8, "num_stages": 3}),
-    ("128x128x64 w4 s4", (128, 128, 64), {"num_warps": 4, "num_stages": 4}),
-    ("128x128x32 w4 s5", (128, 128, 32), {"num_warps": 4, "num_stages": 5}),
+    ("default", None, None, None, False),
+    _config("pointer", (128, 128, 64), 8, 3),
+    _config("pointer", (128, 256, 64), 8, 3),
+    _config("pointer", (128, 128, 32), 4, 5),
+    _config("tma", (128, 128, 64), 8, 3),
+    _config("tma", (128, 128, 64), 8, 4),
+    _config("tma", (128, 256, 64), 8, 3),
+    _config("tma", (256, 128, 64), 8, 3),
+    _config("tma", (128, 128, 64), 4, 4, warp_specialize=True),
+    _config("tma", (128, 256, 64), 8, 3, warp_specialize=True),
 )
 
 
@@ -92,9 +106,9 @@ def implementations(device) -> dict:
     """name -> fn(grad, x, dy, ends); on the CPU only the torch loop (the plumbing's tests)."""
     if device.type != "cuda":
         return {"torch loop": grouped_wgrad.torch_accumulate_}
-    impls = {f"fused {label}": (lambda g, x, dy, e, b=blocks, lc=launch:
-                                grouped_wgrad.triton_accumulate_(g, x, dy, e, b, lc))
-             for label, blocks, launch in CONFIGS}
+    impls = {f"fused {label}": (lambda g, x, dy, e, b=blocks, lc=launch, k=kernel, w=ws:
+                                grouped_wgrad.triton_accumulate_(g, x, dy, e, b, lc, k, w))
+             for label, blocks, launch, kernel, ws in CONFIGS}
     impls["torch grouped_mm + add"] = unfused_
     return impls
 
