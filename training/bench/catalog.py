@@ -530,6 +530,9 @@ MOE_PARTS = (
     # the MoE default on SM90 since session 15, after this part and
     # tests/gpu/test_grouped_wgrad_gpu.py ran on an H200)
     ("moe-levers-wgrad", "toggles", ("MOE_WGRAD_FUSION=1",)),
+    # issue 37's bar on the other MoE family (MIXTRAL_SHAPE): ours at the default against the
+    # compiled HF peer, same call
+    ("moe-peers-compile-mixtral", "peers", ("native", "hf_compile")),
 )
 # gpt-oss-20b cut to 8 layers (same width, 32 experts, top-4, sinks, the alternating window; the
 # lean step's estimate 90.6 GiB on one H200), seq 8192, global batch 8: ours at the gpt-oss
@@ -563,6 +566,7 @@ PART_SHAPES: dict[str, BenchShape] = {
     **{name: MOE_CORE_SHAPE if name in MOE_CORE_PARTS else MOE_SHAPE
        for name, _kind, _keys in MOE_PARTS},
     "moe-levers-lean-mixtral": MIXTRAL_SHAPE,
+    "moe-peers-compile-mixtral": MIXTRAL_SHAPE,
     # the graph is the lean step's default on SM90 since session 14: this part's baseline is
     # the eager step, set explicitly, against the graph
     "moe-levers-graph": replace(MOE_SHAPE, toggles=(("CUDA_GRAPH", "none"),)),

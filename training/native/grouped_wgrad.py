@@ -38,7 +38,11 @@ from .rope import HAVE_TRITON
 
 BLOCKS = (128, 128, 64)   # (out, in) tile of main_grad, rows per step
 LAUNCH = {"num_warps": 8, "num_stages": 3}   # the row loop's loads three steps ahead
-KERNEL = "pointer"        # "pointer" | "tma" (TMA_BLOCKS / TMA_LAUNCH), see the docstring
+# "pointer" | "tma" (TMA_BLOCKS / TMA_LAUNCH): the TMA kernel at 128 x 128 x 64, 8 warps, 3
+# stages was the fastest of ten configurations at every MoE family's expert shapes on an H200
+# (session 17, docs/benchmarks/kernels-moe-wgrad_h200.json): 1.34x the pointer kernel at
+# Mixtral's fc1, 1.16x at gpt-oss's, 1.06x at Qwen3-30B-A3B's
+KERNEL = "tma"
 TMA_BLOCKS = (128, 128, 64)
 TMA_LAUNCH = {"num_warps": 8, "num_stages": 3}
 

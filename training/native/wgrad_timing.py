@@ -72,11 +72,14 @@ def _config(kernel: str, blocks: tuple[int, int, int], warps: int, stages: int,
 # the run's configuration (grouped_wgrad.KERNEL with its blocks and launch) first, as "default"
 CONFIGS = (
     ("default", None, None, None, False),
-    _config("pointer", (128, 128, 64), 8, 3),
+    _config("pointer", (128, 128, 64), 8, 3),   # the pointer kernel's own default
     _config("pointer", (128, 256, 64), 8, 3),
     _config("pointer", (128, 128, 32), 4, 5),
     _config("tma", (128, 128, 64), 8, 3),
     _config("tma", (128, 128, 64), 8, 4),
+    _config("tma", (128, 128, 64), 8, 2),
+    _config("tma", (128, 128, 64), 4, 3),
+    _config("tma", (128, 64, 64), 4, 4),
     _config("tma", (128, 256, 64), 8, 3),
     _config("tma", (256, 128, 64), 8, 3),
     _config("tma", (128, 128, 64), 4, 4, warp_specialize=True),
