@@ -340,6 +340,7 @@ CASES: list[Case] = [
     Case("native op_timing: --device gpu9", "training.native.op_timing", ["--device", "gpu9"], "not a torch device"),
     Case("native wgrad_timing: --shapes llama", "training.native.wgrad_timing", ["--shapes", "llama", "--device", "cpu"], "matches none of"),
     Case("native wgrad_timing: --iters 0", "training.native.wgrad_timing", ["--iters", "0"], "--iters"),
+    Case("native wgrad_timing: --table missing", "training.native.wgrad_timing", ["--table", "{tmp}/none.json"], "no such file"),
     # -- training.mlperf ----------------------------------------------------------------
     Case("mlperf summary: missing log", "training.mlperf.summary", ["{tmp}/none"], "no mlperf.log"),
     Case("mlperf summary: empty log", "training.mlperf.summary", ["{tmp}/mlperf.log", "--out", "{tmp}/o"],

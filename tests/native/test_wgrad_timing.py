@@ -52,3 +52,29 @@ def test_a_shape_filter_that_matches_nothing_is_refused(capsys):
         wt.run(["--shapes", "llama", "--device", "cpu"])
     assert exit_.value.code == 2
     assert "matches none of" in capsys.readouterr().err
+
+
+def test_the_table_marks_each_shapes_fastest_and_names_failures(tmp_path, monkeypatch):
+    monkeypatch.setattr(wt, "SHAPES", (wt.WgradShape("tiny fc1", 3, 8, 6, 24),))
+    data = json.loads(wt.run(["--out-dir", str(tmp_path), "--repeats", "2", "--iters", "1",
+                              "--device", "cpu"]).read_text())
+    shape = data["shapes"]["tiny fc1"]
+    shape["ms"]["slow"] = [x * 2 for x in shape["ms"]["torch loop"]]
+    shape["summary_ms"]["slow"] = {"mean": shape["summary_ms"]["torch loop"]["mean"] * 2}
+    shape["tflops"]["slow"] = 1.0
+    data["shapes"]["other fc2"] = {**shape, "summary_ms": {"slow": shape["summary_ms"]["slow"]},
+                                   "failed": {"torch loop": "CompilationError: out of smem"}}
+    text = wt.table(data)
+    rows = {line.split(" | ")[0].strip("| "): line for line in text.splitlines()}
+    assert "| configuration | tiny fc1 | other fc2 |" in text
+    assert rows["torch loop"].count("**") == 2 and "CompilationError" in rows["torch loop"]
+    assert rows["slow"].count("**") == 2      # the only one timed at "other fc2"
+    assert data["git_sha"][:7] in text
+
+
+def test_docs_moe_table_is_the_recorded_json():
+    from pathlib import Path
+
+    source = Path("docs/benchmarks/kernels-moe-wgrad_h200.json")
+    assert wt.render_page(source, Path("docs/moe.md"), check=True) == 0, (
+        f"docs/moe.md is stale: run python -m training.native.wgrad_timing --table {source}")

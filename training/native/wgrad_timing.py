@@ -22,6 +22,8 @@ header: command, git sha, GPU, driver, versions; every sample) goes to
 <out-dir>/kernels-moe-wgrad_<gpu>.json.
 
     python -m training.native.wgrad_timing --out-dir docs/benchmarks      (GPU machine)
+    python -m training.native.wgrad_timing --table docs/benchmarks/kernels-moe-wgrad_h200.json
+        (the table in docs/moe.md, from that JSON; --check: is it current)
 """
 from __future__ import annotations
 
@@ -185,7 +187,57 @@ def run(argv: list[str] | None = None) -> Path:
     return out
 
 
+def table(data: dict) -> str:
+    """The markdown table of one kernels-moe-wgrad JSON: a row per configuration, a column per
+    shape, the mean milliseconds per call with TFLOP/s; the fastest of each column in bold."""
+    shapes = data["shapes"]
+    names = list(next(iter(shapes.values()))["summary_ms"])
+    fastest = {s: min(v["summary_ms"], key=lambda n: v["summary_ms"][n]["mean"])
+               for s, v in shapes.items()}
+    lines = ["| configuration | " + " | ".join(shapes) + " |",
+             "|---|" + "---|" * len(shapes)]
+    for name in names:
+        cells = []
+        for shape, v in shapes.items():
+            if name not in v["summary_ms"]:
+                cells.append(v["failed"].get(name, "-")[:40])
+                continue
+            cell = f"{v['summary_ms'][name]['mean']:.3f} ms ({v['tflops'][name]:.0f})"
+            cells.append(f"**{cell}**" if fastest[shape] == name else cell)
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    first = next(iter(shapes.values()))
+    lines += ["", f"Mean of {len(first['ms'][names[0]])} samples of {first['iters_per_sample']} "
+              f"calls each (TFLOP/s in brackets); `{data['command']}`, git {data['git_sha'][:7]}, "
+              f"{data['gpu']['name']}, created {data['created']}. \"default\" is the run's "
+              "kernel at that commit."]
+    return "\n".join(lines)
+
+
+def render_page(source: Path, page: Path, check: bool = False) -> int:
+    """Fill the page's <!-- kernels-moe-wgrad --> block from the JSON (--check: exit 1 if it
+    is stale)."""
+    import json
+
+    from training.launch import docs
+
+    return docs.main((["--check"] if check else []) + ["--page", str(page)],
+                     {NAME: lambda: table(json.loads(source.read_text()))},
+                     prog=f"python -m training.native.wgrad_timing --table {source}")
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--table"]:
+        from training.cli import ArgumentParser
+
+        parser = ArgumentParser(prog="python -m training.native.wgrad_timing --table")
+        parser.add_argument("--table", type=Path, required=True, help="a kernels-moe-wgrad JSON")
+        parser.add_argument("--page", type=Path, default=Path("docs/moe.md"))
+        parser.add_argument("--check", action="store_true")
+        args = parser.parse_args(argv)
+        if not args.table.is_file():
+            parser.error(f"--table {args.table}: no such file")
+        return render_page(args.table, args.page, args.check)
     run(argv)
     return 0
 
