@@ -18,7 +18,7 @@ import functools
 from training.launch.toggles import (BY_NAME, auto_backend, auto_expert_impl,
                                      auto_native_kernels, backend_flags,
                                      default_metrics_warmup_iters, device_counts_conflicts,
-                                     nan_check_flags, step_host_reads)
+                                     nan_check_flags, step_host_reads, te_attention_blocker)
 
 # Our arguments a toggle sets: argparse dest -> registry entry.
 TOGGLE_OF = {
@@ -171,13 +171,19 @@ def as_the_launcher(argv: list[str], caps=None) -> tuple[list[str], list[str]]:
         return caps
 
     backend = args.transformer_backend
+    softmax_type = getattr(args, "softmax_type", "vanilla")
     if backend == "auto":
         info = capabilities().info
         precision = "fp8" if args.fp8 else "fp4" if args.fp4 else "bf16"
         backend, why = auto_backend(capabilities().transformer_engine, bool(args.num_experts),
-                                    info.arch if info else None, precision)
+                                    info.arch if info else None, precision,
+                                    te_attention_blocker(softmax_type))
         after += ["--transformer-backend", backend]
         notes.append(f"--transformer-backend {backend} (auto: {why})")
+    elif backend == "transformer_engine" and te_attention_blocker(softmax_type):
+        raise ArgumentConflict(f"--transformer-backend transformer_engine with --softmax-type "
+                               f"{softmax_type}: {te_attention_blocker(softmax_type)}. Use "
+                               f"--transformer-backend native.")
     kernels = args.native_kernels
     if kernels == "auto" and backend in ("native", "transformer_engine"):
         kernels, why = auto_native_kernels(capabilities().liger)

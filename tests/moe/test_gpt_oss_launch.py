@@ -64,7 +64,6 @@ def test_gpt_oss_20b_words(base_env):
     {"NUM_LAYERS": 4},
     {"MODEL_SIZE": "tiny"},
     {"NUM_LAYERS": 4, "EP": 8, "GPUS_PER_NODE": 8},
-    {"NUM_LAYERS": 4, "PLATFORM": "h200", "TRANSFORMER_IMPL": "transformer_engine"},
     {"NUM_LAYERS": 4, "PLATFORM": "mi355x", "EP": 8, "GPUS_PER_NODE": 8},
 ])
 def test_launches_pass_megatrons_validation(base_env, toggles):
@@ -125,12 +124,13 @@ def test_yarn_turns_the_fused_qkv_rope_off_with_why_or_refuses(base_env):
 
 
 def test_bias_dropout_fusion_is_refused_with_biased_experts(base_env):
-    te = {"PLATFORM": "h200", "TRANSFORMER_IMPL": "transformer_engine"}   # on by default there
-    result = oss(base_env, NUM_LAYERS=4, **te)
+    """Off on the native backend (derived there); a user's 1 is refused for the biased
+    experts (TEGroupedMLP's assertion, whichever backend)."""
+    result = oss(base_env, NUM_LAYERS=4, PLATFORM="h200", TRANSFORMER_IMPL="native")
     assert not result.settings["BIAS_DROPOUT_FUSION"]
-    assert notices(result, "gpt_oss_kernels")
     assert "BIAS_DROPOUT_FUSION=0" in refused(base_env, "gpt_oss_kernels", NUM_LAYERS=4,
-                                              BIAS_DROPOUT_FUSION=1, **te)
+                                              PLATFORM="h200", TRANSFORMER_IMPL="native",
+                                              BIAS_DROPOUT_FUSION=1)
 
 
 @pytest.mark.parametrize("toggles,needle", [
@@ -142,24 +142,73 @@ def test_sequential_experts_are_refused(base_env, toggles, needle):
     assert needle in msg and "SequentialMLP" in msg
 
 
-def test_context_parallel_needs_te_for_sinks_and_window(base_env):
+def test_context_parallel_runs_only_on_te_without_sinks(base_env):
     """The native backend (SDPA or flex attention) has no context parallelism: the core's
-    guard refuses it; TE runs it (its fused attention's softmax_type and window)."""
+    guard refuses it; the TE backend runs it for the window alone (the MLPerf variant, with the
+    window's warning) and refuses sinks, so gpt-oss-20b has no context parallelism today."""
     msg = refused(base_env, "context_parallel_backend", NUM_LAYERS=4, CP=2, GPUS_PER_NODE=2)
     assert "CP=1" in msg
-    oss(base_env, NUM_LAYERS=4, CP=2, GPUS_PER_NODE=2, PLATFORM="h200",
-        TRANSFORMER_IMPL="transformer_engine")
+    mlperf = oss(base_env, MODEL_SIZE="20b-mlperf", NUM_LAYERS=4, CP=2, GPUS_PER_NODE=2,
+                 PLATFORM="h200", TRANSFORMER_IMPL="transformer_engine")
+    assert megatron_args(mlperf).context_parallel_size == 2
+    assert [n.level for n in notices(mlperf, "gpt_oss_attention")] == ["warning"]
+    assert "TRANSFORMER_IMPL=native" in refused(base_env, "gpt_oss_attention", NUM_LAYERS=4,
+                                                CP=2, GPUS_PER_NODE=2, PLATFORM="h200",
+                                                TRANSFORMER_IMPL="transformer_engine")
+
+
+@pytest.mark.parametrize("platform", ["h200", "b300", "mi355x"])
+def test_auto_keeps_sinks_off_the_te_backend(base_env, platform):
+    """Where TE imports, TRANSFORMER_IMPL=auto runs gpt-oss's sinks on the native backend on
+    every GPU (TE's parity with HF failed), with that reason; the MLPerf variant (a window, no
+    sinks) follows the MoE rule (TE where the native backend is not measured faster)."""
+    setting = oss(base_env, NUM_LAYERS=4, PLATFORM=platform).settings.setting("TRANSFORMER_IMPL")
+    assert setting.value == "native" and "attention sinks" in setting.reason, setting.reason
+    mlperf = oss(base_env, MODEL_SIZE="20b-mlperf", NUM_LAYERS=4, PLATFORM=platform)
+    expected = "native" if platform == "h200" else "transformer_engine"
+    assert mlperf.settings["TRANSFORMER_IMPL"] == expected
+    assert bool(notices(mlperf, "gpt_oss_attention")) is (expected == "transformer_engine")
+
+
+def test_sinks_on_the_te_backend_are_refused_and_fp8_with_them(base_env):
+    msg = refused(base_env, "gpt_oss_attention", NUM_LAYERS=4, PLATFORM="h200",
+                  TRANSFORMER_IMPL="transformer_engine")
+    assert "96x" in msg and "TRANSFORMER_IMPL=native" in msg and "PRECISION" not in msg
+    msg = refused(base_env, "gpt_oss_attention", NUM_LAYERS=4, PLATFORM="h200",
+                  TRANSFORMER_IMPL="transformer_engine", PRECISION="fp8")
+    assert "PRECISION=bf16" in msg
+    # auto with an fp8 recipe: the native backend, which has no fp8 layers, says why it is native
+    msg = refused(base_env, "low_precision_needs_te", NUM_LAYERS=4, PLATFORM="h200",
+                  PRECISION="fp8")
+    assert "attention sinks" in msg and "PRECISION=bf16" in msg
+
+
+def test_plain_torchrun_keeps_sinks_off_the_te_backend():
+    from training.arguments import ArgumentConflict, as_the_launcher
+    from training.launch.capabilities import for_platform
+
+    caps = for_platform("h200")
+    words = ["--num-experts", "8", "--moe-grouped-gemm", "--softmax-type", "learnable"]
+    argv, notes = as_the_launcher(words, caps)
+    assert argv[argv.index("--transformer-backend", 5) + 1] == "native"
+    assert any("attention sinks" in note for note in notes)
+    with pytest.raises(ArgumentConflict, match="--transformer-backend native"):
+        as_the_launcher(words + ["--transformer-backend", "transformer_engine"], caps)
 
 
 def test_transformer_engine_before_2_8_has_no_sinks():
+    """Before TE 2.8 megatron-core would assert on softmax_type; from 2.8 the parity failure is
+    the reason (and a named platform's image, version unknown here, gets that one too)."""
     def ctx(te):
         return SimpleNamespace(preset=gpt_oss.GPT_OSS_20B, backend="transformer_engine",
-                               settings={"CP": 1}, caps=SimpleNamespace(te_version=te))
+                               settings={"CP": 1}, caps=SimpleNamespace(te_version=te),
+                               recipe=SimpleNamespace(name="bf16", kind="bf16"))
 
     with pytest.raises(Refusal, match="TE 2.8"):
         gpt_oss.gpt_oss_attention(ctx("2.7.0+abc"))
-    gpt_oss.gpt_oss_attention(ctx("2.8.0"))
-    gpt_oss.gpt_oss_attention(ctx(None))             # a named platform: its image's TE
+    for te in ("2.8.0", "2.20.2", None):
+        with pytest.raises(Refusal, match="96x Hugging Face's own bf16 error"):
+            gpt_oss.gpt_oss_attention(ctx(te))
 
 
 def test_the_guards_leave_other_families_alone(base_env):
@@ -230,8 +279,8 @@ def test_the_bench_part_of_the_bar():
 
 
 def test_the_lean_steps_cuda_graph_is_off_for_flex_attention(base_env):
-    """gpt-oss's flex attention has not been measured under a CUDA graph: the lean step's
-    default graph is turned off with the reason; a user's CUDA_GRAPH=full_iteration runs, warned."""
+    """gpt-oss's step measured no faster under the CUDA graph: the lean step's default graph is
+    turned off with the reason; a user's CUDA_GRAPH=full_iteration runs, warned."""
     result = oss(base_env, TRANSFORMER_IMPL="native", TOTAL_ITERS=20, PLATFORM="h200")
     graph = result.settings.setting("CUDA_GRAPH")
     assert graph.value == "none" and graph.source == "guard" and "flex" in graph.reason

@@ -231,8 +231,10 @@ def low_precision_needs_te(ctx: LaunchContext) -> None:
     """fp8/fp4 recipes compute in Transformer Engine layers: other backends are refused."""
     if ctx.recipe.kind == "bf16" or ctx.backend == "transformer_engine":
         return
+    chosen = ctx.settings.setting("TRANSFORMER_IMPL")
     why = ("Transformer Engine does not import here" if not ctx.caps.transformer_engine
-           else f"TRANSFORMER_IMPL={ctx.backend}")
+           else f"TRANSFORMER_IMPL={ctx.backend}, {chosen.reason}"
+           if chosen.source == "platform" else f"TRANSFORMER_IMPL={ctx.backend}")
     raise Refusal("low_precision_needs_te",
                   f"PRECISION={ctx.recipe.name} computes in Transformer Engine layers, but "
                   f"the backend is {ctx.backend} ({why}). Use PRECISION=bf16 here, or "
