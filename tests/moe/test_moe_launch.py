@@ -17,6 +17,7 @@ from training.moe.layer import MOE
 
 from tests.launch import test_guards
 from tests.launch.helpers import launch, megatron_args
+from training.launch.settings import LaunchError
 from tests.launch.test_guards import notices
 
 REPO = Path(__file__).resolve().parents[2]
@@ -586,3 +587,21 @@ def test_the_wgrad_guard_turns_the_default_off_and_refuses_only_a_users_1(base_e
     assert result.settings["MOE_WGRAD_FUSION"] is False
     assert "GRADIENT_ACCUMULATION_FUSION=0" in result.settings.setting("MOE_WGRAD_FUSION").reason
     assert "--moe-wgrad-fusion" not in result.buckets["GPT_ARGS"]
+
+
+@pytest.mark.parametrize("recipe", ["fp8_tensorwise", "mxfp8"])
+def test_a_recipe_that_keeps_its_own_masters_turns_the_lean_steps_remainders_off(base_env, recipe):
+    """The lean step's MASTER_WEIGHTS=remainder is a recipe layer's default, not the user's: a
+    precision recipe whose quantised weights Megatron keeps fp32 masters of itself turns it to
+    fp32 with the reason (session 17's moe-te-more found PRECISION=fp8_tensorwise refused for a
+    setting the user never made); the 16-bit moments stay. The user's own remainder is refused."""
+    platform = "b300" if recipe == "mxfp8" else "h200"
+    result = moe(base_env, NUM_LAYERS=4, PLATFORM=platform, PRECISION=recipe)
+    master = result.settings.setting("MASTER_WEIGHTS")
+    assert (master.value, master.source) == ("fp32", "guard"), master
+    assert "keeps fp32 main params" in master.reason
+    assert result.settings["ADAM_MOMENTS_DTYPE"] == "bf16"
+    assert "remainder" not in result.emitted.get("MASTER_WEIGHTS", [])
+    with pytest.raises(LaunchError, match=r"\[optimizer_state\].*MASTER_WEIGHTS=fp32"):
+        moe(base_env, NUM_LAYERS=4, PLATFORM=platform, PRECISION=recipe,
+            MASTER_WEIGHTS="remainder")

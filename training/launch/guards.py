@@ -673,11 +673,15 @@ def optimizer_state(ctx: LaunchContext) -> None:
                       "weights. Use MASTER_WEIGHTS=remainder (an exact fp32 master in 2 B per "
                       "parameter).")
     if s["MASTER_WEIGHTS"] != "fp32" and ctx.recipe.name in _MCORE_KEEPS_MAIN_PARAMS:
-        raise Refusal("optimizer_state",
-                      f"MASTER_WEIGHTS={s['MASTER_WEIGHTS']} with PRECISION={ctx.recipe.name}: "
-                      "Megatron keeps fp32 main params of quantised weights itself, so the "
-                      "setting would change nothing. Use MASTER_WEIGHTS=fp32 "
-                      "(ADAM_MOMENTS_DTYPE=bf16 still applies).")
+        why = (f"MASTER_WEIGHTS={s['MASTER_WEIGHTS']} with PRECISION={ctx.recipe.name}: "
+               "Megatron keeps fp32 main params of quantised weights itself, so the setting "
+               "would change nothing")
+        if s.is_explicit("MASTER_WEIGHTS"):
+            raise Refusal("optimizer_state", f"{why}. Use MASTER_WEIGHTS=fp32 "
+                                             "(ADAM_MOMENTS_DTYPE=bf16 still applies).")
+        # a recipe layer's default (the MoE lean step's remainder masters): fp32, with the reason
+        s.correct("MASTER_WEIGHTS", "fp32", "optimizer_state",
+                  f"{why} (the 16-bit moments still apply)")
     if s["ADAM_MOMENTS_DTYPE"] == "bf16" and s["ADAM_BETA2"] > 0.99:
         s.warn("optimizer_state",
                f"ADAM_MOMENTS_DTYPE=bf16 with ADAM_BETA2={s['ADAM_BETA2']:g}: each step moves "

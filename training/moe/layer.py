@@ -486,9 +486,10 @@ def moe_low_precision(ctx: LaunchContext) -> None:
     s.info("moe_low_precision",
            f"PRECISION={s['PRECISION']} on an MoE model: on one H200 at the Qwen3-30B-A3B bench "
            "shape, fp8 (TE's dense linears in fp8, the native experts in bf16) measured no "
-           "faster than bf16 on the TE backend, TE's fp8 grouped experts far slower, and the "
-           "TE backend it needs slower than the native one in bf16 (docs/levers.md: the "
-           "moe-te-levers and moe-te-peers rows; docs/moe.md). Not recommended for throughput; "
+           "faster than bf16 on the TE backend, fp8_blockwise slower (one repeat) and larger, "
+           "TE's fp8 grouped experts far slower, and the TE backend it needs slower than the "
+           "native one in bf16 (docs/levers.md: the moe-te-levers, moe-te-more and "
+           "moe-te-peers rows; docs/moe.md). Not recommended for throughput; "
            "PRECISION=bf16 picks the native backend there.")
 
 
