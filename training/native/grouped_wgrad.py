@@ -51,6 +51,26 @@ if HAVE_TRITON:
     import triton.language as tl
 
     @triton.jit
+    def _masked_step(x_ptr, dy_ptr, row, end, o, i, OUT, IN, acc, BLOCK_K: tl.constexpr):
+        """acc += dY[row:row+BLOCK_K, o]^T @ X[row:row+BLOCK_K, i], rows from `end` on (the
+        next expert's) and columns past the edge read as zero."""
+        r = row + tl.arange(0, BLOCK_K)
+        dy = tl.load(dy_ptr + r[:, None] * OUT + o[None, :],
+                     mask=(r[:, None] < end) & (o[None, :] < OUT), other=0.0)
+        x = tl.load(x_ptr + r[:, None] * IN + i[None, :],
+                    mask=(r[:, None] < end) & (i[None, :] < IN), other=0.0)
+        return tl.dot(tl.trans(dy), x, acc)
+
+    @triton.jit
+    def _add_into(grad_ptr, e, o, i, OUT, IN, acc):
+        """main_grad[e, o, i] += acc: the tile read, added in fp32 and written once in its
+        own dtype."""
+        tile = grad_ptr + e.to(tl.int64) * OUT * IN + o[:, None] * IN + i[None, :]
+        mask = (o[:, None] < OUT) & (i[None, :] < IN)
+        grad = tl.load(tile, mask=mask, other=0.0).to(tl.float32)
+        tl.store(tile, (grad + acc).to(grad_ptr.dtype.element_ty), mask=mask)
+
+    @triton.jit
     def _grouped_wgrad_accum(x_ptr, dy_ptr, ends_ptr, grad_ptr, OUT, IN, TILES_OUT, TILES_IN,
                              BLOCK_OUT: tl.constexpr, BLOCK_IN: tl.constexpr,
                              BLOCK_K: tl.constexpr):
@@ -67,16 +87,8 @@ if HAVE_TRITON:
         if end > start:
             acc = tl.zeros((BLOCK_OUT, BLOCK_IN), dtype=tl.float32)
             for row in range(start, end, BLOCK_K):
-                r = row + tl.arange(0, BLOCK_K)
-                dy = tl.load(dy_ptr + r[:, None] * OUT + o[None, :],
-                             mask=(r[:, None] < end) & (o[None, :] < OUT), other=0.0)
-                x = tl.load(x_ptr + r[:, None] * IN + i[None, :],
-                            mask=(r[:, None] < end) & (i[None, :] < IN), other=0.0)
-                acc = tl.dot(tl.trans(dy), x, acc)
-            tile = grad_ptr + e.to(tl.int64) * OUT * IN + o[:, None] * IN + i[None, :]
-            mask = (o[:, None] < OUT) & (i[None, :] < IN)
-            grad = tl.load(tile, mask=mask, other=0.0).to(tl.float32)
-            tl.store(tile, (grad + acc).to(grad_ptr.dtype.element_ty), mask=mask)
+                acc = _masked_step(x_ptr, dy_ptr, row, end, o, i, OUT, IN, acc, BLOCK_K)
+            _add_into(grad_ptr, e, o, i, OUT, IN, acc)
 
     @triton.jit
     def _grouped_wgrad_accum_tma(x_desc, dy_desc, x_ptr, dy_ptr, ends_ptr, grad_ptr, OUT, IN,
@@ -103,16 +115,9 @@ if HAVE_TRITON:
             i = i0 + tl.arange(0, BLOCK_IN)
             tail = start + whole * BLOCK_K
             if tail < end:
-                r = tail.to(tl.int64) + tl.arange(0, BLOCK_K)
-                dy = tl.load(dy_ptr + r[:, None] * OUT + o[None, :],
-                             mask=(r[:, None] < end) & (o[None, :] < OUT), other=0.0)
-                x = tl.load(x_ptr + r[:, None] * IN + i[None, :],
-                            mask=(r[:, None] < end) & (i[None, :] < IN), other=0.0)
-                acc = tl.dot(tl.trans(dy), x, acc)
-            tile = grad_ptr + e.to(tl.int64) * OUT * IN + o[:, None] * IN + i[None, :]
-            mask = (o[:, None] < OUT) & (i[None, :] < IN)
-            grad = tl.load(tile, mask=mask, other=0.0).to(tl.float32)
-            tl.store(tile, (grad + acc).to(grad_ptr.dtype.element_ty), mask=mask)
+                acc = _masked_step(x_ptr, dy_ptr, tail.to(tl.int64), end, o, i, OUT, IN, acc,
+                                   BLOCK_K)
+            _add_into(grad_ptr, e, o, i, OUT, IN, acc)
 
 
 def tma_fits(*tensors: torch.Tensor) -> bool:
