@@ -224,6 +224,12 @@ def moe_levers() -> list[Lever]:
               "PRECISION=bf16", False, needs_backend="transformer_engine",
               note="fp8 (delayed scaling) with the experts in TE's fp8 grouped linear too, vs "
                    "bf16 (PRECISION=fp8 alone keeps the native experts in bf16)"),
+        Lever("PRECISION=fp8+MBS=2", "PRECISION", "precision", "moe",
+              {"PRECISION": "fp8", "MBS": "2"}, "PRECISION=fp8 MBS=2", "PRECISION=bf16 MBS=1",
+              False, needs_backend="transformer_engine",
+              note="fp8 (delayed scaling, the native experts in bf16) at micro-batch 2 vs the "
+                   "part's bf16 at micro-batch 1; over the same part's MBS row it gives fp8 "
+                   "against bf16 at micro-batch 2 (issue 37: MoE fp8 at MBS 1 and 2)"),
         Lever("MOE_SYNC_FREE", "MOE_DEVICE_COUNTS", "toggle", "moe", _SYNC_FREE,
               _words(_SYNC_FREE), "MOE_DEVICE_COUNTS=0 CROSS_ENTROPY_LOSS_FUSION=1", False,
               needs_backend="native",
@@ -476,7 +482,11 @@ MOE_TE_PARTS = (
                                   "PRECISION=fp8+MOE_EXPERT_IMPL=te")),
     ("peers", "moe-te-peers-mixtral", ("transformer_engine", "native", "hf_compile")),
     ("toggles", "moe-te-levers-mixtral", ("MOE_EXPERT_IMPL=te", "PRECISION=fp8")),
-    ("toggles", "moe-te-more", ("PRECISION=fp8_tensorwise", "PRECISION=fp8_blockwise", "MBS")),
+    ("toggles", "moe-te-more", ("PRECISION=fp8_tensorwise", "PRECISION=fp8_blockwise", "MBS",
+                                "PRECISION=fp8+MBS=2")),
+    # the TE backend against the native one at micro-batch 2 (moe-te-more's MBS row: the TE
+    # backend 1.741x its micro-batch 1, host-bound there; does it overtake the native one?)
+    ("peers", "moe-te-peers-mbs2", ("transformer_engine", "native")),
 )
 PART_BACKEND = {"te-recipes": "transformer_engine", "te-toggles-a": "transformer_engine",
                 "te-toggles-b": "transformer_engine"}
@@ -576,6 +586,7 @@ PART_SHAPES: dict[str, BenchShape] = {
     **{name: replace(MIXTRAL_SHAPE if "mixtral" in name else MOE_SHAPE,
                      backend=None if keys[0] == "auto" else "transformer_engine")
        for _kind, name, keys in MOE_TE_PARTS},
+    "moe-te-peers-mbs2": replace(MOE_SHAPE, mbs=2, backend="transformer_engine"),
     "gpt-oss-peers": GPT_OSS_SHAPE,
     "scale-x1": full_shape(1, backend="native", toggles=_scale_state()),
     "full-x2": full_shape(2, backend="native"),
