@@ -3,7 +3,10 @@ max abs err 1.11 against HF's own bf16 error 1.7e-3). The tiny preset on TE agai
 GptOssForCausalLM with the same weights, as tests/gpu/test_gpt_oss_gpu.py builds them; then the
 same comparison with the sinks pushed to -30 in both (no sink), with the window lifted in both,
 and with both. Prints the TE attention modules' window and softmax type.
-    python3 dev/gpu/gpt_oss_te_diag.py      (GPU machine, TE on the path)"""
+    python3 dev/gpu/gpt_oss_te_diag.py      (GPU machine, TE on the path)
+    python dev/gpu/gpt_oss_te_diag.py native cpu 64    (the plumbing, on the CPU in fp32)"""
+import sys
+
 import torch
 
 from tests.moe.gpt_oss_model import gpt_oss_parity
@@ -17,7 +20,9 @@ def lift(gpt, hf, sinks: bool, window: bool):
             if sinks and getattr(core, "softmax_offset", None) is not None:
                 core.softmax_offset.fill_(-30.0)
             if window:
-                for m in core.modules():
+                if hasattr(core, "window"):      # the native flex attention's
+                    core.window = None
+                for m in core.modules():         # TE's DotProductAttention and its backends
                     if hasattr(m, "window_size"):
                         m.window_size = (-1, 0)
         for name, p in hf.named_parameters():
@@ -27,11 +32,12 @@ def lift(gpt, hf, sinks: bool, window: bool):
             hf.config.sliding_window = 10 ** 6
 
 
-def main():
+def main(backend="transformer_engine", device="cuda", seq=1024):
     from tests.moe.model import compare_logits
 
-    result, gpt, hf = gpt_oss_parity(TINY_GPT_OSS, 2, "cuda", torch.bfloat16, batch=1, seq=1024,
-                                     backend="transformer_engine")
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    build = dict(batch=1, seq=seq, backend=backend)
+    result, gpt, hf = gpt_oss_parity(TINY_GPT_OSS, 2, device, dtype, **build)
     print("baseline:", {k: result[k] for k in result if "err" in k or "loss" in k})
     for i, layer in enumerate(gpt.decoder.layers):
         core = layer.self_attention.core_attention
@@ -39,13 +45,12 @@ def main():
                                        for k in ("window_size", "softmax_type", "attn_mask_type")
                                        if hasattr(m, k)})
     for sinks, window in ((True, False), (False, True), (True, True)):
-        _, gpt, hf = gpt_oss_parity(TINY_GPT_OSS, 2, "cuda", torch.bfloat16, batch=1, seq=1024,
-                                    backend="transformer_engine")
+        _, gpt, hf = gpt_oss_parity(TINY_GPT_OSS, 2, device, dtype, **build)
         lift(gpt, hf, sinks, window)
-        r = compare_logits(hf, gpt, TINY_GPT_OSS.vocab_size, 1, 1024, "cuda")
+        r = compare_logits(hf, gpt, TINY_GPT_OSS.vocab_size, 1, seq, device)
         print(f"sinks lifted={sinks} window lifted={window}:",
               {k: r[k] for k in r if "err" in k or "loss" in k})
 
 
 if __name__ == "__main__":
-    main()
+    main(*sys.argv[1:3], *map(int, sys.argv[3:4]))
