@@ -4,7 +4,11 @@ GptOssForCausalLM with the same weights, as tests/gpu/test_gpt_oss_gpu.py builds
 same comparison with the sinks pushed to -30 in both (no sink), with the window lifted in both,
 and with both. Prints the TE attention modules' window and softmax type.
     python3 dev/gpu/gpt_oss_te_diag.py      (GPU machine, TE on the path)
-    python dev/gpu/gpt_oss_te_diag.py native cpu 64    (the plumbing, on the CPU in fp32)"""
+    python dev/gpu/gpt_oss_te_diag.py native cpu 64    (the plumbing, on the CPU in fp32)
+A fourth word picks TE's attention backend (Megatron's --attention-backend: auto, fused, flash,
+unfused), one process each (megatron-core pins NVTE_*_ATTN in the environment at the first
+model it builds):
+    for b in auto fused unfused; do python3 dev/gpu/gpt_oss_te_diag.py transformer_engine cuda 1024 $b; done"""
 import sys
 
 import torch
@@ -32,11 +36,12 @@ def lift(gpt, hf, sinks: bool, window: bool):
             hf.config.sliding_window = 10 ** 6
 
 
-def main(backend="transformer_engine", device="cuda", seq=1024):
+def main(backend="transformer_engine", device="cuda", seq=1024, attention="auto"):
     from tests.moe.model import compare_logits
 
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
-    build = dict(batch=1, seq=seq, backend=backend)
+    build = dict(batch=1, seq=seq, backend=backend, extra=("--attention-backend", attention))
+    print(f"backend {backend}, attention backend {attention}, {device}, seq {seq}")
     result, gpt, hf = gpt_oss_parity(TINY_GPT_OSS, 2, device, dtype, **build)
     print("baseline:", {k: result[k] for k in result if "err" in k or "loss" in k})
     for i, layer in enumerate(gpt.decoder.layers):
@@ -53,4 +58,4 @@ def main(backend="transformer_engine", device="cuda", seq=1024):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3], *map(int, sys.argv[3:4]))
+    main(*sys.argv[1:3], *map(int, sys.argv[3:4]), *sys.argv[4:5])
