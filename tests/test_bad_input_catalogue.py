@@ -341,6 +341,7 @@ CASES: list[Case] = [
     Case("native wgrad_timing: --shapes llama", "training.native.wgrad_timing", ["--shapes", "llama", "--device", "cpu"], "matches none of"),
     Case("native wgrad_timing: --iters 0", "training.native.wgrad_timing", ["--iters", "0"], "--iters"),
     Case("native wgrad_timing: --table missing", "training.native.wgrad_timing", ["--table", "{tmp}/none.json"], "no such file"),
+    Case("native wgrad_timing: --table not its JSON", "training.native.wgrad_timing", ["--check", "--table", "{tmp}/other.json"], "not a kernels-moe-wgrad JSON", setup=lambda tmp: (tmp / "other.json").write_text('{"shapes": 3}')),
     # -- training.mlperf ----------------------------------------------------------------
     Case("mlperf summary: missing log", "training.mlperf.summary", ["{tmp}/none"], "no mlperf.log"),
     Case("mlperf summary: empty log", "training.mlperf.summary", ["{tmp}/mlperf.log", "--out", "{tmp}/o"],

@@ -172,18 +172,17 @@ def as_the_launcher(argv: list[str], caps=None) -> tuple[list[str], list[str]]:
 
     backend = args.transformer_backend
     softmax_type = getattr(args, "softmax_type", "vanilla")
+    te_blocked = te_attention_blocker(softmax_type)
     if backend == "auto":
         info = capabilities().info
         precision = "fp8" if args.fp8 else "fp4" if args.fp4 else "bf16"
         backend, why = auto_backend(capabilities().transformer_engine, bool(args.num_experts),
-                                    info.arch if info else None, precision,
-                                    te_attention_blocker(softmax_type))
+                                    info.arch if info else None, precision, te_blocked)
         after += ["--transformer-backend", backend]
         notes.append(f"--transformer-backend {backend} (auto: {why})")
-    elif backend == "transformer_engine" and te_attention_blocker(softmax_type):
+    elif backend == "transformer_engine" and te_blocked:
         raise ArgumentConflict(f"--transformer-backend transformer_engine with --softmax-type "
-                               f"{softmax_type}: {te_attention_blocker(softmax_type)}. Use "
-                               f"--transformer-backend native.")
+                               f"{softmax_type}: {te_blocked}. Use --transformer-backend native.")
     kernels = args.native_kernels
     if kernels == "auto" and backend in ("native", "transformer_engine"):
         kernels, why = auto_native_kernels(capabilities().liger)

@@ -39,9 +39,9 @@ from .rope import HAVE_TRITON
 BLOCKS = (128, 128, 64)   # (out, in) tile of main_grad, rows per step
 LAUNCH = {"num_warps": 8, "num_stages": 3}   # the row loop's loads three steps ahead
 # "pointer" | "tma" (TMA_BLOCKS / TMA_LAUNCH): the TMA kernel at 128 x 128 x 64, 8 warps, 3
-# stages was the fastest of ten configurations at every MoE family's expert shapes on an H200
-# (session 17, docs/benchmarks/kernels-moe-wgrad_h200.json): 1.34x the pointer kernel at
-# Mixtral's fc1, 1.16x at gpt-oss's, 1.06x at Qwen3-30B-A3B's
+# stages was the fastest of ten configurations at five of the six MoE expert shapes on an H200
+# and level with the best at the sixth (session 17, docs/benchmarks/kernels-moe-wgrad_h200.json):
+# 1.34x the pointer kernel at Mixtral's fc1, 1.16x at gpt-oss's, 1.06x at Qwen3-30B-A3B's
 KERNEL = "tma"
 TMA_BLOCKS = (128, 128, 64)
 TMA_LAUNCH = {"num_warps": 8, "num_stages": 3}
@@ -147,7 +147,8 @@ def triton_accumulate_(main_grad: torch.Tensor, x: torch.Tensor, dy: torch.Tenso
     x, dy = x.contiguous(), dy.contiguous()
     if kernel == "tma" and not tma_fits(x, dy):
         kernel = "pointer"
-    default_blocks, default_launch = (TMA_BLOCKS, TMA_LAUNCH) if kernel == "tma" else (BLOCKS, LAUNCH)
+    default_blocks, default_launch = ((TMA_BLOCKS, TMA_LAUNCH) if kernel == "tma"
+                                      else (BLOCKS, LAUNCH))
     block_out, block_in, block_k = blocks or default_blocks
     tiles_out, tiles_in = triton.cdiv(out, block_out), triton.cdiv(inp, block_in)
     grid = (experts * tiles_out * tiles_in,)

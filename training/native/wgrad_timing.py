@@ -215,29 +215,38 @@ def table(data: dict) -> str:
 
 def render_page(source: Path, page: Path, check: bool = False) -> int:
     """Fill the page's <!-- kernels-moe-wgrad --> block from the JSON (--check: exit 1 if it
-    is stale)."""
+    is stale). The JSON is read and its table made once, before the page is touched."""
     import json
 
     from training.launch import docs
 
+    text = table(json.loads(source.read_text()))
     return docs.main((["--check"] if check else []) + ["--page", str(page)],
-                     {NAME: lambda: table(json.loads(source.read_text()))},
+                     {NAME: lambda: text},
                      prog=f"python -m training.native.wgrad_timing --table {source}")
+
+
+def _table_main(argv: list[str]) -> int:
+    from training.cli import ArgumentParser
+
+    parser = ArgumentParser(prog="python -m training.native.wgrad_timing --table")
+    parser.add_argument("--table", type=Path, required=True, help="a kernels-moe-wgrad JSON")
+    parser.add_argument("--page", type=Path, default=Path("docs/moe.md"))
+    parser.add_argument("--check", action="store_true")
+    args = parser.parse_args(argv)
+    if not args.table.is_file():
+        parser.error(f"--table {args.table}: no such file")
+    try:
+        return render_page(args.table, args.page, args.check)
+    except (ValueError, KeyError, TypeError, AttributeError, StopIteration) as err:
+        parser.error(f"--table {args.table}: not a {NAME} JSON ({type(err).__name__}: "
+                     f"{str(err)[:120]})")
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--table"]:
-        from training.cli import ArgumentParser
-
-        parser = ArgumentParser(prog="python -m training.native.wgrad_timing --table")
-        parser.add_argument("--table", type=Path, required=True, help="a kernels-moe-wgrad JSON")
-        parser.add_argument("--page", type=Path, default=Path("docs/moe.md"))
-        parser.add_argument("--check", action="store_true")
-        args = parser.parse_args(argv)
-        if not args.table.is_file():
-            parser.error(f"--table {args.table}: no such file")
-        return render_page(args.table, args.page, args.check)
+    if any(word == "--table" or word.startswith("--table=") for word in argv):
+        return _table_main(argv)
     run(argv)
     return 0
 
