@@ -81,10 +81,10 @@ def test_a_peer_out_of_memory_reads_as_such_in_the_peers_rows(tmp_path):
            "out of memory |" in table(result)
 
 
-def test_hf_peer_profiles_only_when_asked_and_needs_a_step_before_the_two_recorded(tmp_path):
-    from training.bench.hf_peer import _profiler
+def test_peers_profile_only_when_asked_and_needs_a_step_before_the_two_recorded(tmp_path):
+    from training.bench.peer_common import start_profiler
 
-    assert _profiler(None, 5) is None
+    assert start_profiler(None, 5) is None
     with pytest.raises(SystemExit, match="at least 3 steps"):
-        _profiler(str(tmp_path / "trace"), 2)
+        start_profiler(str(tmp_path / "trace"), 2)
     assert not (tmp_path / "trace").exists()

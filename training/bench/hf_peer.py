@@ -15,7 +15,7 @@ import time
 
 from training.cli import ArgumentParser
 
-from .peer_common import add_peer_arguments, preset_named, write_result
+from .peer_common import add_peer_arguments, preset_named, start_profiler, write_result
 
 
 def hf_model_config(preset, num_layers: int, seq_length: int):
@@ -56,30 +56,6 @@ def hf_model_config(preset, num_layers: int, seq_length: int):
         head_dim=preset.head_dim, **moe, **common)
 
 
-def _profiler(folder: str | None, steps: int):
-    """A started torch profiler recording the last two of `steps` (None without a folder);
-    its trace goes to FOLDER/rank-0.json.gz."""
-    if folder is None:
-        return None
-    from pathlib import Path
-
-    import torch
-
-    if steps < 3:
-        raise SystemExit("--profile-dir needs at least 3 steps (one before the two recorded)")
-    Path(folder).mkdir(parents=True, exist_ok=True)
-
-    def save(prof):
-        prof.export_chrome_trace(str(Path(folder) / "rank-0.json.gz"))
-
-    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    profiler = torch.profiler.profile(
-        activities=activities, on_trace_ready=save,
-        schedule=torch.profiler.schedule(wait=steps - 3, warmup=1, active=2, repeat=1))
-    profiler.start()
-    return profiler
-
-
 def main(argv: list[str] | None = None) -> int:
     p = ArgumentParser()
     add_peer_arguments(p, steps=20, warmup=5)
@@ -87,9 +63,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--compile", action="store_true",
                    help="each decoder layer under torch.compile (layer.compile()): the HF MoE "
                         "model's fastest known setup on one H200 (stack notes, 2026-12-03)")
-    p.add_argument("--profile-dir", default=None,
-                   help="capture the last two steps with the torch profiler into this folder "
-                        "(a trace training.profiling.trace_report reads, as ours with PROFILE=torch)")
     args = p.parse_args(argv)
 
     import torch
@@ -117,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     tokens = torch.randint(0, preset.vocab_size, (accum, args.mbs, args.seq_length),
                            device="cuda")
     times, losses = [], []
-    profiler = _profiler(args.profile_dir, args.warmup + args.steps)
+    profiler = start_profiler(args.profile_dir, args.warmup + args.steps)
     for step in range(args.warmup + args.steps):
         torch.cuda.synchronize()
         start = time.perf_counter()

@@ -25,6 +25,34 @@ def add_peer_arguments(parser: argparse.ArgumentParser, steps: int, warmup: int)
     parser.add_argument("--steps", type=int, default=steps)
     parser.add_argument("--warmup", type=int, default=warmup)
     parser.add_argument("--json-out", required=True)
+    parser.add_argument("--profile-dir", default=None,
+                        help="capture the last two steps with the torch profiler into this folder "
+                             "(a trace training.profiling.trace_report reads, as ours with "
+                             "PROFILE=torch)")
+
+
+def start_profiler(folder: str | None, steps: int):
+    """A started torch profiler recording the last two of `steps` (None without a folder);
+    its trace goes to FOLDER/rank-0.json.gz."""
+    if folder is None:
+        return None
+    from pathlib import Path
+
+    import torch
+
+    if steps < 3:
+        raise SystemExit("--profile-dir needs at least 3 steps (one before the two recorded)")
+    Path(folder).mkdir(parents=True, exist_ok=True)
+
+    def save(prof):
+        prof.export_chrome_trace(str(Path(folder) / "rank-0.json.gz"))
+
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    profiler = torch.profiler.profile(
+        activities=activities, on_trace_ready=save,
+        schedule=torch.profiler.schedule(wait=steps - 3, warmup=1, active=2, repeat=1))
+    profiler.start()
+    return profiler
 
 
 def write_result(args, times: list[float], losses: list[float] | None, optimizer_state: str,

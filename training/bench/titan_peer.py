@@ -49,7 +49,7 @@ import types
 
 from training.cli import ArgumentParser
 
-from .peer_common import add_peer_arguments, write_result
+from .peer_common import add_peer_arguments, start_profiler, write_result
 
 SPEC_NAME = "llama3_bench"
 
@@ -255,12 +255,17 @@ def main(argv: list[str] | None = None) -> int:
             super().train_step(data_iterator)
             torch.cuda.synchronize()
             times.append(time.perf_counter() - start)
+            if profiler is not None:
+                profiler.step()
 
     torch.cuda.reset_peak_memory_stats()
     trainer = TimedTrainer(config)
+    profiler = start_profiler(a.profile_dir, a.warmup + a.steps)
     try:
         trainer.train()
     finally:
+        if profiler is not None:
+            profiler.stop()
         trainer.close()
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
