@@ -487,6 +487,9 @@ MOE_TE_PARTS = (
     # the TE backend against the native one at micro-batch 2 (moe-te-more's MBS row: the TE
     # backend 1.741x its micro-batch 1, host-bound there; does it overtake the native one?)
     ("peers", "moe-te-peers-mbs2", ("transformer_engine", "native")),
+    # fp8 with TE's fp8 grouped experts on Mixtral's few wide experts (8 of FFN 14,336, where
+    # a per-expert GEMM is large: on Qwen3's 128 small ones it measured 0.204x bf16)
+    ("toggles", "moe-te-fp8-experts-mixtral", ("PRECISION=fp8+MOE_EXPERT_IMPL=te",)),
 )
 PART_BACKEND = {"te-recipes": "transformer_engine", "te-toggles-a": "transformer_engine",
                 "te-toggles-b": "transformer_engine"}
