@@ -107,6 +107,22 @@ def test_an_explicit_megatron_flag_keeps_its_value_and_a_contradiction_is_refuse
                          "--transformer-impl", "transformer_engine"])
 
 
+def test_low_precision_without_te_layers_is_a_contradiction():
+    """Only TE's layers compute in fp8/fp4: on the native or local backend (given, or auto's
+    choice: a biased MoE block is kept off TE) the flag would train in bf16 without a word."""
+    from training.launch.capabilities import for_platform
+
+    for words in (["--transformer-backend", "native", "--fp8-format", "hybrid"],
+                  ["--transformer-backend", "local", "--fp4-format", "e2m1"]):
+        with pytest.raises(ArgumentConflict, match="needs the TE backend's layers"):
+            as_the_launcher(words)
+    with pytest.raises(ArgumentConflict, match="biased experts and router"):
+        as_the_launcher(["--num-experts", "8", "--moe-grouped-gemm", "--fp8-format", "hybrid"],
+                        for_platform("h200"))
+    argv, _ = as_the_launcher(["--fp8-format", "hybrid"], for_platform("h200"))
+    assert argv[argv.index("--transformer-backend") + 1] == "transformer_engine"
+
+
 def test_device_counts_outside_their_layout_are_a_contradiction():
     moe = ["--num-experts", "8", "--moe-grouped-gemm", "--moe-token-dispatcher-type",
            "alltoall", "--moe-device-counts"]

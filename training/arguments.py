@@ -18,7 +18,7 @@ import functools
 from training.launch.toggles import (BY_NAME, auto_backend, auto_expert_impl,
                                      auto_native_kernels, backend_flags,
                                      default_metrics_warmup_iters, device_counts_conflicts,
-                                     nan_check_flags, step_host_reads, te_attention_blocker)
+                                     nan_check_flags, step_host_reads, te_moe_blocker)
 
 # Our arguments a toggle sets: argparse dest -> registry entry.
 TOGGLE_OF = {
@@ -171,18 +171,26 @@ def as_the_launcher(argv: list[str], caps=None) -> tuple[list[str], list[str]]:
         return caps
 
     backend = args.transformer_backend
-    softmax_type = getattr(args, "softmax_type", "vanilla")
-    te_blocked = te_attention_blocker(softmax_type)
+    clamped_geglu = bool(getattr(args, "quick_geglu", False)) and \
+        getattr(args, "activation_func_clamp_value", None) is not None
+    te_blocked = te_moe_blocker(bool(args.num_experts), bool(args.add_bias_linear), clamped_geglu)
+    precision = "fp8" if args.fp8 else "fp4" if args.fp4 else "bf16"
+    why = "given"
     if backend == "auto":
         info = capabilities().info
-        precision = "fp8" if args.fp8 else "fp4" if args.fp4 else "bf16"
         backend, why = auto_backend(capabilities().transformer_engine, bool(args.num_experts),
                                     info.arch if info else None, precision, te_blocked)
         after += ["--transformer-backend", backend]
         notes.append(f"--transformer-backend {backend} (auto: {why})")
+    if precision != "bf16" and backend != "transformer_engine":
+        # only TE's layers compute in fp8/fp4: the flag would train in bf16 without a word
+        raise ArgumentConflict(f"--{precision}-format needs the TE backend's layers, and the "
+                               f"backend is {backend} ({why}). Drop --{precision}-format, or "
+                               "use --transformer-backend transformer_engine where it can run.")
     elif backend == "transformer_engine" and te_blocked:
-        raise ArgumentConflict(f"--transformer-backend transformer_engine with --softmax-type "
-                               f"{softmax_type}: {te_blocked}. Use --transformer-backend native.")
+        raise ArgumentConflict(f"--transformer-backend transformer_engine: {te_blocked}. Use "
+                               "--transformer-backend native (or --disable-bias-linear for an "
+                               "MoE that should have no biases).")
     kernels = args.native_kernels
     if kernels == "auto" and backend in ("native", "transformer_engine"):
         kernels, why = auto_native_kernels(capabilities().liger)

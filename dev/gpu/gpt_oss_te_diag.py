@@ -10,15 +10,16 @@ unfused), one process each (megatron-core pins NVTE_*_ATTN in the environment at
 model it builds):
     for b in auto fused unfused; do python3 dev/gpu/gpt_oss_te_diag.py transformer_engine cuda 1024 $b; done
 Session 18 ran that loop: the error stayed at 1.16 with the sinks and the window both lifted, under
-every backend. So each run now first prints where the two models part, layer by layer: the
-attention's and the MLP's outputs (their returned bias added) against HF's on the same tokens,
-and HF's router's choices against ours (`layers` prints only that).
+every backend. So each run now first prints where the two models part, layer by layer
+(tests/moe/gpt_oss_model.layer_errors): the attention's output, the MLP's input norm, the
+router's probabilities and the MLP's output against HF's on the same tokens (`layers` prints
+only that). Session 18 found layer 0's attention matching and its MLP not.
     python3 dev/gpu/gpt_oss_te_diag.py transformer_engine cuda 1024 auto layers"""
 import sys
 
 import torch
 
-from tests.moe.gpt_oss_model import gpt_oss_parity
+from tests.moe.gpt_oss_model import gpt_oss_parity, layer_errors
 from training.moe.gpt_oss import TINY_GPT_OSS
 
 
@@ -39,61 +40,6 @@ def lift(gpt, hf, sinks: bool, window: bool):
                 p.fill_(-30.0)
         if window:
             hf.config.sliding_window = 10 ** 6
-
-
-def _with_bias(out):
-    """A module's output: Megatron's (output, bias) with the bias added; HF's first element."""
-    if isinstance(out, tuple):
-        first, rest = out[0], out[1:]
-        bias = rest[0] if rest and isinstance(rest[0], torch.Tensor) else None
-        if bias is not None and bias.shape[-1] == first.shape[-1] and bias.dim() == 1:
-            return first + bias
-        return first
-    return out
-
-
-def layer_errors(gpt, hf, vocab: int, seq: int, device: str) -> list[dict]:
-    """Each layer's attention and MLP output, ours ([s, b, h]) against HF's ([b, s, h]), on one
-    sequence of random tokens: the first module whose error jumps is where they part."""
-    from tests.model.parity import random_tokens
-
-    tokens = random_tokens(vocab, 1, seq, device)
-    seen: dict[tuple, torch.Tensor] = {}
-
-    def keep(key, transpose):
-        def hook(_module, _inputs, out):
-            t = _with_bias(out).detach().float()
-            seen[key] = t.transpose(0, 1) if transpose else t
-        return hook
-
-    handles = []
-    for i, layer in enumerate(gpt.decoder.layers):
-        handles.append(layer.self_attention.register_forward_hook(keep(("ours", "attn", i), True)))
-        handles.append(layer.mlp.register_forward_hook(keep(("ours", "mlp", i), True)))
-    for i, layer in enumerate(hf.model.layers):
-        handles.append(layer.self_attn.register_forward_hook(keep(("hf", "attn", i), False)))
-        handles.append(layer.mlp.register_forward_hook(keep(("hf", "mlp", i), False)))
-    import contextlib
-
-    from tests.moe.model import cpu_dispatcher_streams
-
-    positions = torch.arange(seq, device=device).unsqueeze(0)
-    streams = cpu_dispatcher_streams() if device == "cpu" else contextlib.nullcontext()
-    with torch.no_grad(), streams:
-        hf(input_ids=tokens)
-        gpt(tokens, positions, None)
-    for h in handles:
-        h.remove()
-    rows = []
-    for i in range(len(gpt.decoder.layers)):
-        for part in ("attn", "mlp"):
-            ours, theirs = seen[("ours", part, i)], seen[("hf", part, i)]
-            ours = ours.reshape(theirs.shape)
-            diff = (ours - theirs).abs()
-            rows.append({"layer": i, "part": part, "max_abs_err": round(diff.max().item(), 4),
-                         "mean_abs_err": round(diff.mean().item(), 5),
-                         "mean_abs": round(theirs.abs().mean().item(), 5)})
-    return rows
 
 
 def main(backend="transformer_engine", device="cuda", seq=1024, attention="auto", only=""):

@@ -103,9 +103,15 @@ def test_expert_bias_kernels_against_autograds_gather(weighted):
 
 
 HAVE_TE = importlib.util.find_spec("transformer_engine") is not None
+# gpt-oss's MoE block on the TE backend is known to part from HF (session 18, layer 0's MLP on
+# TE 2.20.2; te_moe_blocker keeps it off TE): strict, so a TE that fixes it fails this mark, and
+# then the blocker is lifted
+TE_MOE_BLOCK = pytest.mark.xfail(strict=True, reason="gpt-oss's MoE block on the TE backend "
+                                 "parts from HF (training.launch.toggles.te_moe_blocker)")
 PARITY = [(TINY_GPT_OSS, 2, 1024, "native"),
           (dataclasses.replace(GPT_OSS_20B, vocab_size=8192), 2, 1024, "native")] + (
-    [(TINY_GPT_OSS, 2, 1024, "transformer_engine")] if HAVE_TE else [])
+    [pytest.param(TINY_GPT_OSS, 2, 1024, "transformer_engine", marks=TE_MOE_BLOCK)]
+    if HAVE_TE else [])
 
 
 @pytest.mark.parametrize("preset,layers,seq,backend", PARITY,
@@ -119,6 +125,25 @@ def test_bf16_parity_with_hf_gpt_oss(preset, layers, seq, backend):
                                   backend=backend)
     report(f"{preset.name}/{backend}/bf16/cuda", result)
     check_bf16_parity(result)
+    torch.cuda.empty_cache()
+
+
+@pytest.mark.skipif(not HAVE_TE, reason="Transformer Engine is not installed")
+def test_te_attention_with_sinks_and_window_matches_hf():
+    """Layer 0 of the tiny preset on the TE backend (the banded layer: TE's fused attention
+    with softmax_type learnable and the window): its attention's output against HF's on the
+    same tokens, in bf16. Session 18 measured a mean error of 7e-5 on outputs of mean 0.080
+    (max 0.002) here, while the MoE block after it parted (mean 0.078 on 0.060)."""
+    from tests.moe.gpt_oss_model import gpt_oss_parity, layer_errors
+
+    _, gpt, hf_model = gpt_oss_parity(TINY_GPT_OSS, 2, "cuda", torch.bfloat16, batch=1,
+                                      seq=1024, backend="transformer_engine")
+    rows = layer_errors(gpt, hf_model, TINY_GPT_OSS.vocab_size, 1024, "cuda")
+    for row in rows:
+        print(row)
+    attention = rows[0]
+    assert attention["part"] == "attn" and attention["layer"] == 0
+    assert attention["mean_abs_err"] <= 0.01 * attention["mean_abs"], attention
     torch.cuda.empty_cache()
 
 

@@ -3,6 +3,9 @@ target, and what the checker says.
 
   h200_short_run.mlperf.log           the H200 short run of examples/mlperf/llama31_8b/short_run.sh
                                       (open division; docs/mlperf.md, "A short run")
+  h200_gpt_oss_short_run.mlperf.log   the H200 short run of the gpt_oss_20b recipe (the tiny
+                                      preset, open division, EOD_MASK_LOSS=1; docs/gpt_oss.md,
+                                      dev/gpu/gpt_oss.sh; session 18)
   cpu_closed_fake_megatron.mlperf.log a closed-division log made on the CPU through the project's
                                       own mllog path (record_closed_log.py says how)
 
@@ -20,8 +23,9 @@ from training.mlperf import compliance, summary
 
 DATA = Path(__file__).parent / "data"
 LOGS = sorted(DATA.glob("*.mlperf.log"))
-SUMMARIES = {"h200_short_run.mlperf.log":
-             Path(__file__).resolve().parents[2] / "docs" / "mlperf" / "h200_short_run_summary.json",
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "mlperf"
+SUMMARIES = {"h200_short_run.mlperf.log": DOCS / "h200_short_run_summary.json",
+             "h200_gpt_oss_short_run.mlperf.log": DOCS / "h200_gpt_oss_short_run_summary.json",
              "cpu_closed_fake_megatron.mlperf.log": DATA / "cpu_closed_fake_megatron_summary.json"}
 
 

@@ -142,73 +142,86 @@ def test_sequential_experts_are_refused(base_env, toggles, needle):
     assert needle in msg and "SequentialMLP" in msg
 
 
-def test_context_parallel_runs_only_on_te_without_sinks(base_env):
+def test_context_parallel_runs_only_on_te_for_the_mlperf_variant(base_env):
     """The native backend (SDPA or flex attention) has no context parallelism: the core's
-    guard refuses it; the TE backend runs it for the window alone (the MLPerf variant, with the
-    window's warning) and refuses sinks, so gpt-oss-20b has no context parallelism today."""
+    guard refuses it; the TE backend runs it for the MLPerf variant (no biases, plain SwiGLU)
+    and refuses gpt-oss's MoE block, so gpt-oss-20b has no context parallelism today."""
     msg = refused(base_env, "context_parallel_backend", NUM_LAYERS=4, CP=2, GPUS_PER_NODE=2)
     assert "CP=1" in msg
     mlperf = oss(base_env, MODEL_SIZE="20b-mlperf", NUM_LAYERS=4, CP=2, GPUS_PER_NODE=2,
                  PLATFORM="h200", TRANSFORMER_IMPL="transformer_engine")
     assert megatron_args(mlperf).context_parallel_size == 2
-    assert [n.level for n in notices(mlperf, "gpt_oss_attention")] == ["warning"]
-    assert "TRANSFORMER_IMPL=native" in refused(base_env, "gpt_oss_attention", NUM_LAYERS=4,
+    assert not notices(mlperf, "gpt_oss_te_backend")
+    assert "TRANSFORMER_IMPL=native" in refused(base_env, "gpt_oss_te_backend", NUM_LAYERS=4,
                                                 CP=2, GPUS_PER_NODE=2, PLATFORM="h200",
                                                 TRANSFORMER_IMPL="transformer_engine")
 
 
 @pytest.mark.parametrize("platform", ["h200", "b300", "mi355x"])
-def test_auto_keeps_sinks_off_the_te_backend(base_env, platform):
-    """Where TE imports, TRANSFORMER_IMPL=auto runs gpt-oss's sinks on the native backend on
-    every GPU (TE's parity with HF failed), with that reason; the MLPerf variant (a window, no
-    sinks) follows the MoE rule (TE where the native backend is not measured faster)."""
+def test_auto_keeps_gpt_oss_moe_block_off_the_te_backend(base_env, platform):
+    """Where TE imports, TRANSFORMER_IMPL=auto runs gpt-oss's MoE block on the native backend
+    on every GPU (TE's parity with HF failed there), with that reason; the MLPerf variant (no
+    biases, plain SwiGLU) follows the MoE rule (TE where the native backend is not measured
+    faster)."""
     setting = oss(base_env, NUM_LAYERS=4, PLATFORM=platform).settings.setting("TRANSFORMER_IMPL")
-    assert setting.value == "native" and "attention sinks" in setting.reason, setting.reason
+    assert setting.value == "native" and "biased experts and router and the clamped " \
+        "quick-GeGLU" in setting.reason, setting.reason
     mlperf = oss(base_env, MODEL_SIZE="20b-mlperf", NUM_LAYERS=4, PLATFORM=platform)
     expected = "native" if platform == "h200" else "transformer_engine"
     assert mlperf.settings["TRANSFORMER_IMPL"] == expected
-    assert bool(notices(mlperf, "gpt_oss_attention")) is (expected == "transformer_engine")
+    assert not notices(mlperf, "gpt_oss_te_backend")
 
 
-def test_sinks_on_the_te_backend_are_refused_and_fp8_with_them(base_env):
-    msg = refused(base_env, "gpt_oss_attention", NUM_LAYERS=4, PLATFORM="h200",
+def test_gpt_oss_on_the_te_backend_is_refused_and_fp8_with_it(base_env):
+    msg = refused(base_env, "gpt_oss_te_backend", NUM_LAYERS=4, PLATFORM="h200",
                   TRANSFORMER_IMPL="transformer_engine")
     assert "96x" in msg and "TRANSFORMER_IMPL=native" in msg and "PRECISION" not in msg
-    msg = refused(base_env, "gpt_oss_attention", NUM_LAYERS=4, PLATFORM="h200",
+    msg = refused(base_env, "gpt_oss_te_backend", NUM_LAYERS=4, PLATFORM="h200",
                   TRANSFORMER_IMPL="transformer_engine", PRECISION="fp8")
     assert "PRECISION=bf16" in msg
     # auto with an fp8 recipe: the native backend, which has no fp8 layers, says why it is native
     msg = refused(base_env, "low_precision_needs_te", NUM_LAYERS=4, PLATFORM="h200",
                   PRECISION="fp8")
-    assert "attention sinks" in msg and "PRECISION=bf16" in msg
+    assert "clamped quick-GeGLU" in msg and "PRECISION=bf16" in msg
 
 
-def test_plain_torchrun_keeps_sinks_off_the_te_backend():
+def test_plain_torchrun_keeps_gpt_oss_moe_block_off_the_te_backend():
     from training.arguments import ArgumentConflict, as_the_launcher
     from training.launch.capabilities import for_platform
 
     caps = for_platform("h200")
-    words = ["--num-experts", "8", "--moe-grouped-gemm", "--softmax-type", "learnable"]
-    argv, notes = as_the_launcher(words, caps)
-    assert argv[argv.index("--transformer-backend", 5) + 1] == "native"
-    assert any("attention sinks" in note for note in notes)
-    with pytest.raises(ArgumentConflict, match="--transformer-backend native"):
-        as_the_launcher(words + ["--transformer-backend", "transformer_engine"], caps)
+    plain = ["--num-experts", "8", "--moe-grouped-gemm", "--disable-bias-linear"]
+    te = ["--transformer-backend", "transformer_engine"]
+    for words, parts in ((plain + ["--quick-geglu", "--activation-func-clamp-value", "7"],
+                          "the clamped quick-GeGLU"),
+                         (plain[:-1] + ["--softmax-type", "learnable"],   # biases on (default)
+                          "biased experts and router")):
+        argv, notes = as_the_launcher(words, caps)
+        assert argv[argv.index("--transformer-backend", 5) + 1] == "native"
+        assert any(f"an MoE block with {parts} (gpt-oss's)" in note for note in notes), notes
+        with pytest.raises(ArgumentConflict, match="--transformer-backend native"):
+            as_the_launcher(words + te, caps)
+    # an unbiased MoE with sinks (the attention matched HF on TE), and a dense model with
+    # biases: TE is not refused
+    for words in (plain + ["--softmax-type", "learnable"], ["--softmax-type", "learnable"]):
+        argv, _ = as_the_launcher(words + te, caps)
+        assert argv[argv.index("--transformer-backend") + 1] == "transformer_engine"
 
 
 def test_transformer_engine_before_2_8_has_no_sinks():
-    """Before TE 2.8 megatron-core would assert on softmax_type; from 2.8 the parity failure is
-    the reason (and a named platform's image, version unknown here, gets that one too)."""
+    """Before TE 2.8 megatron-core would assert on softmax_type; from 2.8 the MoE block's parity
+    failure is the reason (and a named platform's image, version unknown here, gets that one
+    too)."""
     def ctx(te):
         return SimpleNamespace(preset=gpt_oss.GPT_OSS_20B, backend="transformer_engine",
                                settings={"CP": 1}, caps=SimpleNamespace(te_version=te),
                                recipe=SimpleNamespace(name="bf16", kind="bf16"))
 
     with pytest.raises(Refusal, match="TE 2.8"):
-        gpt_oss.gpt_oss_attention(ctx("2.7.0+abc"))
+        gpt_oss.gpt_oss_te_backend(ctx("2.7.0+abc"))
     for te in ("2.8.0", "2.20.2", None):
         with pytest.raises(Refusal, match="96x Hugging Face's own bf16 error"):
-            gpt_oss.gpt_oss_attention(ctx(te))
+            gpt_oss.gpt_oss_te_backend(ctx(te))
 
 
 def test_the_guards_leave_other_families_alone(base_env):

@@ -16,7 +16,7 @@ from training.moe.gpt_oss import TINY_GPT_OSS
 from training.native.flex_attention import FlexSinkAttention
 
 from tests.model.parity import check_bf16_parity, report
-from tests.moe.gpt_oss_model import gpt_oss_parity
+from tests.moe.gpt_oss_model import gpt_oss_parity, layer_errors
 from tests.moe.model import compare_logits
 
 SEQ = 64   # four times the tiny window
@@ -60,6 +60,21 @@ def test_dropping_the_window_or_the_sinks_breaks_parity():
     for a, s in zip(attentions, sinks):
         a.softmax_offset = s
     assert _close(compare_logits(hf_model, gpt, TINY_GPT_OSS.vocab_size, 2, SEQ, "cpu"))
+
+
+def test_layer_errors_find_the_first_module_that_parts():
+    """The diagnosis behind te_moe_blocker (dev/gpu/gpt_oss_te_diag.py): each layer's attention,
+    MLP norm, routing probabilities and MLP output against HF's. In fp32 all match; with layer
+    1's sinks dropped, layer 0 still matches and layer 1 parts at its attention."""
+    _, gpt, hf_model = gpt_oss_parity(TINY_GPT_OSS, 2, seq=SEQ)
+    rows = layer_errors(gpt, hf_model, TINY_GPT_OSS.vocab_size, SEQ, "cpu")
+    assert [(r["layer"], r["part"]) for r in rows] == [
+        (i, p) for i in (0, 1) for p in ("attn", "norm", "router", "mlp")]
+    assert all(r["max_abs_err"] < 1e-4 and r["mean_abs"] > 0 for r in rows), rows
+    _attentions(gpt)[1].softmax_offset = None
+    parted = {(r["layer"], r["part"]) for r in layer_errors(
+        gpt, hf_model, TINY_GPT_OSS.vocab_size, SEQ, "cpu") if r["max_abs_err"] > 1e-3}
+    assert parted == {(1, "attn"), (1, "norm"), (1, "router"), (1, "mlp")}, parted
 
 
 def test_tiny_gpt_oss_matches_hf_bf16():

@@ -292,6 +292,26 @@ def test_the_lean_step_runs_under_fp8_and_not_under_fp4(base_env):
     assert not notices(moe(base_env, PLATFORM="h200", NUM_LAYERS=4), "moe_low_precision")
 
 
+@pytest.mark.parametrize("mbs", [1, 2])
+def test_an_fp8_moe_launch_quotes_the_closest_measurement(base_env, mbs):
+    """The notice quotes docs/levers.json's closest fp8 row for this shape (the advisor's
+    lookup), and recommends the recipe only where that row measured it faster: at micro-batch
+    2 the row measured at micro-batch 2 (fp8 against bf16, both at MBS 2)."""
+    from training import REPO_ROOT
+    from training.optimize.levers import load_default
+
+    result = moe(base_env, PLATFORM="h200", NUM_LAYERS=8, SEQ_LENGTH=4096, BS=8, MBS=mbs,
+                 GPUS_PER_NODE=1, PRECISION="fp8", TRANSFORMER_IMPL="transformer_engine")
+    (notice,) = notices(result, "moe_low_precision")
+    text = notice.message
+    assert "docs/benchmarks/moe-te-" in text and f"mbs {mbs} " in text, text
+    entry = next(e for e in load_default(None, REPO_ROOT).entries
+                 if e.source in text and e.set in text and f"mbs {mbs}" in text)
+    faster = entry.verdict == "faster" and entry.ratio > 1
+    assert ("measured faster than bf16" in text) is faster, text
+    assert ("not recommended for throughput" in text) is not faster, text
+
+
 def test_a_cuda_graph_of_the_moe_step_needs_the_counts_on_the_gpu(base_env):
     """The lean step leaves nothing a graph cannot capture; the core defaults' MoE dispatcher
     reads the tokens per expert on the host in every layer: refused."""
@@ -465,12 +485,13 @@ def test_auto_backend_for_a_dense_model_stays_te(base_env):
 
 def test_plain_torchrun_derives_the_same_moe_backend():
     """A plain torchrun of an MoE model (training.arguments.as_the_launcher) takes the launcher's
-    rule: native for bf16 on an H200 with TE installed, TE for fp8."""
+    rule: native for bf16 on an H200 with TE installed, TE for fp8 (an MoE without biases, as
+    Megatron-LM's MoE examples run it: a biased MoE block is kept off TE, te_moe_blocker)."""
     from training.arguments import as_the_launcher
     from training.launch.capabilities import for_platform
 
     caps = for_platform("h200")
-    moe_words = ["--num-experts", "8", "--moe-grouped-gemm"]
+    moe_words = ["--num-experts", "8", "--moe-grouped-gemm", "--disable-bias-linear"]
     argv, _ = as_the_launcher(moe_words, caps)
     assert argv[argv.index("--transformer-backend", 3) + 1] == "native"
     argv, _ = as_the_launcher(moe_words + ["--fp8-format", "hybrid"], caps)

@@ -70,6 +70,27 @@ def test_the_same_hardware_outranks_a_closer_shape_measured_elsewhere(tmp_path):
     assert set(match.differs) == {"seq_length", "num_layers"}
 
 
+def test_an_entry_speaks_only_for_the_toggles_it_changes(tmp_path):
+    """fp8 against bf16, both at micro-batch 2 (bench levers `over`): an fp8 measurement at
+    MBS 2, no MBS measurement; the MBS lever quotes the MBS row."""
+    data = fixture_levers()
+    mbs = next(e for e in data["levers"] if e["set"] == "MBS=2")
+    at_two = copy.deepcopy(mbs)
+    at_two.update(id="PRECISION", kind="precision", set="PRECISION=fp8 MBS=2",
+                  baseline="PRECISION=bf16 MBS=2", key="PRECISION=fp8+MBS=2")
+    at_two["shape"]["mbs"] = 2
+    at_two["effect"]["tokens_per_s_ratio"] = 1.03
+    data["levers"].insert(0, at_two)
+    book = _book(tmp_path, data)
+    config = from_manifest(load_run(NATIVE).manifest)
+    # a run at MBS 2 asking for MBS 4: the fp8 row's baseline (MBS=2) matches, but it does
+    # not change MBS; the MBS row (2 vs 1) is the nearest MBS measurement
+    match = book.find({"MBS": "4"}, shape_key(config.with_values(MBS=2)), "h200", {"MBS": "2"})
+    assert match.entry.set == "MBS=2" and not match.exact
+    match = book.find({"PRECISION": "fp8"}, shape_key(config.with_values(MBS=2)), "h200")
+    assert match.entry.set == "PRECISION=fp8 MBS=2" and match.exact and not match.differs
+
+
 def test_quote_names_shape_source_and_differences():
     book = levers.load(FIXTURE)
     config = from_manifest(load_run(NATIVE).manifest).with_values(SEQ_LENGTH=32768)

@@ -99,8 +99,22 @@ def _fill(text: str, default_values: dict) -> str:
     return text.replace("{default}", str(default_values.get(name, "default")))
 
 
+def _over(lever: dict) -> tuple[str | None, str, str]:
+    """(the lever whose run is this one's baseline, or None for the default run; the baseline's
+    words; the lever's note). A JSON written before levers had `over` takes all three from
+    today's catalogue where the lever has one there."""
+    if "over" not in lever:
+        from .catalog import BenchShape, all_levers
+
+        now = next((lv for lv in all_levers(BenchShape()) if lv.key == lever["key"]), None)
+        if now is not None and now.over:
+            return now.over, now.baseline, now.note
+    return lever.get("over"), lever["baseline"], lever.get("note", "")
+
+
 def toggles_results(data: dict) -> list[dict]:
-    """One row per lever of a `bench toggles` JSON."""
+    """One row per lever of a `bench toggles` JSON; a lever `over` another is compared with
+    that lever's run (its setting in the row's `at`), not the default run."""
     groups = by_config(data.get("points", []))
     default_points = groups.get("default", [])
     default_values = data.get("default_resolved", {})
@@ -110,11 +124,13 @@ def toggles_results(data: dict) -> list[dict]:
         lever = config.get("lever")
         if not lever:
             continue
+        over, baseline, note = _over(lever)
+        over_config = next((c for c in data.get("configs", []) if c["id"] == over), None)
         base = {"key": lever["key"], "id": lever["id"], "kind": lever["kind"],
                 "set": _fill(lever["set"], default_values),
-                "baseline": _fill(lever["baseline"], default_values),
+                "baseline": _fill(baseline, default_values),
                 "needs_dp_gt_1": bool(lever.get("needs_dp")), "status": config["status"]}
-        notes = [lever["note"]] if lever.get("note") else []
+        notes = [note] if note else []
         if config["status"] == "refused":
             rows.append({**base, "verdict": "refused", "tokens_per_s_ratio": None,
                          "ratio_spread": None, "repeats": 0,
@@ -138,6 +154,14 @@ def toggles_results(data: dict) -> list[dict]:
                          "tokens_per_s_ratio": None, "ratio_spread": None, "repeats": 0,
                          "notes": notes + [variant[0]["refusal"]]})
             continue
+        if over is not None:   # at the other lever's setting: its run is the baseline
+            if over_config is None or not any(ok(p) for p in groups.get(over, [])):
+                rows.append({**base, "verdict": "not measured", "tokens_per_s_ratio": None,
+                             "ratio_spread": None, "repeats": 0,
+                             "notes": notes + [f"its baseline, the {over} run, has no result"]})
+                continue
+            base["at"] = over_config["env"]
+            default_points = groups[over]
         set_pts, base_pts = ((default_points, variant) if lever["default_is_set"]
                              else (variant, default_points))
         row = compare(set_pts, base_pts)

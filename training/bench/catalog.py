@@ -39,6 +39,8 @@ class Lever:
     needs_dp: bool = False      # only acts with data parallelism (DP>1)
     needs_backend: str | None = None  # only means something on this backend
     note: str = ""
+    over: str | None = None     # the key of another lever of the same part whose run is the
+    #                             baseline instead of the default run: the effect at that setting
 
     @property
     def label(self) -> str:
@@ -225,11 +227,11 @@ def moe_levers() -> list[Lever]:
               note="fp8 (delayed scaling) with the experts in TE's fp8 grouped linear too, vs "
                    "bf16 (PRECISION=fp8 alone keeps the native experts in bf16)"),
         Lever("PRECISION=fp8+MBS=2", "PRECISION", "precision", "moe",
-              {"PRECISION": "fp8", "MBS": "2"}, "PRECISION=fp8 MBS=2", "PRECISION=bf16 MBS=1",
-              False, needs_backend="transformer_engine",
-              note="fp8 (delayed scaling, the native experts in bf16) at micro-batch 2 vs the "
-                   "part's bf16 at micro-batch 1; over the same part's MBS row it gives fp8 "
-                   "against bf16 at micro-batch 2 (issue 37: MoE fp8 at MBS 1 and 2)"),
+              {"PRECISION": "fp8", "MBS": "2"}, "PRECISION=fp8 MBS=2", "PRECISION=bf16 MBS=2",
+              False, needs_backend="transformer_engine", over="MBS",
+              note="fp8 (delayed scaling, the native experts in bf16) against bf16, both at "
+                   "micro-batch 2: the baseline is the same part's MBS run (issue 37: MoE fp8 "
+                   "at MBS 1 and 2)"),
         Lever("MOE_SYNC_FREE", "MOE_DEVICE_COUNTS", "toggle", "moe", _SYNC_FREE,
               _words(_SYNC_FREE), "MOE_DEVICE_COUNTS=0 CROSS_ENTROPY_LOSS_FUSION=1", False,
               needs_backend="native",

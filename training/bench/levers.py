@@ -116,6 +116,15 @@ def flops_note(row: dict) -> list[str]:
     return [f"model TFLOP/s ratio {tflops:.3f}x"]
 
 
+# a baseline lever's settings that change the shape a row was measured at (analysis `at`)
+_SHAPE_OF = {"MBS": "mbs", "SEQ_LENGTH": "seq_length", "BS": "global_batch"}
+
+
+def _at(shape: dict, at: dict) -> dict:
+    """The shape of a row measured at another lever's setting (its `at`, e.g. MBS=2)."""
+    return {**shape, **{_SHAPE_OF[k]: int(v) for k, v in at.items() if k in _SHAPE_OF}}
+
+
 def lever_entry(row: dict, data: dict, source: str) -> dict:
     older = older_defaults(data)
     notes = flops_note(row) + [n for n in row.get("notes", []) if n] + older
@@ -125,7 +134,8 @@ def lever_entry(row: dict, data: dict, source: str) -> dict:
                    "ratio_spread": row.get("ratio_spread"), "verdict": row["verdict"],
                    "peak_memory_gib": row.get("peak_memory_gib")
                    or {"baseline": None, "with": None}},
-        "shape": lever_shape(data), "hardware": (data.get("gpu") or {}).get("name"),
+        "shape": _at(lever_shape(data), row.get("at") or {}),
+        "hardware": (data.get("gpu") or {}).get("name"),
         "source": source, "repeats": row.get("repeats", 0), "notes": "; ".join(notes),
         "key": row["key"], "needs_dp_gt_1": row.get("needs_dp_gt_1", False),
         "tflops_ratio": row.get("tflops_ratio"), "created": data.get("created"),

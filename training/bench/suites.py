@@ -38,7 +38,8 @@ def toggle_configs(shape: BenchShape, levers: list[Lever], precheck: Precheck
         lever_dict = {"key": lever.key, "id": lever.id, "kind": lever.kind,
                       "set": lever.set, "baseline": lever.baseline,
                       "default_is_set": lever.default_is_set, "needs_dp": lever.needs_dp,
-                      "needs_backend": lever.needs_backend, "note": lever.note}
+                      "needs_backend": lever.needs_backend, "note": lever.note,
+                      "over": lever.over}
         config = Config(lever.key, "ours", dict(lever.env), lever_dict)
         configs.append(config)
         same = [k for k, v in lever.env.items() if default_values.get(k) == v]

@@ -36,7 +36,7 @@ from .runfolder import (default_run_name, folder_problem, holds_run, is_system_f
 from .settings import USER_SOURCES, BadInput, Setting, Settings, fmt_value
 from .toggles import (CLOSING_WORDS, DISTRIBUTED_ARGS, MEGATRON_BUCKETS, OUTPUT_ARGS, Toggle,
                       auto_backend, auto_native_kernels, closest_toggle,
-                      default_metrics_warmup_iters, parse_value, te_attention_blocker)
+                      default_metrics_warmup_iters, parse_value, te_moe_blocker)
 from .userflags import flag_owners, map_flags
 from . import fork_vars
 from .toggles import BY_NAME as _REGISTRY_BY_NAME
@@ -230,11 +230,11 @@ def _apply_flag_values(settings: Settings, by_name: dict[str, Toggle],
 
 
 def _derive_backend(settings: Settings, caps: capabilities_mod.Capabilities,
-                    moe: bool = False, softmax_type: str = "vanilla") -> None:
+                    moe: bool = False, te_blocked: str | None = None) -> None:
     if settings["TRANSFORMER_IMPL"] == "auto":
         backend, why = auto_backend(caps.transformer_engine, moe,
                                     caps.info.arch if caps.info else None, settings["PRECISION"],
-                                    te_attention_blocker(softmax_type))
+                                    te_blocked)
         settings.values["TRANSFORMER_IMPL"] = Setting(
             "TRANSFORMER_IMPL", backend, "platform", f"auto: {why} ({caps.source})")
     if settings.get("ROPE_FUSION") is None:
@@ -488,9 +488,9 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
     _derive_gpus(settings, caps, environ)
     recipe = derive_precision(settings)
     megatron = _derive_megatron(caps, recipe)
-    _derive_backend(settings, caps, moe=bool(getattr(preset, "num_experts", None)),
-                    softmax_type="learnable" if getattr(preset, "attention_sinks", False)
-                    else "vanilla")
+    moe = bool(getattr(preset, "num_experts", None))
+    _derive_backend(settings, caps, moe=moe, te_blocked=te_moe_blocker(
+        moe, getattr(preset, "linear_bias", False), getattr(preset, "clamped_swiglu", False)))
     applied += apply_layers(layers, settings, toggles, stage="derived")
     _derive_schedule(settings)
     datasets = _derive_datasets(settings)

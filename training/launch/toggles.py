@@ -799,25 +799,28 @@ def default_metrics_warmup_iters(total_iters: int | None) -> int:
 MOE_NATIVE_BACKEND_ARCHS = ("sm90",)
 
 
-def te_attention_blocker(softmax_type: str) -> str | None:
-    """Why the TE backend must not run this attention, or None. Attention sinks (Megatron's
-    softmax_type learnable, gpt-oss) on TE's fused attention gave logits far from Hugging Face's
-    GptOssForCausalLM on an H200 (tests/gpu/test_gpt_oss_gpu.py, tiny-te), while the native
-    backend's flex attention matches it. One rule for TRANSFORMER_IMPL=auto, the guard
-    gpt_oss_attention and a plain torchrun (training.arguments)."""
-    if softmax_type != "learnable":
+def te_moe_blocker(moe: bool, biased: bool, clamped_geglu: bool) -> str | None:
+    """Why the TE backend must not run this model, or None. gpt-oss's MoE block (biased experts
+    and router, the clamped quick-GeGLU) on the TE backend computed far from Hugging Face's
+    GptOssForCausalLM on an H200, while the native backend matches it; its attention (sinks,
+    the window) matched there. Which of the block's parts the TE backend gets wrong is not
+    isolated, so all of them keep it off TE. One rule for TRANSFORMER_IMPL=auto, the guard
+    gpt_oss_moe_block and a plain torchrun (training.arguments)."""
+    if not (moe and (biased or clamped_geglu)):
         return None
-    return ("attention sinks (softmax_type learnable) on the TE backend gave logits 96x Hugging "
-            "Face's own bf16 error away from its GptOssForCausalLM on an H200 with TE 2.20.2 "
-            "(tests/gpu/test_gpt_oss_gpu.py tiny-te, session 17; not yet traced to the sinks or "
-            "the window: docs/gpt_oss.md, Backends), where the native backend's flex attention "
-            "matches it")
+    parts = " and ".join(p for p, on in (("biased experts and router", biased),
+                                         ("the clamped quick-GeGLU", clamped_geglu)) if on)
+    return (f"an MoE block with {parts} (gpt-oss's) on the TE backend gave logits 96x Hugging "
+            "Face's own bf16 error away from its GptOssForCausalLM on an H200 with TE 2.20.2: "
+            "layer 0's attention with the sinks and the window matched to bf16 rounding, its "
+            "MoE block did not (dev/gpu/gpt_oss_te_diag.py; docs/gpt_oss.md, Backends), where "
+            "the native backend matches both")
 
 
 def auto_backend(transformer_engine: bool, moe: bool = False, arch: str | None = None,
                  precision: str = "bf16", te_blocked: str | None = None) -> tuple[str, str]:
     """TRANSFORMER_IMPL=auto: (backend, why). A model the TE backend is known to compute wrong
-    (`te_blocked`, te_attention_blocker's reason) runs the native backend; an MoE model in bf16
+    (`te_blocked`, te_moe_blocker's reason) runs the native backend; an MoE model in bf16
     runs the native backend where that was measured faster on this GPU's architecture
     (MOE_NATIVE_BACKEND_ARCHS); a precision recipe other than bf16 needs TE's layers."""
     if not transformer_engine:

@@ -23,10 +23,11 @@ counted from 1, is banded when n % 2 != 0), --position-embedding-type yarn with 
 
 Backends: the native backend runs sinks and the window in training/native/flex_attention.py
 (its parity with HF passes on the GPU); TE's fused attention takes them (softmax_type needs TE
->= 2.8, Megatron asserts) but its parity with HF failed on an H200 with sinks (session 17), so
-the guard gpt_oss_attention refuses sinks there and TRANSFORMER_IMPL=auto picks native;
-Megatron's local backend runs them in its unfused attention (s x s scores) but cannot train
-the biased experts. The guards below refuse what none can run.
+>= 2.8, Megatron asserts) and matched HF on an H200 (session 18), but on the TE backend
+gpt-oss's MoE block (biased experts and router, the clamped quick-GeGLU) did not, so the guard
+gpt_oss_te_backend refuses it there and TRANSFORMER_IMPL=auto picks native; Megatron's local
+backend runs the attention in its unfused form (s x s scores) but cannot train the biased
+experts. The guards below refuse what none can run.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from training.launch.guards import LaunchContext, _off_or_refuse
 from training.launch.layers import RecipeLayer
 from training.launch.presets import register_family
 from training.launch.settings import Refusal
-from training.launch.toggles import te_attention_blocker
+from training.launch.toggles import te_moe_blocker
 
 from .presets import MoEPreset
 
@@ -176,37 +177,29 @@ def _te_version(ctx) -> tuple[int, ...] | None:
     return _version(te) if te and te != "unknown" else None
 
 
-def gpt_oss_attention(ctx: LaunchContext) -> None:
-    """The native backend runs sinks and the window in flex attention (context parallelism
-    there is refused by the core's context_parallel_backend, as for SDPA; Megatron's local
-    unfused attention runs them too, but the local backend is refused for the experts:
-    gpt_oss_kernels). On the TE backend sinks are refused (te_attention_blocker: its parity
-    with HF failed on an H200), and an fp8 recipe with them therefore too; a window without
-    sinks (the MLPerf variant) runs there with a warning that it is not checked against HF."""
+def gpt_oss_te_backend(ctx: LaunchContext) -> None:
+    """On the TE backend: sinks need TE >= 2.8 (megatron-core asserts on softmax_type before),
+    and gpt-oss's MoE block is refused (te_moe_blocker: its parity with HF failed on an H200),
+    an fp8 recipe with it therefore too (only TE has fp8 layers), and context parallelism
+    (only TE's attention has it). The MLPerf variant (plain SwiGLU, no biases, no sinks) runs
+    there."""
     preset = ctx.preset
     if not isinstance(preset, GptOssPreset) or ctx.backend != "transformer_engine":
         return
-    if preset.attention_sinks:
-        te = _te_version(ctx)
-        if te is not None and (0,) < te < TE_SOFTMAX_TYPE:
-            raise Refusal("gpt_oss_attention",
-                          f"{preset.name}'s attention sinks run in Transformer Engine's fused "
-                          f"attention from TE 2.8 (softmax_type); this one is "
-                          f"{ctx.caps.te_version} (megatron-core would assert). Use "
-                          "TRANSFORMER_IMPL=native.")
+    te = _te_version(ctx)
+    if preset.attention_sinks and te is not None and (0,) < te < TE_SOFTMAX_TYPE:
+        raise Refusal("gpt_oss_te_backend",
+                      f"{preset.name}'s attention sinks run in Transformer Engine's fused "
+                      f"attention from TE 2.8 (softmax_type); this one is "
+                      f"{ctx.caps.te_version} (megatron-core would assert). Use "
+                      "TRANSFORMER_IMPL=native.")
+    blocked = te_moe_blocker(True, preset.linear_bias, preset.clamped_swiglu)
+    if blocked:
         needs_te = (f" PRECISION={ctx.recipe.name} needs the TE backend's layers: use "
                     "PRECISION=bf16 with it." if ctx.recipe.kind != "bf16" else "")
-        raise Refusal("gpt_oss_attention",
-                      f"TRANSFORMER_IMPL=transformer_engine for {preset.name}: "
-                      f"{te_attention_blocker('learnable')}. Use TRANSFORMER_IMPL=native (flex "
-                      f"attention).{needs_te}")
-    if preset.sliding_window:
-        ctx.settings.warn("gpt_oss_attention",
-                          f"{preset.name}'s sliding window on the TE backend is not checked "
-                          "against Hugging Face here (the TE parity test of gpt-oss, sinks and "
-                          "window together, failed; which of the two is not settled: "
-                          "docs/gpt_oss.md, Backends); TRANSFORMER_IMPL=native runs it in flex "
-                          "attention, checked")
+        raise Refusal("gpt_oss_te_backend",
+                      f"TRANSFORMER_IMPL=transformer_engine for {preset.name}: {blocked}. Use "
+                      f"TRANSFORMER_IMPL=native (flex attention, the native experts).{needs_te}")
 
 
 def gpt_oss_kernels(ctx: LaunchContext) -> None:
@@ -258,6 +251,6 @@ def gpt_oss_cuda_graph(ctx: LaunchContext) -> None:
                          f"{why} (CUDA_GRAPH=full_iteration tries it)")
 
 
-GUARDS = (gpt_oss_attention, gpt_oss_kernels, gpt_oss_cuda_graph)
+GUARDS = (gpt_oss_te_backend, gpt_oss_kernels, gpt_oss_cuda_graph)
 
 GPT_OSS = RecipeLayer(FAMILY, values=lambda settings: [], guards=GUARDS)

@@ -479,18 +479,38 @@ def derived(settings) -> list[RecipeValue]:
 
 
 def moe_low_precision(ctx: LaunchContext) -> None:
-    """An fp8 recipe on an MoE model: what was measured (a notice; the run goes ahead)."""
+    """An fp8 recipe on an MoE model: what was measured at the closest shape, quoted from
+    docs/levers.json (the advisor's measurements), and whether that recommends it (a notice;
+    the run goes ahead)."""
+    from training import REPO_ROOT
+    from training.optimize.levers import load_default, quote
+
     s = ctx.settings
-    if RECIPES[s["PRECISION"]].kind != "fp8":
+    recipe = s["PRECISION"]
+    if RECIPES[recipe].kind != "fp8":
         return
+    book = load_default(None, REPO_ROOT)
+    gpus = s["GPUS_PER_NODE"] * s["NNODES"]
+    shape = {"model": ctx.preset.name, "num_layers": s["NUM_LAYERS"],
+             "seq_length": s["SEQ_LENGTH"], "mbs": s["MBS"], "global_batch": s["BS"],
+             "gpus": gpus, "tp": s["TP"], "pp": s["PP"],
+             "dp": gpus // (s["TP"] * s["PP"] * s["CP"]), "precision": "bf16",
+             "backend": s["TRANSFORMER_IMPL"]}
+    match = book.find({"PRECISION": recipe}, shape, s["PLATFORM"], measured=True)
+    if match is None:
+        why = book.note or "no row in docs/levers.json"
+        s.info("moe_low_precision",
+               f"PRECISION={recipe} on an MoE model: not measured here ({why}); measure it "
+               "before relying on it for throughput (python -m training.bench, part "
+               "moe-te-more).")
+        return
+    faster = match.entry.verdict == "faster" and (match.entry.ratio or 0) > 1
+    verdict = ("measured faster than bf16 there" if faster else
+               "not recommended for throughput: measured no faster than bf16 there")
     s.info("moe_low_precision",
-           f"PRECISION={s['PRECISION']} on an MoE model: on one H200 at the Qwen3-30B-A3B bench "
-           "shape, fp8 (TE's dense linears in fp8, the native experts in bf16) measured no "
-           "faster than bf16 on the TE backend, fp8_blockwise slower (one repeat) and larger, "
-           "TE's fp8 grouped experts far slower, and the TE backend it needs slower than the "
-           "native one in bf16 (docs/levers.md: the moe-te-levers, moe-te-more and "
-           "moe-te-peers rows; docs/moe.md). Not recommended for throughput; "
-           "PRECISION=bf16 picks the native backend there.")
+           f"PRECISION={recipe} on an MoE model, {verdict}: "
+           f"{quote(match.entry, match.differs, match.exact)}. docs/moe.md says what fp8 does "
+           "to the experts (they stay bf16 on the native grouped experts).")
 
 
 GUARDS = (expert_parallel_sizes, moe_sequence_parallel, fsdp_expert_parallel,

@@ -183,7 +183,10 @@ class LeverBook:
             if entry.kind == "peer":        # another framework, not a lever of ours
                 continue
             got = entry.assignments
-            if not want or not set(want) <= set(got):
+            # an entry speaks for the toggles it changes: PRECISION=fp8 MBS=2 against
+            # PRECISION=bf16 MBS=2 is no MBS measurement
+            varied = {k for k, v in got.items() if entry.baseline_assignments.get(k) != v}
+            if not want or not set(want) <= varied:
                 continue
             exact = all(value_matches(k, got[k], v) for k, v in want.items())
             if baseline:
