@@ -226,8 +226,11 @@ def cmd_all(args) -> int:
         if note:
             lines.append(f"  {name}: {note}")
         out = out_dir / f"{name}.json"
-        if not args.force and (suites.is_complete(out)
-                               or suites.is_complete(record.BENCH_DIR / f"{name}.json")):
+        # with --resume a complete JSON of fewer repeats than asked is extended, not done
+        repeats = part_shape.repeats if args.resume else None
+        if not args.force and (suites.is_complete(out, repeats)
+                               or suites.is_complete(record.BENCH_DIR / f"{name}.json",
+                                                     repeats)):
             lines.append(f"  {name}: done (complete JSON present; --force re-measures)")
             continue
         todo.append((kind, part, keys, name, out, part_shape))
@@ -260,17 +263,24 @@ def cmd_all(args) -> int:
             extra["concurrency"] = (f"slot {slot}/{slots}: ran beside {slots - 1} other "
                                     "benchmark process(es), each on its own GPU of this host")
         specs = sweep.order(configs, part_shape)
+        prior = _prior(name, out, configs, part_shape, lines) if args.resume else None
+        if prior is not None:
+            kept = sweep.whole_repeats(prior, specs)
+            specs = [s for s in specs if s.repeat not in kept]
+            if not specs:
+                lines.append(f"  {name}: every repeat is in the earlier JSON: nothing to measure")
+                continue
         if not specs and args.te:   # not written: a session where TE runs measures it
             lines.append(f"  {name}: nothing to measure here: " + "; ".join(
                 f"{c.id}: {c.status} {c.message}"[:200] for c in configs if not c.runnable))
             continue
         est = sum(plan.estimate(s, cal) for s in specs)
-        planned.append((kind, name, out, configs, extra, specs, est, part_shape))
+        planned.append((kind, name, out, configs, extra, specs, est, part_shape, prior))
         lines.append(f"  {name}: {len(specs)} runs, about {est:.0f} s")
     print(f"[bench all] {shape.gpus} GPU(s), slot {slot}/{slots}, budget {budget:.0f} s; "
           "parts in order:\n" + "\n".join(lines), flush=True)
     spent = 0.0
-    for kind, name, out, configs, extra, specs, est, part_shape in planned:
+    for kind, name, out, configs, extra, specs, est, part_shape, prior in planned:
         fits = spent + est <= budget
         print(f"[bench all] {name}: {'runs now' if fits else 'left for a later session'} "
               f"(about {est:.0f} s)", flush=True)
@@ -285,11 +295,29 @@ def cmd_all(args) -> int:
         part_runner = (runner.for_part(name, part_shape.family) if hasattr(runner, "for_part")
                        else runner)
         result = suites.run_suite(kind, header, part_shape, configs, part_runner,
-                                  lambda s: plan.estimate(s, cal), out, remaining, extra)
+                                  lambda s: plan.estimate(s, cal), out, remaining, extra,
+                                  prior=prior)
         print(table(result), flush=True)
         print(f"[bench all] wrote {out}" + ("" if result["complete"] else " (incomplete)"))
         spent = clock() - started
     return 0
+
+
+def _prior(name: str, out: Path, configs, shape: BenchShape, lines: list[str]) -> dict | None:
+    """--resume: the part's earlier JSON (this call's output folder first, then the committed
+    one) when its plan is this one's but for the repeats, else None, saying why."""
+    for path in (out, record.BENCH_DIR / f"{name}.json"):
+        prior = suites.saved_result(path)
+        if prior is None:
+            continue
+        problem = sweep.resume_problem(prior, configs, shape, record.gpu_info().get("name"))
+        if problem:
+            lines.append(f"  {name}: not resumed from {path} ({problem}): measured anew")
+            return None
+        kept = sweep.whole_repeats(prior, sweep.order(configs, shape))
+        lines.append(f"  {name}: resumes {path}: repeat(s) {kept or 'none'} kept")
+        return prior if kept else None
+    return None
 
 
 def cmd_levers(args) -> int:
@@ -404,6 +432,10 @@ def main(argv: list[str] | None = None) -> int:
     a.set_defaults(budget_s=510.0)
     a.add_argument("--out-dir", default=None, help="where the JSONs go (default docs/benchmarks)")
     a.add_argument("--force", action="store_true", help="re-measure parts already complete")
+    a.add_argument("--resume", action="store_true",
+                   help="extend a part's earlier JSON (the output folder's, else the committed "
+                        "one) of the same plan: keep its whole repeats, measure the others "
+                        "(e.g. a 1-repeat JSON to the part's 2 repeats in a later call)")
     a.add_argument("--parts", default=None,
                    help="comma-separated part names to consider (default: every part, in order)")
     a.add_argument("--te", action="store_true",

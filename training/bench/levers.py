@@ -263,7 +263,10 @@ def benchmarks_markdown(bench_dir: Path = BENCH_DIR) -> str:
              "command per session); `--plan` lists the runs and their estimated wall time; "
              "`toggles` and `peers` run one suite with any selection (`--only`, `--levers`, "
              "`--keys`, `--sides`); `all --te` the Transformer Engine parts (peers-te, "
-             "te-recipes, te-toggles-a/-b) where TE imports.", ""]
+             "te-recipes, te-toggles-a/-b) where TE imports; `all --resume` extends a part's "
+             "earlier JSON by whole repeats (a 1-repeat part to its 2 repeats in a later "
+             "call: each repeat's sides run in one call, and the JSON's `resumed` says which "
+             "repeats came from where).", ""]
     for path, data in load(bench_dir):
         lines += [f"## {data.get('name', path.stem)} ({data.get('kind')})", "",
                   f"Command: `{data.get('command')}`", "", table(data), ""]

@@ -113,14 +113,16 @@ def peer_configs(shape: BenchShape, sides: list[str], precheck: Precheck,
 
 def run_suite(kind: str, header: dict, shape: BenchShape, configs: list[Config],
               runner: sweep.Runner, estimate: sweep.Estimate, out: Path, budget_s: float,
-              extra: dict | None = None, log: Callable[[str], None] = print) -> dict:
+              extra: dict | None = None, log: Callable[[str], None] = print,
+              prior: dict | None = None) -> dict:
     result = dict(header)
     result.update(kind=kind, shape={**shape.to_dict(), "note": shape_note(shape)},
                   **(extra or {}))
     from .stats import VERDICT_RULE
 
     result["verdict_rule"] = VERDICT_RULE
-    return sweep.run(result, configs, shape, runner, estimate, out, budget_s, log=log)
+    return sweep.run(result, configs, shape, runner, estimate, out, budget_s, log=log,
+                     prior=prior)
 
 
 def shape_note(shape: BenchShape) -> str:
@@ -129,9 +131,16 @@ def shape_note(shape: BenchShape) -> str:
             f"({shape.microbatches} micro-batches per GPU per step)")
 
 
-def is_complete(path: Path) -> bool:
-    """A part's JSON exists and its plan ran to the end."""
+def is_complete(path: Path, repeats: int | None = None) -> bool:
+    """A part's JSON exists and its plan ran to the end (with `repeats`: at least that many)."""
+    data = saved_result(path)
+    return bool(data and data.get("complete")) and (
+        repeats is None or (data.get("shape") or {}).get("repeats", 1) >= repeats)
+
+
+def saved_result(path: Path) -> dict | None:
+    """A benchmark JSON, or None where there is none (or it cannot be read)."""
     try:
-        return bool(json.loads(path.read_text()).get("complete"))
+        return json.loads(path.read_text())
     except (OSError, ValueError):
-        return False
+        return None

@@ -10,9 +10,14 @@ budget   before each point the loop checks that the point's estimate (scaled up 
          and says so in the JSON (the points done are kept)
 writes   the JSON is rewritten after every point (atomically), so a crash or a timeout
          keeps what was measured; `complete` says whether the plan ran to its end
+resume   `prior`, an earlier call's JSON of the same plan (`bench all --resume`): its whole
+         repeats are kept and only the others run; a repeat is never split between two calls,
+         so each repeat's paired ratios stay within one call (`resumed` says which came from
+         where)
 """
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,19 +81,64 @@ def _safe(text: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "=-_." else "_" for ch in text)
 
 
+def whole_repeats(prior: dict, specs: list[PointSpec]) -> list[int]:
+    """The repeats of the plan `specs` that `prior` (an earlier JSON) measured every point of."""
+    labels = {p.get("label") for p in prior.get("points", [])}
+    repeats = sorted({s.repeat for s in specs})
+    return [r for r in repeats if all(s.label in labels for s in specs if s.repeat == r)]
+
+
+def resume_problem(prior: dict, configs: list[Config], shape: BenchShape,
+                   gpu_name: str | None) -> str | None:
+    """Why `prior` cannot be extended by this plan, or None: the same sides with the same
+    settings, the same shape but for the repeats, the same GPU."""
+    if (prior.get("gpu") or {}).get("name") != gpu_name:
+        return f"measured on {(prior.get('gpu') or {}).get('name')}, this is {gpu_name}"
+    mine = json.loads(json.dumps({k: v for k, v in shape.to_dict().items() if k != "repeats"}))
+    theirs = {k: v for k, v in (prior.get("shape") or {}).items() if k in mine}
+    if theirs != mine:
+        return "its shape differs: " + ", ".join(
+            f"{k} {theirs.get(k)} vs {v}" for k, v in mine.items() if theirs.get(k) != v)
+    old = {(c["id"], c["status"], tuple(sorted(c["env"].items())))
+           for c in prior.get("configs", [])}
+    new = {(c.id, c.status, tuple(sorted(c.env.items()))) for c in configs}
+    if old != new:
+        return "its sides or their settings differ: " + ", ".join(
+            sorted({c[0] for c in old ^ new}))
+    return None
+
+
 def run(result: dict, configs: list[Config], shape: BenchShape, runner: Runner,
         estimate: Estimate, out: Path, budget_s: float,
-        clock: Callable[[], float] = time.monotonic, log: Callable[[str], None] = print) -> dict:
-    """Measure every point of the plan (within the budget), writing `out` after each."""
+        clock: Callable[[], float] = time.monotonic, log: Callable[[str], None] = print,
+        prior: dict | None = None) -> dict:
+    """Measure every point of the plan (within the budget), writing `out` after each; with
+    `prior` (resume_problem None) keep its whole repeats and measure the rest."""
     specs = order(configs, shape)
-    result.update(configs=[c.to_dict() for c in configs], points=[], complete=False,
-                  stopped=None, plan={"order": [s.label for s in specs],
+    kept = whole_repeats(prior, specs) if prior else []
+    points = [p for p in prior["points"] if p.get("repeat") in kept] if kept else []
+    planned = specs
+    specs = [s for s in specs if s.repeat not in kept]
+    result.update(configs=[c.to_dict() for c in configs], points=points, complete=False,
+                  stopped=None, plan={"order": [s.label for s in planned],
                                       "estimated_s": sum(estimate(s) for s in specs),
                                       "budget_s": budget_s})
+    if kept:
+        result["resumed"] = {"repeats_kept": kept, "from_git_sha": prior.get("git_sha"),
+                             "from_created": prior.get("created"),
+                             "from_host": prior.get("host"),
+                             "note": f"repeat(s) {', '.join(map(str, kept))} measured in an "
+                                     f"earlier call (git {str(prior.get('git_sha'))[:12]}, "
+                                     f"{prior.get('created')}); each repeat's sides ran in "
+                                     "one call"}
+        log(f"[bench] resumed: {result['resumed']['note']}")
     _write(result, out)
     start = clock()
     estimated_done = 0.0
-    out_of_memory: dict[str, str] = {}  # config -> why its later repeats are not run
+    out_of_memory: dict[str, str] = {  # config -> why its later repeats are not run
+        p["config"]: f"not run: {p['label']} ran out of GPU memory in an earlier call, and the "
+                     f"same run would again ({analysis.failure_line(p)})"
+        for p in points if analysis.out_of_memory(p)}
     for i, spec in enumerate(specs):
         skipped = out_of_memory.get(spec.config)
         if skipped:

@@ -27,9 +27,11 @@ def _short(text: str, n: int = 160) -> str:
 
 
 def _source(data: dict) -> str:
+    resumed = data.get("resumed")
     return (f"Source: `{data.get('name')}.json`, git {data.get('git_sha')}, "
             f"{(data.get('gpu') or {}).get('name')} x{(data.get('shape') or {}).get('gpus', 1)}, "
-            f"driver {(data.get('gpu') or {}).get('driver')}, created {data.get('created')}.")
+            f"driver {(data.get('gpu') or {}).get('driver')}, created {data.get('created')}."
+            + (f" Resumed: {resumed['note']}." if resumed else ""))
 
 
 def shape_line(data: dict) -> str:
