@@ -312,6 +312,22 @@ def test_an_fp8_moe_launch_quotes_the_closest_measurement(base_env, mbs):
     assert ("not recommended for throughput" in text) is not faster, text
 
 
+def test_an_fp8_moe_notice_gives_no_verdict_from_another_gpu_or_recipe(base_env):
+    """On a B300 the H200's fp8 rows are quoted without a verdict; mxfp8, never measured, is
+    not judged by fp8's rows."""
+    def notice(**env):
+        result = moe(base_env, PLATFORM="b300", NUM_LAYERS=8, SEQ_LENGTH=4096, BS=8,
+                     GPUS_PER_NODE=1, **env)
+        (one,) = notices(result, "moe_low_precision")
+        return one.message
+
+    text = notice(PRECISION="fp8")
+    assert "measured on NVIDIA H200 only, not on b300: no verdict here" in text, text
+    assert "recommended" not in text and "faster than bf16" not in text
+    text = notice(PRECISION="mxfp8")
+    assert "not measured (docs/levers.json has no row of PRECISION=mxfp8)" in text, text
+
+
 def test_a_cuda_graph_of_the_moe_step_needs_the_counts_on_the_gpu(base_env):
     """The lean step leaves nothing a graph cannot capture; the core defaults' MoE dispatcher
     reads the tokens per expert on the host in every layer: refused."""

@@ -99,9 +99,10 @@ def resume_problem(prior: dict, configs: list[Config], shape: BenchShape,
     if theirs != mine:
         return "its shape differs: " + ", ".join(
             f"{k} {theirs.get(k)} vs {v}" for k, v in mine.items() if theirs.get(k) != v)
-    old = {(c["id"], c["status"], tuple(sorted(c["env"].items())))
-           for c in prior.get("configs", [])}
-    new = {(c.id, c.status, tuple(sorted(c.env.items()))) for c in configs}
+    # the sides that run (a refused or inapplicable one has no points either way)
+    old = {(c["id"], tuple(sorted(c["env"].items())))
+           for c in prior.get("configs", []) if c["status"] == "planned"}
+    new = {(c.id, tuple(sorted(c.env.items()))) for c in configs if c.runnable}
     if old != new:
         return "its sides or their settings differ: " + ", ".join(
             sorted({c[0] for c in old ^ new}))

@@ -484,6 +484,7 @@ def moe_low_precision(ctx: LaunchContext) -> None:
     the run goes ahead)."""
     from training import REPO_ROOT
     from training.optimize.levers import load_default, quote
+    from training.platforms import PLATFORMS, platform_for_device_name
 
     s = ctx.settings
     recipe = s["PRECISION"]
@@ -497,20 +498,26 @@ def moe_low_precision(ctx: LaunchContext) -> None:
              "dp": gpus // (s["TP"] * s["PP"] * s["CP"]), "precision": "bf16",
              "backend": s["TRANSFORMER_IMPL"]}
     match = book.find({"PRECISION": recipe}, shape, s["PLATFORM"], measured=True)
-    if match is None:
-        why = book.note or "no row in docs/levers.json"
+    if match is None or not match.exact:     # another recipe's row says nothing of this one
+        why = book.note or f"docs/levers.json has no row of PRECISION={recipe}"
         s.info("moe_low_precision",
-               f"PRECISION={recipe} on an MoE model: not measured here ({why}); measure it "
-               "before relying on it for throughput (python -m training.bench, part "
-               "moe-te-more).")
+               f"PRECISION={recipe} on an MoE model: not measured ({why}); measure it before "
+               "relying on it for throughput (`python -m training.bench all --te --parts "
+               "moe-te-more` on this GPU).")
         return
-    faster = match.entry.verdict == "faster" and (match.entry.ratio or 0) > 1
-    verdict = ("measured faster than bf16 there" if faster else
-               "not recommended for throughput: measured no faster than bf16 there")
+    entry = match.entry
+    measured_on = platform_for_device_name(entry.hardware or "")
+    if s["PLATFORM"] in PLATFORMS and (measured_on is None or measured_on.name != s["PLATFORM"]):
+        verdict = (f"measured on {entry.hardware} only, not on {s['PLATFORM']}: no verdict "
+                   "here")
+    elif entry.verdict == "faster" and (entry.ratio or 0) > 1:
+        verdict = "measured faster than bf16 there"
+    else:
+        verdict = "not recommended for throughput: measured no faster than bf16 there"
     s.info("moe_low_precision",
            f"PRECISION={recipe} on an MoE model, {verdict}: "
-           f"{quote(match.entry, match.differs, match.exact)}. docs/moe.md says what fp8 does "
-           "to the experts (they stay bf16 on the native grouped experts).")
+           f"{quote(entry, match.differs, match.exact)}. docs/moe.md says what fp8 does to "
+           "the experts (they stay bf16 on the native grouped experts).")
 
 
 GUARDS = (expert_parallel_sizes, moe_sequence_parallel, fsdp_expert_parallel,
