@@ -138,12 +138,23 @@ def test_markdown_has_one_row_per_entry(bench, tmp_path):
 
 
 def test_the_committed_docs_match_the_committed_jsons():
-    """docs/levers.json is regenerated from docs/benchmarks/*.json, not edited."""
+    """docs/levers.json (but its timestamp), docs/levers.md, docs/benchmarks.md and the table
+    block of docs/results.md are what `python -m training.bench levers` and `... readme` write
+    from docs/benchmarks/*.json, not edited (results.md once stayed stale after a change to
+    the analysis, and this test checked levers.json only)."""
+    from training.bench.readme import perf_table, replace_block
+
     root = Path(__file__).resolve().parents[2]
-    committed = json.loads((root / "docs" / "levers.json").read_text())
-    fresh = levers.build(root / "docs" / "benchmarks")
-    assert committed["levers"] == fresh["levers"]
-    assert committed["sources"] == fresh["sources"]
+    docs, bench = root / "docs", root / "docs" / "benchmarks"
+    fresh = levers.build(bench)
+    committed = json.loads((docs / "levers.json").read_text())
+    fix = "run `python -m training.bench levers` and `python -m training.bench readme`"
+    assert committed["levers"] == json.loads(json.dumps(fresh["levers"])), fix
+    assert committed["sources"] == fresh["sources"], fix
+    assert (docs / "levers.md").read_text() == levers.markdown(fresh), fix
+    assert (docs / "benchmarks.md").read_text() == levers.benchmarks_markdown(bench), fix
+    results = (docs / "results.md").read_text()
+    assert replace_block(results, perf_table(fresh, bench)) == results, fix
 
 
 def test_rows_measured_at_an_older_default_say_so():

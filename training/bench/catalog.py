@@ -300,9 +300,12 @@ PEER_SIDES = {
                    "defaults (through our launcher: each toggle at the value that emits no flag; "
                    "without apex the output layer's fused wgrad is the native cuBLAS GEMM, the "
                    "same operation as apex's)",
+    "native_no_te": "ours: the native backend with Transformer Engine taken off the Python path "
+                    "(what TE's presence on the image costs the native backend: where TE "
+                    "imports, Megatron's optimizer and multi-tensor kernels are TE's)",
 }
 PEER_KEYS = ("peer:hf", "peer:hf_liger", "peer:hf_compile", "peer:torchtitan",
-             "peer:megatron_te")
+             "peer:megatron_te", "peer:native_no_te")
 SIDE_LABELS = {"megatron_te": "Megatron-LM with Transformer Engine"}   # README headline rows
 
 
@@ -331,9 +334,37 @@ def megatron_defaults() -> dict[str, str]:
     return env
 
 
-# Peer sides that are our launcher with other settings: side -> its toggles.
+class NotRunnable(Exception):
+    """An ours-peer side that cannot run on this machine (the message says why)."""
+
+
+def python_path_without_te(environ: dict[str, str] | None = None) -> str:
+    """PYTHONPATH with the entries Transformer Engine imports from taken out (the TE carry's
+    /tmp/tesite on the lent GPU machine); NotRunnable where TE does not import, or imports
+    from the interpreter's own site-packages, where no PYTHONPATH hides it."""
+    import importlib.util
+    import os
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("transformer_engine")
+    if spec is None or not spec.submodule_search_locations:
+        raise NotRunnable("Transformer Engine does not import here: nothing to take off")
+    package = Path(list(spec.submodule_search_locations)[0]).resolve()
+    entries = (environ if environ is not None else os.environ).get("PYTHONPATH", "")
+    entries = [e for e in entries.split(os.pathsep) if e]
+    kept = [e for e in entries if Path(e).resolve() != package.parent]
+    if len(kept) == len(entries):
+        raise NotRunnable(f"Transformer Engine imports from {package.parent}, which is not on "
+                          "PYTHONPATH: it cannot be taken off the path for one run")
+    return os.pathsep.join(kept)
+
+
+# Peer sides that are our launcher with other settings: side -> its toggles (NotRunnable where
+# the side cannot run here).
 OURS_PEERS = {"megatron_te": lambda: {"TRANSFORMER_IMPL": "transformer_engine",
-                                      **megatron_defaults()}}
+                                      **megatron_defaults()},
+              "native_no_te": lambda: {"TRANSFORMER_IMPL": "native",
+                                       "PYTHONPATH": python_path_without_te()}}
 
 
 def select(shape: BenchShape, only: list[str] | None, groups: list[str] | None,
@@ -493,6 +524,10 @@ MOE_TE_PARTS = (
     # fp8 with TE's fp8 grouped experts on Mixtral's few wide experts (8 of FFN 14,336, where
     # a per-expert GEMM is large: on Qwen3's 128 small ones it measured 0.204x bf16)
     ("toggles", "moe-te-fp8-experts-mixtral", ("PRECISION=fp8+MOE_EXPERT_IMPL=te",)),
+    # the native backend with TE on the path against the same with TE taken off it: sessions
+    # 15-18 saw it ~4% slower with TE on the path, in separate calls (docs/moe.md "Session 18")
+    ("peers", "moe-te-native-te-cost", ("native", "native_no_te")),
+    ("peers", "moe-te-native-te-cost-mixtral", ("native", "native_no_te")),
 )
 PART_BACKEND = {"te-recipes": "transformer_engine", "te-toggles-a": "transformer_engine",
                 "te-toggles-b": "transformer_engine"}
@@ -593,6 +628,8 @@ PART_SHAPES: dict[str, BenchShape] = {
                      backend=None if keys[0] == "auto" else "transformer_engine")
        for _kind, name, keys in MOE_TE_PARTS},
     "moe-te-peers-mbs2": replace(MOE_SHAPE, mbs=2, backend="transformer_engine"),
+    "moe-te-native-te-cost": replace(MOE_SHAPE, backend="native"),
+    "moe-te-native-te-cost-mixtral": replace(MIXTRAL_SHAPE, backend="native"),
     "gpt-oss-peers": GPT_OSS_SHAPE,
     "scale-x1": full_shape(1, backend="native", toggles=_scale_state()),
     "full-x2": full_shape(2, backend="native"),

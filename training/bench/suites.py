@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import sweep
-from .catalog import OURS_PEERS, PEER_SIDES, Lever
+from .catalog import OURS_PEERS, PEER_SIDES, Lever, NotRunnable
 from .shape import BenchShape
 from .sweep import Config
 
@@ -87,8 +87,14 @@ def peer_configs(shape: BenchShape, sides: list[str], precheck: Precheck,
         if side in OURS_SIDES or side in OURS_PEERS:
             # a peer that is our launcher (Megatron-LM with TE at its own defaults) takes its
             # own toggles; our sides take ours_env on top of the default
-            env = (OURS_PEERS[side]() if side in OURS_PEERS else
-                   {**(ours_env or {}), **({} if side == "auto" else {"TRANSFORMER_IMPL": side})})
+            try:
+                env = (OURS_PEERS[side]() if side in OURS_PEERS else
+                       {**(ours_env or {}),
+                        **({} if side == "auto" else {"TRANSFORMER_IMPL": side})})
+            except NotRunnable as err:
+                config = Config(side, "ours", {}, status="not runnable", message=str(err))
+                configs.append(config)
+                continue
             config = Config(side, "ours", env)
             check = precheck({**shape.env(), **env})
             if check["status"] != "ok":
