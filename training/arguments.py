@@ -182,15 +182,20 @@ def as_the_launcher(argv: list[str], caps=None) -> tuple[list[str], list[str]]:
                                     info.arch if info else None, precision, te_blocked)
         after += ["--transformer-backend", backend]
         notes.append(f"--transformer-backend {backend} (auto: {why})")
+    # what lifts the TE blocker, where anything does: biases the MoE was not meant to have
+    unblock = (" (--disable-bias-linear lifts it for an MoE meant to have no biases)"
+               if te_blocked and args.add_bias_linear and not clamped_geglu else "")
     if precision != "bf16" and backend != "transformer_engine":
         # only TE's layers compute in fp8/fp4: the flag would train in bf16 without a word
+        fix = (f"Drop --{precision}-format: the TE backend it needs is kept off this model"
+               f"{unblock}" if te_blocked else
+               f"Drop --{precision}-format, or use --transformer-backend transformer_engine "
+               "where it can run")
         raise ArgumentConflict(f"--{precision}-format needs the TE backend's layers, and the "
-                               f"backend is {backend} ({why}). Drop --{precision}-format, or "
-                               "use --transformer-backend transformer_engine where it can run.")
-    elif backend == "transformer_engine" and te_blocked:
+                               f"backend is {backend} ({why}). {fix}.")
+    if backend == "transformer_engine" and te_blocked:
         raise ArgumentConflict(f"--transformer-backend transformer_engine: {te_blocked}. Use "
-                               "--transformer-backend native (or --disable-bias-linear for an "
-                               "MoE that should have no biases).")
+                               f"--transformer-backend native{unblock}.")
     kernels = args.native_kernels
     if kernels == "auto" and backend in ("native", "transformer_engine"):
         kernels, why = auto_native_kernels(capabilities().liger)

@@ -46,6 +46,26 @@ def test_the_row_compares_with_the_mbs_run_and_is_at_mbs_2(data):
     assert entry["shape"]["mbs"] == 2 and entry["baseline"] == "PRECISION=bf16 MBS=2"
 
 
+def test_a_lever_after_it_still_compares_with_the_default_run(data):
+    """The levers after an `over` one in the part (mxfp8, measured where the GPU has it) keep
+    the default run as their baseline; and an `over` row does not need the default run."""
+    mxfp8 = next(c for c in data["configs"] if c["id"] == "PRECISION=mxfp8")
+    assert mxfp8["status"] == "refused"        # an H200: made to run here, as on a B300
+    mxfp8["status"] = "planned"
+    data["points"] += [dict(p, config="PRECISION=mxfp8", label=f"mxfp8-r{p['repeat']}")
+                       for p in data["points"] if p["config"] == "MBS"]
+    rows = {r["key"]: r for r in toggles_results(data)}
+    assert rows["PRECISION=mxfp8"]["tokens_per_s_ratio"] == pytest.approx(68 / 47, rel=1e-3)
+    assert "at" not in rows["PRECISION=mxfp8"]
+    for p in data["points"]:
+        if p["config"] == "default":
+            p.update(returncode=1, error="boom")
+            p.pop("tokens_per_s_per_gpu")
+    rows = {r["key"]: r for r in toggles_results(data)}
+    assert rows["PRECISION=fp8+MBS=2"]["tokens_per_s_ratio"] == pytest.approx(70 / 68, rel=1e-3)
+    assert rows["MBS"]["verdict"] == "not measured"
+
+
 def test_a_json_from_before_over_takes_it_from_the_catalogue(data):
     """Session 18's moe-te-more JSON was written before levers had `over`."""
     for config in data["configs"]:

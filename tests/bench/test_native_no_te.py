@@ -36,6 +36,15 @@ def test_te_that_no_pythonpath_entry_brings_cannot_be_taken_off(fake_te, tmp_pat
         python_path_without_te({"PYTHONPATH": str(tmp_path / "site")})
 
 
+def test_a_second_copy_of_te_makes_the_side_not_runnable(fake_te, tmp_path):
+    """Taken off one entry, TE still imports from another: the run would measure TE again."""
+    second = tmp_path / "other"
+    (second / "transformer_engine").mkdir(parents=True)
+    (second / "transformer_engine" / "__init__.py").write_text("")
+    with pytest.raises(NotRunnable, match="still imports"):
+        python_path_without_te({"PYTHONPATH": os.pathsep.join([str(fake_te), str(second)])})
+
+
 def test_without_te_there_is_nothing_to_take_off():
     if importlib.util.find_spec("transformer_engine") is not None:
         pytest.skip("Transformer Engine imports here")
@@ -53,6 +62,10 @@ def test_the_part_runs_the_side_where_te_comes_from_pythonpath(fake_te, tmp_path
     assert [(c.id, c.side, c.status) for c in configs] == [
         ("native", "ours", "planned"), ("native_no_te", "ours", "planned")]
     assert configs[1].env == {"TRANSFORMER_IMPL": "native", "PYTHONPATH": str(tmp_path)}
+    configs = peer_configs(shape, ["native", "native_no_te"],        # ours_env: both sides
+                           lambda t: precheck(t, family=shape.family, environ=base_env),
+                           lambda side: None, ours_env={"MBS": "2"})
+    assert configs[0].env["MBS"] == configs[1].env["MBS"] == "2"
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))       # TE from elsewhere: not runnable
     configs = peer_configs(shape, ["native", "native_no_te"],
                            lambda t: precheck(t, family=shape.family, environ=base_env),

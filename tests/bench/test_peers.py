@@ -81,10 +81,19 @@ def test_a_peer_out_of_memory_reads_as_such_in_the_peers_rows(tmp_path):
            "out of memory |" in table(result)
 
 
-def test_peers_profile_only_when_asked_and_needs_a_step_before_the_two_recorded(tmp_path):
+@pytest.mark.parametrize("module", ["training.bench.hf_peer", "training.bench.titan_peer"])
+def test_peers_profile_only_when_asked_and_need_a_step_before_the_two_recorded(
+        tmp_path, module, capsys):
+    """Refused at the command line (exit 2, one line) before any model or trainer is built."""
+    import importlib
+
     from training.bench.peer_common import start_profiler
 
     assert start_profiler(None, 5) is None
-    with pytest.raises(SystemExit, match="at least 3 steps"):
-        start_profiler(str(tmp_path / "trace"), 2)
+    main = importlib.import_module(module).main
+    with pytest.raises(SystemExit) as exit_:
+        main(["--json-out", str(tmp_path / "x.json"), "--profile-dir", str(tmp_path / "trace"),
+              "--warmup", "1", "--steps", "1"])
+    assert exit_.value.code == 2
+    assert "--profile-dir needs at least 3 steps" in capsys.readouterr().err
     assert not (tmp_path / "trace").exists()

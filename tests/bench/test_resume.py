@@ -42,9 +42,20 @@ def test_a_one_repeat_json_is_extended_to_two(fake_tools, tmp_path, capsys):  # 
                ("refused", "not measured", "not applicable"))
     assert _run(out_dir, "--resume", "--repeats", "2") == 0   # nothing left: not rewritten
     assert f"{PART}: done" in capsys.readouterr().out
-    assert _run(out_dir, "--resume", "--repeats", "2", "--force") == 0
-    assert "every repeat is in the earlier JSON" in capsys.readouterr().out
-    assert json.loads((out_dir / f"{PART}.json").read_text()) == second
+    assert _run(out_dir, "--resume", "--repeats", "2", "--force") == 0   # --force: anew
+    again = json.loads((out_dir / f"{PART}.json").read_text())
+    assert "resumed" not in again and again["created"] != second["created"] or \
+        again["points"] != second["points"]
+    assert len(fake_tools.calls) == calls + 3 * len(first["points"])
+
+
+def test_a_prior_that_is_no_benchmark_json_is_not_resumed(fake_tools, tmp_path,  # noqa: F811
+                                                          capsys):
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    (out_dir / f"{PART}.json").write_text("[1, 2]")
+    assert _run(out_dir, "--resume", "--repeats", "1") == 0
+    assert json.loads((out_dir / f"{PART}.json").read_text())["complete"]
 
 
 def test_a_split_repeat_is_measured_again_whole():
@@ -58,6 +69,8 @@ def test_a_split_repeat_is_measured_again_whole():
 
 @pytest.mark.parametrize("change,why", [
     (lambda d: d["gpu"].update(name="AMD Instinct MI355X"), "measured on AMD Instinct MI355X"),
+    (lambda d: d["shape"].update(repeats=3) or d.update(complete=False),   # stopped early
+     "it planned 3 repeats, this call asks 2"),
     (lambda d: d["shape"].update(seq_length=4096), "seq_length 4096 vs 8192"),
     (lambda d: d["configs"][1]["env"].update(MBS="4"), "sides or their settings differ"),
 ])

@@ -325,7 +325,22 @@ def test_an_fp8_moe_notice_gives_no_verdict_from_another_gpu_or_recipe(base_env)
     assert "measured on NVIDIA H200 only, not on b300: no verdict here" in text, text
     assert "recommended" not in text and "faster than bf16" not in text
     text = notice(PRECISION="mxfp8")
-    assert "not measured (docs/levers.json has no row of PRECISION=mxfp8)" in text, text
+    assert "not measured (docs/levers.json has no row of PRECISION=mxfp8;" in text, text
+
+
+def test_an_fp8_moe_notice_with_te_experts_quotes_their_row(base_env):
+    """MOE_EXPERT_IMPL=te puts the experts in TE's fp8 grouped linear: the notice quotes that
+    row (0.204x on Qwen3), never the native experts' fp8 row."""
+    result = moe(base_env, PLATFORM="h200", NUM_LAYERS=8, SEQ_LENGTH=4096, BS=8,
+                 GPUS_PER_NODE=1, PRECISION="fp8", TRANSFORMER_IMPL="transformer_engine",
+                 MOE_EXPERT_IMPL="te")
+    (one,) = notices(result, "moe_low_precision")
+    assert "PRECISION=fp8 MOE_EXPERT_IMPL=te vs PRECISION=bf16" in one.message, one.message
+    assert "TE's grouped linear computes the experts in fp8" in one.message
+    result = moe(base_env, PLATFORM="h200", NUM_LAYERS=8, SEQ_LENGTH=4096, BS=8,
+                 GPUS_PER_NODE=1, PRECISION="fp8", TRANSFORMER_IMPL="transformer_engine")
+    (one,) = notices(result, "moe_low_precision")
+    assert "MOE_EXPERT_IMPL=te" not in one.message and "stay bf16" in one.message
 
 
 def test_a_cuda_graph_of_the_moe_step_needs_the_counts_on_the_gpu(base_env):

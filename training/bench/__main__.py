@@ -263,7 +263,9 @@ def cmd_all(args) -> int:
             extra["concurrency"] = (f"slot {slot}/{slots}: ran beside {slots - 1} other "
                                     "benchmark process(es), each on its own GPU of this host")
         specs = sweep.order(configs, part_shape)
-        prior = _prior(name, out, configs, part_shape, lines) if args.resume else None
+        # (--force measures anew: it never resumes)
+        prior = (_prior(name, out, configs, part_shape, lines) if args.resume and not args.force
+                 else None)
         if prior is not None:
             kept = sweep.whole_repeats(prior, specs)
             specs = [s for s in specs if s.repeat not in kept]

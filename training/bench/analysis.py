@@ -142,7 +142,7 @@ def toggles_results(data: dict) -> list[dict]:
                          "notes": notes + [f"{config['status']}: {config.get('message', '')}"]})
             continue
         variant = groups.get(config["id"], [])
-        if default_points and not any(ok(p) for p in default_points):
+        if over is None and default_points and not any(ok(p) for p in default_points):
             rows.append({**base, "verdict": "not measured", "tokens_per_s_ratio": None,
                          "ratio_spread": None, "repeats": 0,
                          "notes": notes + ["the default run failed: "
@@ -161,9 +161,9 @@ def toggles_results(data: dict) -> list[dict]:
                              "notes": notes + [f"its baseline, the {over} run, has no result"]})
                 continue
             base["at"] = over_config["env"]
-            default_points = groups[over]
-        set_pts, base_pts = ((default_points, variant) if lever["default_is_set"]
-                             else (variant, default_points))
+        baseline_points = groups[over] if over is not None else default_points
+        set_pts, base_pts = ((baseline_points, variant) if lever["default_is_set"]
+                             else (variant, baseline_points))
         row = compare(set_pts, base_pts)
         row["notes"] = notes + row["notes"]
         if lever.get("needs_dp") and dp == 1:

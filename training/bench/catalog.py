@@ -344,6 +344,8 @@ def python_path_without_te(environ: dict[str, str] | None = None) -> str:
     from the interpreter's own site-packages, where no PYTHONPATH hides it."""
     import importlib.util
     import os
+    import subprocess
+    import sys
     from pathlib import Path
 
     spec = importlib.util.find_spec("transformer_engine")
@@ -356,15 +358,27 @@ def python_path_without_te(environ: dict[str, str] | None = None) -> str:
     if len(kept) == len(entries):
         raise NotRunnable(f"Transformer Engine imports from {package.parent}, which is not on "
                           "PYTHONPATH: it cannot be taken off the path for one run")
-    return os.pathsep.join(kept)
+    path = os.pathsep.join(kept)
+    # a second copy (site-packages, another entry) would make the run measure TE again
+    probe = subprocess.run(
+        [sys.executable, "-c", "import importlib.util as u; "
+         "s = u.find_spec('transformer_engine'); print(s.origin if s else '')"],
+        env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=120)
+    still = probe.stdout.strip()
+    if probe.returncode != 0 or still:
+        raise NotRunnable(f"Transformer Engine still imports without {package.parent} on the "
+                          f"path ({still or probe.stderr.strip()[-200:]})")
+    return path
 
 
 # Peer sides that are our launcher with other settings: side -> its toggles (NotRunnable where
-# the side cannot run here).
+# the side cannot run here). Those in OURS_PEERS_TAKE_OURS_ENV take a suite's ours_env too
+# (they are ours with one thing changed; Megatron-LM's defaults are not).
 OURS_PEERS = {"megatron_te": lambda: {"TRANSFORMER_IMPL": "transformer_engine",
                                       **megatron_defaults()},
               "native_no_te": lambda: {"TRANSFORMER_IMPL": "native",
                                        "PYTHONPATH": python_path_without_te()}}
+OURS_PEERS_TAKE_OURS_ENV = ("native_no_te",)
 
 
 def select(shape: BenchShape, only: list[str] | None, groups: list[str] | None,

@@ -15,7 +15,8 @@ import time
 
 from training.cli import ArgumentParser
 
-from .peer_common import add_peer_arguments, preset_named, start_profiler, write_result
+from .peer_common import (add_peer_arguments, check_profile_steps, preset_named,
+                          start_profiler, write_result)
 
 
 def hf_model_config(preset, num_layers: int, seq_length: int):
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="each decoder layer under torch.compile (layer.compile()): the HF MoE "
                         "model's fastest known setup on one H200 (stack notes, 2026-12-03)")
     args = p.parse_args(argv)
+    check_profile_steps(p, args)
 
     import torch
 

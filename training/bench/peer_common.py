@@ -31,6 +31,15 @@ def add_peer_arguments(parser: argparse.ArgumentParser, steps: int, warmup: int)
                              "PROFILE=torch)")
 
 
+def check_profile_steps(parser: argparse.ArgumentParser, args) -> None:
+    """--profile-dir records the last two steps after one unrecorded: refused (exit 2, one
+    line) before any model is built when the run has fewer than 3."""
+    if args.profile_dir is not None and args.warmup + args.steps < 3:
+        parser.error(f"--profile-dir needs at least 3 steps (one before the two recorded); "
+                     f"--warmup {args.warmup} + --steps {args.steps} give "
+                     f"{args.warmup + args.steps}")
+
+
 def start_profiler(folder: str | None, steps: int):
     """A started torch profiler recording the last two of `steps` (None without a folder);
     its trace goes to FOLDER/rank-0.json.gz."""
@@ -41,7 +50,7 @@ def start_profiler(folder: str | None, steps: int):
     import torch
 
     if steps < 3:
-        raise SystemExit("--profile-dir needs at least 3 steps (one before the two recorded)")
+        raise ValueError("a profile needs at least 3 steps (check_profile_steps says so first)")
     Path(folder).mkdir(parents=True, exist_ok=True)
 
     def save(prof):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import sweep
-from .catalog import OURS_PEERS, PEER_SIDES, Lever, NotRunnable
+from .catalog import OURS_PEERS, OURS_PEERS_TAKE_OURS_ENV, PEER_SIDES, Lever, NotRunnable
 from .shape import BenchShape
 from .sweep import Config
 
@@ -89,8 +89,9 @@ def peer_configs(shape: BenchShape, sides: list[str], precheck: Precheck,
             # own toggles; our sides take ours_env on top of the default
             try:
                 env = (OURS_PEERS[side]() if side in OURS_PEERS else
-                       {**(ours_env or {}),
-                        **({} if side == "auto" else {"TRANSFORMER_IMPL": side})})
+                       {**({} if side == "auto" else {"TRANSFORMER_IMPL": side})})
+                if side not in OURS_PEERS or side in OURS_PEERS_TAKE_OURS_ENV:
+                    env = {**(ours_env or {}), **env}
             except NotRunnable as err:
                 config = Config(side, "ours", {}, status="not runnable", message=str(err))
                 configs.append(config)
@@ -147,6 +148,7 @@ def is_complete(path: Path, repeats: int | None = None) -> bool:
 def saved_result(path: Path) -> dict | None:
     """A benchmark JSON, or None where there is none (or it cannot be read)."""
     try:
-        return json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) else None

@@ -94,6 +94,10 @@ def resume_problem(prior: dict, configs: list[Config], shape: BenchShape,
     settings, the same shape but for the repeats, the same GPU."""
     if (prior.get("gpu") or {}).get("name") != gpu_name:
         return f"measured on {(prior.get('gpu') or {}).get('name')}, this is {gpu_name}"
+    planned = (prior.get("shape") or {}).get("repeats", 1)
+    if planned > shape.repeats:
+        return (f"it planned {planned} repeats, this call asks {shape.repeats}: give "
+                f"--repeats {planned} to finish it")
     mine = json.loads(json.dumps({k: v for k, v in shape.to_dict().items() if k != "repeats"}))
     theirs = {k: v for k, v in (prior.get("shape") or {}).items() if k in mine}
     if theirs != mine:

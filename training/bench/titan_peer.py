@@ -49,7 +49,8 @@ import types
 
 from training.cli import ArgumentParser
 
-from .peer_common import add_peer_arguments, start_profiler, write_result
+from .peer_common import (add_peer_arguments, check_profile_steps, start_profiler,
+                          write_result)
 
 SPEC_NAME = "llama3_bench"
 
@@ -220,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     add_peer_arguments(p, steps=5, warmup=2)
     p.add_argument("--no-compile", dest="compile", action="store_false")
     a = p.parse_args(argv)
+    check_profile_steps(p, a)
 
     probe()
     for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"),
@@ -260,8 +262,9 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.cuda.reset_peak_memory_stats()
     trainer = TimedTrainer(config)
-    profiler = start_profiler(a.profile_dir, a.warmup + a.steps)
+    profiler = None
     try:
+        profiler = start_profiler(a.profile_dir, a.warmup + a.steps)
         trainer.train()
     finally:
         if profiler is not None:

@@ -805,7 +805,7 @@ def te_moe_blocker(moe: bool, biased: bool, clamped_geglu: bool) -> str | None:
     GptOssForCausalLM on an H200, while the native backend matches it; its attention (sinks,
     the window) matched there. Which of the block's parts the TE backend gets wrong is not
     isolated, so all of them keep it off TE. One rule for TRANSFORMER_IMPL=auto, the guard
-    gpt_oss_moe_block and a plain torchrun (training.arguments)."""
+    gpt_oss_te_backend and a plain torchrun (training.arguments)."""
     if not (moe and (biased or clamped_geglu)):
         return None
     parts = " and ".join(p for p, on in (("biased experts and router", biased),

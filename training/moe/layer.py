@@ -483,41 +483,53 @@ def moe_low_precision(ctx: LaunchContext) -> None:
     docs/levers.json (the advisor's measurements), and whether that recommends it (a notice;
     the run goes ahead)."""
     from training import REPO_ROOT
+    from training.optimize.inputs import BadInput
     from training.optimize.levers import load_default, quote
-    from training.platforms import PLATFORMS, platform_for_device_name
+    from training.platforms import platform_for_device_name
 
     s = ctx.settings
     recipe = s["PRECISION"]
     if RECIPES[recipe].kind != "fp8":
         return
-    book = load_default(None, REPO_ROOT)
+    te_experts = s["MOE_EXPERT_IMPL"] == "te"
+    experts = ("TE's grouped linear computes the experts in fp8 too" if te_experts else
+               "the native grouped experts stay bf16")
+    try:
+        book = load_default(None, REPO_ROOT)
+    except BadInput as err:
+        s.info("moe_low_precision", f"PRECISION={recipe} on an MoE model: the measurements "
+               f"cannot be read ({err}); nothing is quoted ({experts}).")
+        return
     gpus = s["GPUS_PER_NODE"] * s["NNODES"]
     shape = {"model": ctx.preset.name, "num_layers": s["NUM_LAYERS"],
              "seq_length": s["SEQ_LENGTH"], "mbs": s["MBS"], "global_batch": s["BS"],
              "gpus": gpus, "tp": s["TP"], "pp": s["PP"],
              "dp": gpus // (s["TP"] * s["PP"] * s["CP"]), "precision": "bf16",
              "backend": s["TRANSFORMER_IMPL"]}
-    match = book.find({"PRECISION": recipe}, shape, s["PLATFORM"], measured=True)
+    platform = ctx.caps.platform          # the GPU this launch runs on (None: not a known one)
+    sets = {"PRECISION": recipe, **({"MOE_EXPERT_IMPL": "te"} if te_experts else {})}
+    match = book.find(sets, shape, platform, measured=True,
+                      without=() if te_experts else ("MOE_EXPERT_IMPL",))
+    said = " ".join(f"{k}={v}" for k, v in sets.items())
     if match is None or not match.exact:     # another recipe's row says nothing of this one
-        why = book.note or f"docs/levers.json has no row of PRECISION={recipe}"
+        why = book.note or f"docs/levers.json has no row of {said}"
         s.info("moe_low_precision",
-               f"PRECISION={recipe} on an MoE model: not measured ({why}); measure it before "
+               f"{said} on an MoE model: not measured ({why}; {experts}); measure it before "
                "relying on it for throughput (`python -m training.bench all --te --parts "
                "moe-te-more` on this GPU).")
         return
     entry = match.entry
     measured_on = platform_for_device_name(entry.hardware or "")
-    if s["PLATFORM"] in PLATFORMS and (measured_on is None or measured_on.name != s["PLATFORM"]):
-        verdict = (f"measured on {entry.hardware} only, not on {s['PLATFORM']}: no verdict "
-                   "here")
+    if platform is None or measured_on is None or measured_on.name != platform:
+        verdict = (f"measured on {entry.hardware} only, not on "
+                   f"{platform or 'this GPU (not a known platform)'}: no verdict here")
     elif entry.verdict == "faster" and (entry.ratio or 0) > 1:
         verdict = "measured faster than bf16 there"
     else:
         verdict = "not recommended for throughput: measured no faster than bf16 there"
     s.info("moe_low_precision",
-           f"PRECISION={recipe} on an MoE model, {verdict}: "
-           f"{quote(entry, match.differs, match.exact)}. docs/moe.md says what fp8 does to "
-           "the experts (they stay bf16 on the native grouped experts).")
+           f"{said} on an MoE model ({experts}), {verdict}: "
+           f"{quote(entry, match.differs, match.exact)}. docs/moe.md has every MoE fp8 row.")
 
 
 GUARDS = (expert_parallel_sizes, moe_sequence_parallel, fsdp_expert_parallel,

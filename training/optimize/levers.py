@@ -169,16 +169,19 @@ class LeverBook:
                 "sources": self.sources, "entries": len(self.entries), "note": self.note}
 
     def find(self, sets: dict[str, str], shape: dict[str, Any], platform: str | None,
-             baseline: dict[str, str] | None = None, measured: bool = False) -> Match | None:
+             baseline: dict[str, str] | None = None, measured: bool = False,
+             without: tuple[str, ...] = ()) -> Match | None:
         """The entry closest to this run for a lever that sets `sets`.
 
         Exact: every assignment matches. Otherwise an entry that sets the same toggles to
         other values (e.g. MBS=4 when MBS=2 is asked) is a fallback, marked as such. Among
         candidates the closest shape wins (same hardware, then most shape fields equal).
-        measured: only entries with a tokens/s ratio."""
+        measured: only entries with a tokens/s ratio. without: toggles an entry must not set
+        (fp8 with the native experts is no reading of a row that puts them on TE's)."""
         want = {k: _norm(v) for k, v in sets.items()}
         candidates = []
-        entries = [e for e in self.entries if e.ratio is not None or not measured]
+        entries = [e for e in self.entries if (e.ratio is not None or not measured)
+                   and not set(without) & set(e.assignments)]
         for entry in entries:
             if entry.kind == "peer":        # another framework, not a lever of ours
                 continue
