@@ -116,9 +116,16 @@ def test_low_precision_without_te_layers_is_a_contradiction():
                   ["--transformer-backend", "local", "--fp4-format", "e2m1"]):
         with pytest.raises(ArgumentConflict, match="needs the TE backend's layers"):
             as_the_launcher(words)
-    with pytest.raises(ArgumentConflict, match="biased experts and router"):
-        as_the_launcher(["--num-experts", "8", "--moe-grouped-gemm", "--fp8-format", "hybrid"],
-                        for_platform("h200"))
+    moe = ["--num-experts", "8", "--moe-grouped-gemm"]
+    clamp = ["--disable-bias-linear", "--quick-geglu", "--activation-func-clamp-value", "7"]
+    with pytest.raises(ArgumentConflict, match="biased experts and router") as biased:
+        as_the_launcher([*moe, "--fp8-format", "hybrid"], for_platform("h200"))
+    # never pointed at the TE backend it cannot have; what lifts the blocker where it can be
+    assert "use --transformer-backend transformer_engine" not in str(biased.value)
+    assert "--disable-bias-linear lifts it" in str(biased.value)
+    with pytest.raises(ArgumentConflict, match="clamped quick-GeGLU") as clamped:
+        as_the_launcher([*moe, *clamp, "--fp8-format", "hybrid"], for_platform("h200"))
+    assert "--disable-bias-linear" not in str(clamped.value).split("Drop")[-1]
     argv, _ = as_the_launcher(["--fp8-format", "hybrid"], for_platform("h200"))
     assert argv[argv.index("--transformer-backend") + 1] == "transformer_engine"
 

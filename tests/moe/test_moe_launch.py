@@ -328,6 +328,26 @@ def test_an_fp8_moe_notice_gives_no_verdict_from_another_gpu_or_recipe(base_env)
     assert "not measured (docs/levers.json has no row of PRECISION=mxfp8;" in text, text
 
 
+def test_under_platform_auto_the_detected_gpu_decides_the_verdict(base_env, monkeypatch):
+    """PLATFORM=auto: the detected GPU is the launch's. An unknown one (TE installed, a GPU no
+    platform names) gets the H200 rows without a verdict; a detected H200 gets one."""
+    import dataclasses
+
+    from training.launch import capabilities
+
+    h200 = capabilities.for_platform("h200")
+    for detected, says in ((dataclasses.replace(h200, platform=None, source="detected",
+                                                device_name="NVIDIA Future GPU"),
+                            "not on this GPU (not a known platform): no verdict here"),
+                           (dataclasses.replace(h200, source="detected"),
+                            "not recommended for throughput")):
+        monkeypatch.setattr(capabilities, "detect", lambda d=detected: d)
+        result = moe(base_env, PLATFORM="auto", NUM_LAYERS=8, SEQ_LENGTH=4096, BS=8,
+                     GPUS_PER_NODE=1, PRECISION="fp8", TRANSFORMER_IMPL="transformer_engine")
+        (one,) = notices(result, "moe_low_precision")
+        assert says in one.message, one.message
+
+
 def test_an_fp8_moe_notice_with_te_experts_quotes_their_row(base_env):
     """MOE_EXPERT_IMPL=te puts the experts in TE's fp8 grouped linear: the notice quotes that
     row (0.204x on Qwen3), never the native experts' fp8 row."""
