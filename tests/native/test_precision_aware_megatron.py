@@ -196,6 +196,25 @@ def test_dist_checkpoint_save_and_resume_continue_bit_for_bit(megatron_native, t
     assert isinstance(inner, MixedPrecisionAdamW) and inner.main_params == master_weights
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("sharding", ["dp_reshardable", "fully_reshardable"])
+def test_a_resume_keeps_the_step_where_megatron_reads_it_from_the_groups(
+        megatron_native, tmp_path, sharding, monkeypatch):
+    """Where TE or apex imports, Megatron's distributed optimizer saves the Adam step from the
+    param groups and restores only the groups' (TE's FusedAdam keeps it there), passing the
+    fresh optimizer's zero per-parameter step: MixedPrecisionAdamW keeps the group's count too
+    and reads it back first, so a resume continues bit for bit (before: the step restarted at
+    0, and the bias correction with it). Megatron's module flags stand in for TE here."""
+    import megatron.core.optimizer.distrib_optimizer as distrib_optimizer
+
+    monkeypatch.setattr(distrib_optimizer, "HAVE_APEX_OR_TE", True)
+    monkeypatch.setattr(distrib_optimizer, "USING_TE_OPTIMIZER", True)
+    with on_cpu():
+        same, steps, inner = _resume_same_state(megatron_native, tmp_path, sharding, LEAN_STATE)
+    assert same and {float(t) for t in steps} == {6.0}
+    assert [g["step"] for g in inner.param_groups] == [6, 6]
+
+
 def test_the_native_adam_builds_the_right_optimizer_for_each_call():
     adam = native_optimizer.adam_builder("remainder", "torch")
     params = [torch.nn.Parameter(torch.zeros(4))]

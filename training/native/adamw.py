@@ -18,7 +18,10 @@ State per parameter element (bytes):
                      update is rounded to bf16 stochastically: unbiased, so updates far below
                      bf16's resolution still move the weights on average
     step           one float32 CPU scalar per parameter group, shared by its parameters (the
-                   per-parameter 'step' Megatron's checkpoint code reads without TE/apex)
+                   per-parameter 'step' Megatron's checkpoint code reads without TE/apex),
+                   and the same count as the group's 'step' (where TE or apex imports,
+                   Megatron's distributed optimizer saves and restores the step from the
+                   param groups, where TE's FusedAdam keeps it)
 
 Arithmetic is fp32 in registers: the state is loaded, converted, updated, and stored once per
 step (moments rounded to nearest). Two implementations of the same update:
@@ -187,7 +190,12 @@ class MixedPrecisionAdamW(torch.optim.Optimizer):
             group = self._group_of(p)
             key = id(group)
             if key not in steps:
-                step = values.get("step")
+                # the group's count first: where TE/apex imports, Megatron restores only that
+                # one (the per-parameter step it passes is the fresh optimizer's zero); older
+                # checkpoints of ours have the per-parameter one only
+                step = group.get("step")
+                if step is None:
+                    step = values.get("step")
                 steps[key] = (torch.tensor(float(step), dtype=torch.float32)
                               if step is not None else torch.zeros((), dtype=torch.float32))
             state = self.state[p]
@@ -233,6 +241,7 @@ class MixedPrecisionAdamW(torch.optim.Optimizer):
                 self.state[p]["step"] = step
             step += 1
             t = float(step)
+            group["step"] = int(t)   # where Megatron reads it when TE/apex imports
             beta1, beta2 = group["betas"]
             hyper = dict(lr=float(group["lr"]), beta1=beta1, beta2=beta2, eps=group["eps"],
                          wd=float(group["weight_decay"]), bc1=1 - beta1 ** t,
