@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from training.bench.catalog import NotRunnable, PART_SHAPES, python_path_without_te
+from training.bench.catalog import PART_SHAPES
+from training.bench.ours import NotRunnable, python_path_without_te
 from training.bench.ours import precheck
 from training.bench.suites import peer_configs
 

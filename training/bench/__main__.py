@@ -264,10 +264,9 @@ def cmd_all(args) -> int:
                                     "benchmark process(es), each on its own GPU of this host")
         specs = sweep.order(configs, part_shape)
         # (--force measures anew: it never resumes)
-        prior = (_prior(name, out, configs, part_shape, lines) if args.resume and not args.force
-                 else None)
+        prior, kept = (_prior(name, out, configs, part_shape, specs, lines)
+                       if args.resume and not args.force else (None, []))
         if prior is not None:
-            kept = sweep.whole_repeats(prior, specs)
             specs = [s for s in specs if s.repeat not in kept]
             if not specs:
                 lines.append(f"  {name}: every repeat is in the earlier JSON: nothing to measure")
@@ -305,9 +304,11 @@ def cmd_all(args) -> int:
     return 0
 
 
-def _prior(name: str, out: Path, configs, shape: BenchShape, lines: list[str]) -> dict | None:
+def _prior(name: str, out: Path, configs, shape: BenchShape, specs, lines: list[str]
+           ) -> tuple[dict | None, list[int]]:
     """--resume: the part's earlier JSON (this call's output folder first, then the committed
-    one) when its plan is this one's but for the repeats, else None, saying why."""
+    one) and the repeats of `specs` it measured whole, when its plan is this one's but for the
+    repeats; else (None, []), saying why."""
     for path in (out, record.BENCH_DIR / f"{name}.json"):
         prior = suites.saved_result(path)
         if prior is None:
@@ -315,11 +316,11 @@ def _prior(name: str, out: Path, configs, shape: BenchShape, lines: list[str]) -
         problem = sweep.resume_problem(prior, configs, shape, record.gpu_info().get("name"))
         if problem:
             lines.append(f"  {name}: not resumed from {path} ({problem}): measured anew")
-            return None
-        kept = sweep.whole_repeats(prior, sweep.order(configs, shape))
+            return None, []
+        kept = sweep.whole_repeats(prior, specs)
         lines.append(f"  {name}: resumes {path}: repeat(s) {kept or 'none'} kept")
-        return prior if kept else None
-    return None
+        return (prior, kept) if kept else (None, [])
+    return None, []
 
 
 def cmd_levers(args) -> int:

@@ -5,9 +5,12 @@ so tables, docs/levers.json and the README agree with the samples.
 """
 from __future__ import annotations
 
+import functools
+
 from collections import defaultdict
 
-from .catalog import PEER_SIDES
+from .catalog import PEER_SIDES, all_levers
+from .shape import BenchShape
 from .stats import effect, steady_step_spread, summarize
 
 
@@ -99,16 +102,19 @@ def _fill(text: str, default_values: dict) -> str:
     return text.replace("{default}", str(default_values.get(name, "default")))
 
 
+@functools.lru_cache(maxsize=1)
+def _catalogue_over() -> dict:
+    """Today's levers measured over another, by key (built once)."""
+    return {lv.key: lv for lv in all_levers(BenchShape()) if lv.over}
+
+
 def _over(lever: dict) -> tuple[str | None, str, str]:
     """(the lever whose run is this one's baseline, or None for the default run; the baseline's
     words; the lever's note). A JSON written before levers had `over` takes all three from
     today's catalogue where the lever has one there."""
-    if "over" not in lever:
-        from .catalog import BenchShape, all_levers
-
-        now = next((lv for lv in all_levers(BenchShape()) if lv.key == lever["key"]), None)
-        if now is not None and now.over:
-            return now.over, now.baseline, now.note
+    now = _catalogue_over().get(lever["key"]) if "over" not in lever else None
+    if now is not None:
+        return now.over, now.baseline, now.note
     return lever.get("over"), lever["baseline"], lever.get("note", "")
 
 

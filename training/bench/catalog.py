@@ -334,51 +334,20 @@ def megatron_defaults() -> dict[str, str]:
     return env
 
 
-class NotRunnable(Exception):
-    """An ours-peer side that cannot run on this machine (the message says why)."""
-
-
-def python_path_without_te(environ: dict[str, str] | None = None) -> str:
-    """PYTHONPATH with the entries Transformer Engine imports from taken out (the TE carry's
-    /tmp/tesite on the lent GPU machine); NotRunnable where TE does not import, or imports
-    from the interpreter's own site-packages, where no PYTHONPATH hides it."""
-    import importlib.util
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    spec = importlib.util.find_spec("transformer_engine")
-    if spec is None or not spec.submodule_search_locations:
-        raise NotRunnable("Transformer Engine does not import here: nothing to take off")
-    package = Path(list(spec.submodule_search_locations)[0]).resolve()
-    entries = (environ if environ is not None else os.environ).get("PYTHONPATH", "")
-    entries = [e for e in entries.split(os.pathsep) if e]
-    kept = [e for e in entries if Path(e).resolve() != package.parent]
-    if len(kept) == len(entries):
-        raise NotRunnable(f"Transformer Engine imports from {package.parent}, which is not on "
-                          "PYTHONPATH: it cannot be taken off the path for one run")
-    path = os.pathsep.join(kept)
-    # a second copy (site-packages, another entry) would make the run measure TE again
-    probe = subprocess.run(
-        [sys.executable, "-c", "import importlib.util as u; "
-         "s = u.find_spec('transformer_engine'); print(s.origin if s else '')"],
-        env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=120)
-    still = probe.stdout.strip()
-    if probe.returncode != 0 or still:
-        raise NotRunnable(f"Transformer Engine still imports without {package.parent} on the "
-                          f"path ({still or probe.stderr.strip()[-200:]})")
-    return path
-
-
 # Peer sides that are our launcher with other settings: side -> its toggles (NotRunnable where
 # the side cannot run here). Those in OURS_PEERS_TAKE_OURS_ENV take a suite's ours_env too
 # (they are ours with one thing changed; Megatron-LM's defaults are not).
 OURS_PEERS = {"megatron_te": lambda: {"TRANSFORMER_IMPL": "transformer_engine",
                                       **megatron_defaults()},
               "native_no_te": lambda: {"TRANSFORMER_IMPL": "native",
-                                       "PYTHONPATH": python_path_without_te()}}
+                                       "PYTHONPATH": _python_path_without_te()}}
 OURS_PEERS_TAKE_OURS_ENV = ("native_no_te",)
+
+
+def _python_path_without_te() -> str:
+    from .ours import python_path_without_te   # (runs a probe: only when the side is planned)
+
+    return python_path_without_te()
 
 
 def select(shape: BenchShape, only: list[str] | None, groups: list[str] | None,

@@ -7,10 +7,12 @@ known before anything runs.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
 import subprocess
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -32,6 +34,37 @@ def clean_environ(environ: dict[str, str] | None = None) -> tuple[dict[str, str]
     for name in dropped:
         del environ[name]
     return environ, dropped
+
+
+class NotRunnable(Exception):
+    """An ours-peer side that cannot run on this machine (the message says why)."""
+
+
+def python_path_without_te(environ: dict[str, str] | None = None) -> str:
+    """PYTHONPATH with the entries Transformer Engine imports from taken out (the TE carry's
+    /tmp/tesite on the lent GPU machine); NotRunnable where TE does not import, or imports
+    from the interpreter's own site-packages, where no PYTHONPATH hides it."""
+    spec = importlib.util.find_spec("transformer_engine")
+    if spec is None or not spec.submodule_search_locations:
+        raise NotRunnable("Transformer Engine does not import here: nothing to take off")
+    package = Path(list(spec.submodule_search_locations)[0]).resolve()
+    entries = (environ if environ is not None else os.environ).get("PYTHONPATH", "")
+    entries = [e for e in entries.split(os.pathsep) if e]
+    kept = [e for e in entries if Path(e).resolve() != package.parent]
+    if len(kept) == len(entries):
+        raise NotRunnable(f"Transformer Engine imports from {package.parent}, which is not on "
+                          "PYTHONPATH: it cannot be taken off the path for one run")
+    path = os.pathsep.join(kept)
+    # a second copy (site-packages, another entry) would make the run measure TE again
+    probe = subprocess.run(
+        [sys.executable, "-c", "import importlib.util as u; "
+         "s = u.find_spec('transformer_engine'); print(s.origin if s else '')"],
+        env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=120)
+    still = probe.stdout.strip()
+    if probe.returncode != 0 or still:
+        raise NotRunnable(f"Transformer Engine still imports without {package.parent} on the "
+                          f"path ({still or probe.stderr.strip()[-200:]})")
+    return path
 
 
 def family_layers(family: str) -> list:

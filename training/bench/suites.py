@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Callable
 
 from . import sweep
-from .catalog import OURS_PEERS, OURS_PEERS_TAKE_OURS_ENV, PEER_SIDES, Lever, NotRunnable
+from .catalog import OURS_PEERS, OURS_PEERS_TAKE_OURS_ENV, PEER_SIDES, Lever
+from .ours import NotRunnable
 from .shape import BenchShape
 from .sweep import Config
 
@@ -89,7 +90,7 @@ def peer_configs(shape: BenchShape, sides: list[str], precheck: Precheck,
             # own toggles; our sides take ours_env on top of the default
             try:
                 env = (OURS_PEERS[side]() if side in OURS_PEERS else
-                       {**({} if side == "auto" else {"TRANSFORMER_IMPL": side})})
+                       {} if side == "auto" else {"TRANSFORMER_IMPL": side})
                 if side not in OURS_PEERS or side in OURS_PEERS_TAKE_OURS_ENV:
                     env = {**(ours_env or {}), **env}
             except NotRunnable as err:

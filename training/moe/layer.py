@@ -483,9 +483,11 @@ def moe_low_precision(ctx: LaunchContext) -> None:
     docs/levers.json (the advisor's measurements), and whether that recommends it (a notice;
     the run goes ahead)."""
     from training import REPO_ROOT
+    from training.optimize.config import shape_key
     from training.optimize.inputs import BadInput
     from training.optimize.levers import load_default, quote
     from training.platforms import platform_for_device_name
+    from training.run_description import Model, RunDescription
 
     s = ctx.settings
     recipe = s["PRECISION"]
@@ -500,13 +502,10 @@ def moe_low_precision(ctx: LaunchContext) -> None:
         s.info("moe_low_precision", f"PRECISION={recipe} on an MoE model: the measurements "
                f"cannot be read ({err}); nothing is quoted ({experts}).")
         return
-    gpus = s["GPUS_PER_NODE"] * s["NNODES"]
-    shape = {"model": ctx.preset.name, "num_layers": s["NUM_LAYERS"],
-             "seq_length": s["SEQ_LENGTH"], "mbs": s["MBS"], "global_batch": s["BS"],
-             "gpus": gpus, "tp": s["TP"], "pp": s["PP"],
-             "dp": gpus // (s["TP"] * s["PP"] * s["CP"]), "precision": "bf16",
-             "backend": s["TRANSFORMER_IMPL"]}
     platform = ctx.caps.platform          # the GPU this launch runs on (None: not a known one)
+    run = RunDescription(ctx.family, Model.of(ctx.preset), s.as_values(), platform,
+                         ctx.caps.to_dict())
+    shape = {**shape_key(run), "precision": "bf16"}   # the rows' baseline: bf16
     sets = {"PRECISION": recipe, **({"MOE_EXPERT_IMPL": "te"} if te_experts else {})}
     match = book.find(sets, shape, platform, measured=True,
                       without=() if te_experts else ("MOE_EXPERT_IMPL",))
