@@ -55,6 +55,7 @@ def test_a_prior_that_is_no_benchmark_json_is_not_resumed(fake_tools, tmp_path, 
     out_dir.mkdir()
     (out_dir / f"{PART}.json").write_text("[1, 2]")
     assert _run(out_dir, "--resume", "--repeats", "1") == 0
+    assert "(not a readable benchmark JSON): measured anew" in capsys.readouterr().out
     assert json.loads((out_dir / f"{PART}.json").read_text())["complete"]
 
 
@@ -73,6 +74,7 @@ def test_a_split_repeat_is_measured_again_whole():
      "it planned 3 repeats, this call asks 2"),
     (lambda d: d["shape"].update(seq_length=4096), "seq_length 4096 vs 8192"),
     (lambda d: d["configs"][1]["env"].update(MBS="4"), "sides or their settings differ"),
+    (lambda d: d["configs"][1].pop("env"), "sides or their settings differ"),   # hand-edited
 ])
 def test_another_plan_is_measured_anew(fake_tools, tmp_path, capsys, change, why):  # noqa: F811
     out_dir = tmp_path / "out"

@@ -312,6 +312,10 @@ def _prior(name: str, out: Path, configs, shape: BenchShape, specs, lines: list[
     for path in (out, record.BENCH_DIR / f"{name}.json"):
         prior = suites.saved_result(path)
         if prior is None:
+            if path.exists():   # truncated or not a benchmark JSON: said, then replaced
+                lines.append(f"  {name}: not resumed from {path} (not a readable benchmark "
+                             "JSON): measured anew")
+                return None, []
             continue
         problem = sweep.resume_problem(prior, configs, shape, record.gpu_info().get("name"))
         if problem:

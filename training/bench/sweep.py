@@ -83,7 +83,7 @@ def _safe(text: str) -> str:
 
 def whole_repeats(prior: dict, specs: list[PointSpec]) -> list[int]:
     """The repeats of the plan `specs` that `prior` (an earlier JSON) measured every point of."""
-    labels = {p.get("label") for p in prior.get("points", [])}
+    labels = {p.get("label") for p in prior.get("points", []) if isinstance(p, dict)}
     repeats = sorted({s.repeat for s in specs})
     return [r for r in repeats if all(s.label in labels for s in specs if s.repeat == r)]
 
@@ -104,8 +104,9 @@ def resume_problem(prior: dict, configs: list[Config], shape: BenchShape,
         return "its shape differs: " + ", ".join(
             f"{k} {theirs.get(k)} vs {v}" for k, v in mine.items() if theirs.get(k) != v)
     # the sides that run (a refused or inapplicable one has no points either way)
-    old = {(c["id"], tuple(sorted(c["env"].items())))
-           for c in prior.get("configs", []) if c["status"] == "planned"}
+    old = {(c.get("id"), tuple(sorted((c.get("env") or {}).items())))
+           for c in prior.get("configs", []) if isinstance(c, dict)
+           and c.get("status") == "planned"}
     new = {(c.id, tuple(sorted(c.env.items()))) for c in configs if c.runnable}
     if old != new:
         return "its sides or their settings differ: " + ", ".join(
@@ -121,7 +122,8 @@ def run(result: dict, configs: list[Config], shape: BenchShape, runner: Runner,
     `prior` (resume_problem None) keep its whole repeats and measure the rest."""
     specs = order(configs, shape)
     kept = whole_repeats(prior, specs) if prior else []
-    points = [p for p in prior["points"] if p.get("repeat") in kept] if kept else []
+    points = ([p for p in prior["points"] if isinstance(p, dict) and p.get("repeat") in kept]
+              if kept else [])
     planned = specs
     specs = [s for s in specs if s.repeat not in kept]
     result.update(configs=[c.to_dict() for c in configs], points=points, complete=False,
