@@ -29,6 +29,7 @@ TOGGLE_OF = {
     "nan_check": "NAN_CHECK",
     "metrics_warmup_iters": "METRICS_WARMUP_ITERS",
     "master_weights": "MASTER_WEIGHTS",
+    "hang_timeout": "HANG_TIMEOUT",
 }
 # Set by the MoE recipe layer's MOE_PERMUTE_FUSION (training/moe/layer.py: the run imports no
 # family, so its default is repeated here; tests/moe/test_moe_launch.py holds the two equal).
@@ -115,6 +116,9 @@ def add_training_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
                      default=_default("metrics_warmup_iters"),
                      help="Iterations left out of the steady-state figures (default: 20%% of "
                           "--train-iters, between 2 and 10).")
+    run.add_argument("--hang-timeout", type=int, default=_default("hang_timeout"),
+                     help="Seconds without a heartbeat after which every rank writes its "
+                          "stack to <run-dir>/stacks/ (training.resilience.heartbeat); 0: off.")
     return parser
 
 

@@ -10,11 +10,14 @@ iteration; the replacements below take their place through the patch table
                 data loading included, logging/eval/checkpointing excluded
   training_log  after Megatron's own logging, one line per iteration to <run>/metrics.jsonl
                 (loss, grad norm, lr, step time, tokens/s/GPU, model TFLOP/s/GPU, MFU,
-                peak memory) and the same scalars to TensorBoard; NAN_CHECK=step's stop
+                peak memory) and the same scalars to TensorBoard; NAN_CHECK=step's stop;
+                the iteration's heartbeat
   evaluate, evaluate_and_print_results  the validation loss, with its iteration, to
                 metrics.jsonl and to the loop listeners
   build_train_valid_test_data_iterators  the loop listeners told before any data is read
-  train         the loop listeners told when training starts and ends
+  train         the loop listeners told when training starts and ends; the heartbeats' first
+                and last beat (training.resilience.heartbeat: HANG_TIMEOUT, RESTARTS)
+  save_checkpoint_and_time  a heartbeat before each save
   (MoE models)  the routers' load balance and Megatron's aux losses per iteration in
                 metrics.jsonl (training.router_stats; the aux losses through the table's
                 moe_router_losses entry)
@@ -204,6 +207,8 @@ def logged_training_log(original, run):
         result = original(loss_dict, total_loss_dict, learning_rate, iteration, loss_scale,
                           report_memory_flag, skipped_iter, grad_norm, *a, **kw)
         _on_iteration(run.loop, iteration, loss_dict, learning_rate, grad_norm, skipped_iter)
+        if run.heartbeat is not None:
+            run.heartbeat.beat("step", iteration)
         if run.loop.nan_check_step:
             check_finite(iteration, loss_dict.get("lm loss"), grad_norm)
         return result
@@ -218,6 +223,8 @@ def listened_evaluate_and_print(original, run):
     def evaluate_and_print_results(prefix, forward_step_func, data_iterator, model, iteration,
                                    *a, **kw):
         run.eval_iteration, run.eval_loss = iteration, None
+        if run.heartbeat is not None:
+            run.heartbeat.beat("eval", iteration)
         for listener in run.listeners:
             listener.on_eval_start(run.args, iteration)
         result = original(prefix, forward_step_func, data_iterator, model, iteration, *a, **kw)
@@ -269,6 +276,8 @@ def listened_train(original, run):
     run ends unfinished, status aborted)."""
 
     def train(*a, **kw):
+        if run.heartbeat is not None:
+            run.heartbeat.beat("start", run.args.iteration or None)
         for listener in run.listeners:
             listener.on_train_start(run.args)
         try:
@@ -276,8 +285,20 @@ def listened_train(original, run):
         finally:
             for listener in run.listeners:
                 listener.on_train_end(run.args)
+            if run.heartbeat is not None:
+                run.heartbeat.beat("end", run.args.iteration or None)
 
     return train
+
+
+def beating_save(original, run):
+    """save_checkpoint_and_time: a heartbeat (phase save) before each save."""
+
+    def save_checkpoint_and_time(iteration, *a, **kw):
+        run.heartbeat.beat("save", iteration)
+        return original(iteration, *a, **kw)
+
+    return save_checkpoint_and_time
 
 
 def stop_after_this_evaluation(args, iteration: int) -> None:

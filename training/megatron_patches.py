@@ -254,6 +254,12 @@ SIG_SET_RANDOM_SEED = ("(seed_, data_parallel_random_init=False, te_rng_tracker=
                        "inference_rng_tracker=False, use_cudagraphable_rng=False, "
                        "pp_group=None, dp_group=None, tp_group=None, ep_group=None, "
                        "etp_group=None)")
+SIG_DECIDE_EXIT = ("(model, optimizer, opt_param_scheduler, iteration, "
+                   "num_floating_point_operations_so_far, checkpointing_context, "
+                   "train_data_iterator)")
+SIG_SAVE_AND_TIME = ("(iteration, model, optimizer, opt_param_scheduler, "
+                     "num_floating_point_operations_so_far, checkpointing_context, "
+                     "non_persistent_ckpt=False, train_data_iterator=None)")
 SIG_MOE_AGGREGATE = "(self, loss_scale, num_moe_layers, metric_names, percentiles=None)"
 SIG_PERMUTE = ("(tokens, routing_map, probs=None, num_out_tokens=None, fused=False, "
                "drop_and_pad=False, tokens_per_expert=None, align_size=0)")
@@ -303,8 +309,21 @@ PATCHES: tuple[Patch, ...] = (
           "0's before Megatron seeds its generators (and before any dataset reads args.seed)",
           SIG_SET_RANDOM_SEED, when=lambda run: run.mlperf is not None, key=_this_run),
     Patch("train_listeners", f"{TRAINING}:train", "training.loop_hooks:listened_train",
-          "loop listeners told when training starts and ends (MLPerf's run_start/run_stop)",
-          SIG_TRAIN, when=lambda run: bool(run.listeners), key=_this_run),
+          "loop listeners told when training starts and ends (MLPerf's run_start/run_stop); "
+          "the heartbeats' first and last beat",
+          SIG_TRAIN, when=lambda run: bool(run.listeners) or run.heartbeat is not None,
+          key=_this_run),
+    Patch("preemption_record", f"{TRAINING}:checkpoint_and_decide_exit",
+          "training.resilience.preemption:recorded_exit",
+          "Megatron's exit at a signal (--exit-signal-handler) and a finished run both end "
+          "with status 0: the signal's exit writes preemption.json (the saved iteration) and "
+          "says so, for the supervisor's requeue status", SIG_DECIDE_EXIT,
+          when=lambda run: bool(run.args.exit_signal_handler), key=_this_run),
+    Patch("heartbeat_save", f"{TRAINING}:save_checkpoint_and_time",
+          "training.loop_hooks:beating_save",
+          "HANG_TIMEOUT/RESTARTS: a beat before each save (a save is where a rank spends "
+          "longest between iterations; the hang diagnosis says the rank was saving)",
+          SIG_SAVE_AND_TIME, when=lambda run: run.heartbeat is not None, key=_this_run),
     Patch("moe_router_losses",
           "megatron.core.transformer.moe.moe_logging:MoEMetricsTracker._aggregate",
           "training.router_stats:capturing_aggregate",

@@ -175,6 +175,7 @@ def main() -> None:
     args = parse_and_validate_args(extra_args_provider=add_training_args)
     _quiet_log(args.run_dir, rank)
     run = Run(args=args, precision=_precision_of(args), rank=rank)
+    run.heartbeat = _heartbeat(args, rank)
     try:  # MLPERF_RUN set: the page cache dropped on each node, mllog's init_start on rank 0
         run.mlperf = mlperf_events.start(args)
     except mlperf_events.CacheNotCleared as err:
@@ -213,11 +214,25 @@ def main() -> None:
         _report(args, summary, run, timeline)
     if run.mlperf is not None:
         run.mlperf.log.close()
+    if run.heartbeat is not None:
+        run.heartbeat.close()
     # Megatron leaves the process groups to the interpreter's exit, where torch warns
     # ("destroy_process_group() was not called before program exit, which can leak
     # resources", in every run's log on the H200s): end them here.
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+
+
+def _heartbeat(args, rank: int):
+    """This rank's heartbeats (training.resilience.heartbeat) when something reads them: the
+    supervisor (it names the run folder in the environment) or HANG_TIMEOUT's stack dump."""
+    from training.resilience.heartbeat import HeartbeatWriter
+    from training.resilience.supervise import RUN_DIR_ENV
+
+    if not args.run_dir or not (args.hang_timeout > 0 or os.environ.get(RUN_DIR_ENV)):
+        return None
+    return HeartbeatWriter(args.run_dir, rank, int(os.environ.get("WORLD_SIZE", "1")),
+                           args.hang_timeout)
 
 
 def _quiet_log(run_dir: str | None, rank: int) -> None:
@@ -340,4 +355,10 @@ def exit_on_error(run) -> None:
 
 
 if __name__ == "__main__":
-    exit_on_error(main)
+    try:
+        exit_on_error(main)
+    except SystemExit as stop:   # a user error's 2, for the supervisor (torchrun says 1)
+        from training.resilience.supervise import record_worker_exit
+
+        record_worker_exit(stop.code)
+        raise

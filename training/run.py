@@ -24,6 +24,7 @@ class Run:
     eval_loss: float | None = None              # its loss, on the rank that computed it
     data_announced: bool = False                # listeners told before the data is read
     patched: list[str] = field(default_factory=list)   # patch names applied, in order
+    heartbeat: Any = None                       # training.resilience.heartbeat.HeartbeatWriter
 
     @property
     def listeners(self) -> list:

@@ -12,7 +12,7 @@ export PYTHONPATH="$REPO_ROOT${PYTHONPATH:+:$PYTHONPATH}"
 
 # resolve_launch FAMILY [KEY=VALUE ...] [--megatron-flags ...]
 # Defines GPT_ARGS TRAIN_ARGS DATA_ARGS OUTPUT_ARGS EXTRA_ARGS DISTRIBUTED_ARGS USER_ARGS
-# PROFILER_PREFIX (arrays), LOG_DIR, LOG_FILE (train.log; train.node<N>.log when NNODES > 1),
+# PROFILER_PREFIX SUPERVISOR_ARGS (arrays), LOG_DIR, LOG_FILE (train.log; train.node<N>.log when NNODES > 1),
 # LAUNCH_LINE, DRY_RUN, TEE_OUTPUT, and exports the environment presets. The launcher's
 # command line (training.launch) with the memory pre-flight (PREFLIGHT_MEMORY, docs/optimize.md).
 resolve_launch() {
@@ -39,6 +39,7 @@ print_buckets() {
         echo "OUTPUT_ARGS: ${OUTPUT_ARGS[*]}"
         echo "EXTRA_ARGS:  ${EXTRA_ARGS[*]} ${USER_ARGS[*]}"
         echo "DISTRIBUTED_ARGS: ${DISTRIBUTED_ARGS[*]}"
+        echo "SUPERVISOR_ARGS: ${SUPERVISOR_ARGS[*]}"
     fi
     echo "LOG_DIR=$LOG_DIR"
     # the log's name when it is not the run folder's train.log (one per node of several)
@@ -50,11 +51,18 @@ print_buckets() {
 
 # exec_torchrun: this node's output goes to LOG_FILE (and the console, unless TEE_OUTPUT=0),
 # then the launch replaces the shell:
-#   [nsys ...] torchrun DISTRIBUTED_ARGS training/pretrain_gpt.py GPT_ARGS TRAIN_ARGS DATA_ARGS
-#       OUTPUT_ARGS EXTRA_ARGS USER_ARGS
+#   [supervisor --] [nsys ...] torchrun DISTRIBUTED_ARGS training/pretrain_gpt.py GPT_ARGS
+#       TRAIN_ARGS DATA_ARGS OUTPUT_ARGS EXTRA_ARGS USER_ARGS
+# The supervisor (training/resilience/supervise.py, with SUPERVISOR_ARGS) forwards a stop signal
+# to the workers (save, exit 75 to requeue), restarts a failed run (RESTARTS) and ends a hung
+# one (HANG_TIMEOUT).
 exec_torchrun() {
+    local supervisor=()
+    if [ -n "${SUPERVISOR_ARGS+set}" ]; then
+        supervisor=("$PYTHON" -m training.resilience.supervise "${SUPERVISOR_ARGS[@]}" --)
+    fi
     if [ "${TEE_OUTPUT:-1}" = 0 ]; then exec >> "$LOG_FILE" 2>&1; else exec > >(tee -a "$LOG_FILE") 2>&1; fi
-    exec "${PROFILER_PREFIX[@]}" torchrun "${DISTRIBUTED_ARGS[@]}" "$REPO_ROOT/training/pretrain_gpt.py" \
+    exec "${supervisor[@]}" "${PROFILER_PREFIX[@]}" torchrun "${DISTRIBUTED_ARGS[@]}" "$REPO_ROOT/training/pretrain_gpt.py" \
         "${GPT_ARGS[@]}" "${TRAIN_ARGS[@]}" "${DATA_ARGS[@]}" "${OUTPUT_ARGS[@]}" "${EXTRA_ARGS[@]}" \
         "${USER_ARGS[@]}"
 }

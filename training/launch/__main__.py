@@ -1,7 +1,8 @@
 """`python -m training.launch --family llama3 [KEY=VALUE ...] [--megatron-flags ...]`
 
 Called by examples/*/train_*.sh. Prints the toggle table on stderr and, on stdout, shell
-assignments for the script to `eval`: the buckets as bash arrays, LOG_DIR, LOG_FILE (this
+assignments for the script to `eval`: the buckets as bash arrays, the supervisor's options
+(SUPERVISOR_ARGS, training.resilience.supervise), LOG_DIR, LOG_FILE (this
 node's log: train.log, or train.node<N>.log when NNODES > 1), the launch line and
 the environment presets, TEE_OUTPUT. Every value is shell-quoted: nothing a user typed is
 executed.
@@ -31,6 +32,7 @@ def shell_assignments(launch) -> str:
         lines.append(f"{bucket}=({' '.join(q(w) for w in launch.buckets[bucket])})")
     lines.append(f"USER_ARGS=({' '.join(q(w) for w in launch.user_args)})")
     lines.append(f"PROFILER_PREFIX=({' '.join(q(w) for w in launch.profiler_prefix)})")
+    lines.append(f"SUPERVISOR_ARGS=({' '.join(q(w) for w in launch.supervisor_args)})")
     lines.append(f"LOG_DIR={q(str(launch.log_dir))}")
     log_name = node_log_name(launch.settings["NNODES"], launch.settings["NODE_RANK"])
     lines.append(f"LOG_FILE={q(str(launch.log_dir / log_name))}")

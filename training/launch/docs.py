@@ -28,7 +28,8 @@ GROUP_TITLES = {
     "model": "Model", "precision": "Precision", "backend": "Backend", "parallel": "Parallelism",
     "optimizer": "Optimizer state",
     "training": "Training loop", "data": "Data", "output": "Run folder, logging, checkpoints",
-    "profile": "Profiling", "cluster": "Cluster (torchrun)", "launcher": "Launcher",
+    "profile": "Profiling", "resilience": "Preemption, restarts, hangs",
+    "cluster": "Cluster (torchrun)", "launcher": "Launcher",
     "mlperf": "MLPerf Llama 3.1 8B (examples/mlperf/llama31_8b)",
     "moe": "Mixture of experts (examples/moe; MoE presets only)",
 }

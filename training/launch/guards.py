@@ -1085,6 +1085,35 @@ def save_checkpoint(ctx: LaunchContext) -> None:
 
 
 @guard
+def resilience(ctx: LaunchContext) -> None:
+    """RESTARTS and PREEMPTION=requeue resume from SAVE's checkpoints: refused without SAVE;
+    a HANG_TIMEOUT below a minute is a warning (a first step or a save may take longer)."""
+    s = ctx.settings
+    save = s.get("SAVE")
+    if s["RESTARTS"] > 0 and not save:
+        raise Refusal("resilience", f"RESTARTS={s['RESTARTS']} restarts a failed run from the "
+                                    "last complete checkpoint in SAVE, and SAVE is not set: set "
+                                    "SAVE (and SAVE_INTERVAL: a restart repeats the iterations "
+                                    "since the last save), or RESTARTS=0.")
+    if s["PREEMPTION"] == "requeue" and not save:
+        raise Refusal("resilience", "PREEMPTION=requeue saves at a stop signal for the requeued "
+                                    "job to resume, and SAVE is not set: set SAVE, or "
+                                    "PREEMPTION=stop.")
+    if s["RESTARTS"] > 0:
+        load = s.get("LOAD")
+        first = f"the first attempt loads LOAD={load}; " if load and \
+            Path(os.path.realpath(load)) != Path(os.path.realpath(save)) else ""
+        s.info("resilience", f"RESTARTS={s['RESTARTS']}: {first}a failed attempt restarts "
+                             f"from the last complete checkpoint in SAVE={save}, after "
+                             f"{s['RESTART_BACKOFF']} s (doubling); restarts.jsonl in the run "
+                             "folder records each.")
+    timeout = s["HANG_TIMEOUT"]
+    if 0 < timeout < 60:
+        s.warn("resilience", f"HANG_TIMEOUT={timeout} s: a first step (compilation), a save or an "
+                             "evaluation that takes longer ends a healthy run as hung.")
+
+
+@guard
 def data_path(ctx: LaunchContext) -> None:
     """Every prefix exists and all were built with TOKENIZER_MODEL (or one shared tokenizer)."""
     s = ctx.settings
@@ -1163,7 +1192,8 @@ def run_folder(ctx: LaunchContext) -> None:
 # define (a test keeps the list whole): a KEY=VALUE word of one of these names would replace
 # them in the script (LOG_DIR= once broke the log file that way).
 SCRIPT_VARIABLES = ("GPT_ARGS", "TRAIN_ARGS", "DATA_ARGS", "OUTPUT_ARGS", "EXTRA_ARGS",
-                    "DISTRIBUTED_ARGS", "USER_ARGS", "PROFILER_PREFIX", "LOG_FILE",
+                    "DISTRIBUTED_ARGS", "USER_ARGS", "PROFILER_PREFIX", "SUPERVISOR_ARGS",
+                    "LOG_FILE",
                     "LAUNCH_LINE", "LAUNCH_LINE_WRAPPED", "REPO_ROOT", "PYTHON", "PATH",
                     "PYTHONPATH")
 

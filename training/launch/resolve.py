@@ -74,6 +74,14 @@ class Launch:
         return words + self.user_args
 
     @property
+    def supervisor_args(self) -> list[str]:
+        """The supervisor's options (training.resilience.supervise: preemption, restarts,
+        hangs); examples/lib/launch.sh runs the command under it."""
+        from training.resilience.supervise import launcher_words
+
+        return launcher_words(self.settings, self.log_dir)
+
+    @property
     def command_line(self) -> str:
         return shlex.join(self.command)
 
@@ -345,6 +353,16 @@ def _fork_defaults(family: str, settings: Settings) -> None:
                       f"{' '.join(theirs)} for the fork's run.")
 
 
+def _derive_preemption(settings: Settings) -> None:
+    """PREEMPTION=auto: requeue when there is a checkpoint to resume from (SAVE); without
+    SAVE it stays auto, which stops (the registry's help says so; every launch without SAVE
+    would otherwise show the line)."""
+    if settings["PREEMPTION"] == "auto" and settings.get("SAVE"):
+        settings.values["PREEMPTION"] = Setting(
+            "PREEMPTION", "requeue", "derived",
+            "auto, SAVE is set: a stop signal saves at the next step, exit 75 to requeue")
+
+
 def _derive_datasets(settings: Settings) -> list | Exception | None:
     """The datasets' headers (the data_path guard refuses a problem); TOKENIZER_MODEL, when
     unset, is the one they were built with."""
@@ -493,6 +511,7 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
         moe, getattr(preset, "linear_bias", False), getattr(preset, "clamped_swiglu", False)))
     applied += apply_layers(layers, settings, toggles, stage="derived")
     _derive_schedule(settings)
+    _derive_preemption(settings)
     datasets = _derive_datasets(settings)
     tokenizer = _derive_tokenizer(settings, datasets)
     _derive_wandb(settings, user.fork)

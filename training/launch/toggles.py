@@ -742,6 +742,31 @@ REGISTRY: tuple[Toggle, ...] = (
     Toggle("PROFILE_RANKS", "str", "0", OUTPUT_ARGS, "Ranks to profile (space or comma list).",
            flag="--profile-ranks", group="profile", emitted_by="PROFILE", multi=True),
 
+    # -- preemption, restarts, hangs (training/resilience; docs/launch.md, "Runs that last") ---
+    Toggle("PREEMPTION", "choice", "auto", LAUNCHER,
+           "A stop signal (SIGTERM, Ctrl-C, Slurm's warning SIGUSR2) lets every rank finish its "
+           "step, save when SAVE is set, and stop. requeue: the run exits 75 once that "
+           "checkpoint is complete, for the scheduler to requeue it (launchers/slurm/"
+           "train.sbatch does) and resume; stop: exit 143; auto: requeue with SAVE, stop "
+           "without.", choices=("auto", "requeue", "stop"), group="resilience"),
+    Toggle("RESTARTS", "int", 0, LAUNCHER,
+           "Restart a failed run up to N times, each from the last complete checkpoint in SAVE, "
+           "after RESTART_BACKOFF seconds (doubling); every restart is a line of the run "
+           "folder's restarts.jsonl. Never after success, a user error (exit 2) or a "
+           "preemption; not again once the same iteration failed twice in a row.",
+           group="resilience", check=Range(0, 1000)),
+    Toggle("RESTART_BACKOFF", "int", 10, LAUNCHER,
+           "Seconds before the first restart; each next one waits twice as long (at most 600).",
+           group="resilience", check=Range(0, 600)),
+    Toggle("HANG_TIMEOUT", "int", 0, OUTPUT_ARGS,
+           "Seconds without progress on any rank (no iteration ended, no save or evaluation "
+           "began) after which the run counts as hung: every rank's Python stack goes to the "
+           "run folder's stacks/, a one-line diagnosis (which rank is behind, where) to the log "
+           "and hang.txt, and the run ends with status 124 (or restarts, with RESTARTS). Above "
+           "the longest step, save and evaluation; below the NCCL timeout (600 s) to act "
+           "first. 0: off.", flag="--hang-timeout", group="resilience", check=AT_LEAST_0,
+           when=lambda s: s["HANG_TIMEOUT"] > 0),
+
     # -- cluster (torchrun) -----------------------------------------------------------------------
     Toggle("NNODES", "int", 1, DISTRIBUTED_ARGS, "Nodes in the job.", flag="--nnodes",
            group="cluster", check=Range(1, 65536)),

@@ -1,0 +1,17 @@
+"""Runs that survive: preemption, restarts and hangs (issue 52).
+
+  supervise    the process between the launcher's bash entry and torchrun: forwards a
+               preemption signal to the workers (save at the next step, exit for a requeue),
+               restarts a crashed run from its last complete checkpoint (RESTARTS, back-off,
+               restarts.jsonl), and ends a run whose ranks stopped making progress
+               (HANG_TIMEOUT) with every rank's stack and a one-line diagnosis
+  heartbeat    the workers' side: one small file per rank, written at each iteration by the
+               loop hooks, and the faulthandler dump armed with it; the watchdog's reading
+               and diagnosis of them
+  preemption   the workers' side of a signal: which iteration was saved, in the run folder
+  checkpoints  which checkpoint of a SAVE folder is the last complete one
+  exits        the exit statuses a scheduler sees
+
+Everything here but `heartbeat.HeartbeatWriter` and `preemption` runs above torchrun, with the
+standard library only.
+"""
