@@ -36,6 +36,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -303,7 +304,33 @@ def run_sbatch(environ: dict[str, str], script: str, words: list[str],
         run_node({**environ, **secrets}, script, public, node_rank=0, repo=repo)
         return
     sys.stdout.flush()
-    os.execvpe(argv[0], argv, {**environ, **secrets})
+    sys.exit(run_and_requeue(argv, {**environ, **secrets}))
+
+
+def run_and_requeue(argv: list[str], environ: dict[str, str]) -> int:
+    """srun, then the batch job's answer to its status: a preempted run (the supervisor's
+    exit 75: it saved at Slurm's warning signal) is requeued with `scontrol requeue`, so it
+    resumes from that checkpoint when it runs again (RUN_ID slurm-<job>.r<n>, LOAD=SAVE).
+    A warning signal sent to this batch process alone (`--signal=B:USR2@...`) goes on to srun,
+    which hands it to every task."""
+    from training.resilience.exits import PREEMPTED
+
+    proc = subprocess.Popen(argv, env=environ)
+    signal.signal(signal.SIGUSR2, lambda signum, frame: proc.send_signal(signum))
+    status = proc.wait()
+    job = environ.get("SLURM_JOB_ID", "").strip()
+    if status == PREEMPTED and job:
+        requeue = ["scontrol", "requeue", job]
+        print(f"train.sbatch: the run was preempted and saved (exit {PREEMPTED}): "
+              f"{shlex.join(requeue)}", file=sys.stderr, flush=True)
+        try:
+            done = subprocess.run(requeue, env=environ, timeout=60).returncode
+        except (OSError, subprocess.SubprocessError) as err:
+            done = f"{err}"
+        if done != 0:
+            print(f"train.sbatch: `{shlex.join(requeue)}` failed ({done}): submit the job "
+                  "again to resume from the checkpoint.", file=sys.stderr, flush=True)
+    return status
 
 
 def main(argv: list[str] | None = None) -> int:

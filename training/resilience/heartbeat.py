@@ -119,8 +119,8 @@ def read_beats(run_dir: str | Path, since: float = 0.0) -> dict[int, Beat]:
 
 def stalled_for(beats: dict[int, Beat], now: float) -> float | None:
     """Seconds since the newest beat of any rank, or None while nothing is watched (no beat
-    yet: start-up, loading; or training has ended: the final save)."""
-    if not beats or any(b.phase == "end" for b in beats.values()):
+    yet: start-up, loading; or every rank has ended training: the final save)."""
+    if not beats or all(b.phase == "end" for b in beats.values()):
         return None
     return now - max(b.time for b in beats.values())
 
