@@ -5,7 +5,9 @@
 
 examples/lib/launch.sh's exec_torchrun runs torchrun under it (the options from the registry's
 PREEMPTION, RESTARTS, RESTART_BACKOFF and HANG_TIMEOUT); its output is torchrun's, its exit
-status the run's (training.resilience.exits).
+status the run's (training.resilience.exits). torchrun itself runs as
+training.resilience.torchrun: the same, with a failed worker told in one line instead of
+torchrun's traceback.
 
 Preemption. SIGTERM, SIGINT, SIGHUP and SIGUSR2 (Slurm's warning signal, `#SBATCH
 --signal=USR2@...` in launchers/slurm/train.sbatch) are caught here and forwarded as SIGTERM to
@@ -141,8 +143,13 @@ class Supervisor:
 
     def command_for(self, attempt: int) -> list[str]:
         """The first attempt runs the command as given; a restart resumes from the last
-        complete checkpoint in SAVE (the first attempt's own --load otherwise)."""
+        complete checkpoint in SAVE (the first attempt's own --load otherwise). The word
+        `torchrun` runs as training.resilience.torchrun: torchrun with a failed worker told in
+        one line, not its traceback."""
         command = list(self.opts.command)
+        if "torchrun" in command:
+            i = command.index("torchrun")
+            command[i:i + 1] = [sys.executable, "-m", "training.resilience.torchrun"]
         if attempt == 0 or not self.opts.save:
             return command
         iteration = last_complete_checkpoint(self.opts.save)
