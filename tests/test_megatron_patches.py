@@ -97,8 +97,10 @@ def test_applying_twice_is_a_no_op_logged_once_and_another_run_rebuilds_without_
 def test_the_run_entries_go_into_megatron_and_come_back_out():
     run_entries = [p for p in mp.PATCHES if p.group == "run"]
     before = {p.name: original_of(p) for p in run_entries}
-    # a listener (train too) and an MoE model (its aux-loss capture too)
-    run = Run(args=Namespace(num_experts=8), mlperf=types.SimpleNamespace())
+    # a listener (train too), an MoE model (its aux-loss capture too), Megatron's signal
+    # handler (the preemption record) and heartbeats (the save's beat)
+    run = Run(args=Namespace(num_experts=8, exit_signal_handler=True),
+              mlperf=types.SimpleNamespace(), heartbeat=types.SimpleNamespace())
     mp.apply(run, groups=("run",))
     for patch in run_entries:
         owner, attribute = mp.owner_of(patch)
