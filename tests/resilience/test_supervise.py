@@ -148,6 +148,23 @@ def test_a_stop_signal_saves_at_the_next_step_and_exits_for_a_requeue(tmp_path, 
     assert restarts(run) == []
 
 
+def test_a_stop_signal_during_the_back_off_ends_it(tmp_path):
+    """A restart waits RESTART_BACKOFF seconds; a stop signal then ends the run at once."""
+    from training.resilience.supervise import Options, Supervisor
+
+    sup = Supervisor(Options(tmp_path, ["true"]))
+    slept = []
+
+    def sleep(s):
+        slept.append(s)
+        if len(slept) == 3:
+            sup.signals.append(signal.SIGTERM)
+
+    sup.sleep = sleep
+    sup.back_off(600)
+    assert len(slept) == 3 and all(s <= 0.2 for s in slept)
+
+
 def test_a_stop_signal_without_save_stops_with_143(tmp_path):
     proc, run, _ = supervise(tmp_path, iters=100000, preemption="stop", save=False, wait=False)
     _wait_for_beats(run, proc)

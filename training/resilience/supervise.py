@@ -40,6 +40,7 @@ import ctypes
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -121,11 +122,17 @@ class Supervisor:
                 if resume is not None else "the start (no complete checkpoint yet)"
             self.say(f"{outcome.detail or f'the run failed (exit {outcome.status})'}; restart "
                      f"{attempt + 1} of {self.opts.restarts} in {wait:g} s from {where}")
-            self.sleep(wait)
+            self.back_off(wait)
             if self.signals:          # stopped while waiting: nothing runs, nothing to save
                 self.say("a stop signal arrived during the back-off: not restarting")
                 return exits.STOPPED
             attempt += 1
+
+    def back_off(self, wait_s: float) -> None:
+        """Wait, in short sleeps: a stop signal ends the wait (time.sleep resumes after one)."""
+        end = time.monotonic() + wait_s
+        while not self.signals and time.monotonic() < end:
+            self.sleep(min(0.2, max(end - time.monotonic(), 0)))
 
     def restart_verdict(self, attempt: int, failures: list[int | None]) -> str:
         """Why the run is not restarted ('' when it is)."""
@@ -160,7 +167,8 @@ class Supervisor:
 
     def record(self, attempt: int, outcome: Outcome, resume: int | None, wait: float,
                verdict: str) -> None:
-        line = {"time": time.time(), "attempt": attempt, "exit_status": outcome.status,
+        line = {"time": time.time(), "host": socket.gethostname(), "attempt": attempt,
+                "exit_status": outcome.status,
                 "kind": outcome.kind, "reached_iteration": outcome.reached,
                 "restart": not verdict, "resume_from_iteration": resume if not verdict else None,
                 "backoff_s": wait, "why_not": verdict or None}
