@@ -23,11 +23,16 @@ def test_the_floors_hold():
     # the recorded flag list (launch/megatron_flags.py, run by hand, never at launch)
     assert edges["launch"] <= GROUND | {"records", "arguments"}, edges["launch"]
     assert edges["records"] <= GROUND | {"launch"}, edges["records"]
-    assert edges["deploy"] <= GROUND | {"launch"}, edges["deploy"]
+    # beside the launcher: deployment, and the supervisor between the entry and torchrun,
+    # whose exit statuses the Slurm script answers (resilience: the standard library, and the
+    # checkpoint reader in its rehearsal)
+    assert edges["deploy"] <= GROUND | {"launch", "resilience"}, edges["deploy"]
+    assert edges["resilience"] <= GROUND | {"checkpoint"}, edges["resilience"]
     for part in GROUND:
         assert not edges[part] & ({"launch", "deploy"} | FAMILIES | READERS | RUN), part
     for part in READERS | FAMILIES | RUN:
         assert "deploy" not in edges[part], part
+    assert "resilience" not in edges["launch"]     # the launcher only names its options
     for part in RUN:                                            # the run builds MoE from
         assert "moe" not in edges[part], part                   # Megatron's arguments alone
 

@@ -75,11 +75,14 @@ class Launch:
 
     @property
     def supervisor_args(self) -> list[str]:
-        """The supervisor's options (training.resilience.supervise: preemption, restarts,
-        hangs); examples/lib/launch.sh runs the command under it."""
-        from training.resilience.supervise import launcher_words
-
-        return launcher_words(self.settings, self.log_dir)
+        """The supervisor's options (training/resilience/supervise.py: preemption, restarts,
+        hangs) from the settings; examples/lib/launch.sh runs the command under it."""
+        s = self.settings
+        preemption = "stop" if s["PREEMPTION"] == "auto" else s["PREEMPTION"]
+        words = ["--run-dir", str(self.log_dir), "--preemption", preemption,
+                 "--restarts", str(s["RESTARTS"]), "--backoff", str(s["RESTART_BACKOFF"]),
+                 "--hang-timeout", str(s["HANG_TIMEOUT"])]
+        return words + (["--save", str(s["SAVE"])] if s.get("SAVE") else [])
 
     @property
     def command_line(self) -> str:

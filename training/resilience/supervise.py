@@ -393,15 +393,6 @@ def _without(words: list[str], flags: tuple[str, ...]) -> list[str]:
     return out
 
 
-def launcher_words(settings, run_dir: Path) -> list[str]:
-    """The supervisor's options for a resolved launch (training.launch.resolve.Launch)."""
-    preemption = "stop" if settings["PREEMPTION"] == "auto" else settings["PREEMPTION"]
-    words = ["--run-dir", str(run_dir), "--preemption", preemption,
-             "--restarts", str(settings["RESTARTS"]), "--backoff",
-             str(settings["RESTART_BACKOFF"]), "--hang-timeout", str(settings["HANG_TIMEOUT"])]
-    return words + (["--save", str(settings["SAVE"])] if settings.get("SAVE") else [])
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if "--" not in argv:
