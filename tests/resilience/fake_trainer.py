@@ -3,7 +3,8 @@
     python fake_trainer.py --run-dir RUN --ranks 2 --iters 8 [--save DIR --save-interval 2]
         [--load DIR --ckpt-step N] [--cues CUES.json] [--hang-timeout S]
 
-The parent plays torchrun: it starts one process per rank, each in a session of its own (as
+With --under-torchrun a real torchrun starts the ranks (RANK, WORLD_SIZE). Otherwise the
+parent plays torchrun: it starts one process per rank, each in a session of its own (as
 torchrun does), and exits 0 when all succeed, 1 as soon as one fails (after killing the rest),
 whatever the rank's own status. Each rank plays Megatron's loop: an iteration takes a few ms,
 then a heartbeat (training.resilience.heartbeat, as the loop hooks write it); every
@@ -49,7 +50,12 @@ def parse(argv):
     p.add_argument("--ckpt-step", type=int, default=None)
     p.add_argument("--cues", default=None)
     p.add_argument("--hang-timeout", type=float, default=0)
-    return p.parse_args(argv)
+    p.add_argument("--under-torchrun", action="store_true",
+                   help="a rank started by a real torchrun (RANK, WORLD_SIZE)")
+    args = p.parse_args(argv)
+    if args.under_torchrun:
+        args.rank, args.ranks = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    return args
 
 
 def parent(argv, args) -> int:

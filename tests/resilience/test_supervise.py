@@ -113,10 +113,13 @@ def test_a_user_error_is_never_restarted(tmp_path):
 
 
 def _wait_for_beats(run: Path, proc, iteration: int = 2) -> None:
+    """Until rank 0 of this attempt (a beat newer than now) has ended `iteration`."""
     path = run / "heartbeat" / "rank0.json"
-    for _ in range(500):
+    since = time.time()
+    for _ in range(1500):
         try:
-            if json.loads(path.read_text()).get("iteration", 0) or 0 >= iteration:
+            beat = json.loads(path.read_text())
+            if beat["time"] >= since and (beat.get("iteration") or 0) >= iteration:
                 return
         except (OSError, ValueError):
             pass
@@ -201,3 +204,35 @@ def test_a_hang_counts_as_a_failure_for_restarts(tmp_path):
     [line] = restarts(run)
     assert line["kind"] == "hung" and line["exit_status"] == exits.HUNG
     assert line["resume_from_iteration"] == 2
+
+
+def test_under_a_real_torchrun_a_crash_restarts_and_a_stop_signal_reaches_the_workers(tmp_path):
+    """The supervisor over torch's own torchrun (run as training.resilience.torchrun): a rank's
+    crash is one line, no traceback, and the run restarts from its checkpoint; then SIGTERM
+    reaches the workers through torchrun's children, they save and stop, exit 75."""
+    run, ckpt = tmp_path / "run", tmp_path / "ckpt"
+    run.mkdir()
+    cues = tmp_path / "cues.json"
+    cues.write_text(json.dumps([{"at": 5, "rank": 0, "do": "crash", "once": True}]))
+    def command(iters):
+        return [sys.executable, "-m", "training.resilience.supervise", "--run-dir", str(run),
+                "--restarts", "1", "--backoff", "0", "--preemption", "requeue", "--poll", "0.1",
+                "--save", str(ckpt), "--", "torchrun", "--nproc-per-node", "2",
+                "--master-port", "0", str(FAKE), "--under-torchrun", "--run-dir", str(run),
+                "--iters", str(iters), "--save", str(ckpt), "--save-interval", "2",
+                "--cues", str(cues)]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    done = subprocess.run(command(8), env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == exits.DONE, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "failed: rank 0 (pid " in done.stderr and ") exit 1" in done.stderr
+    assert restarts(run)[0]["resume_from_iteration"] == 4
+    assert ran(run, 0) == list(range(1, 9))
+
+    proc = subprocess.Popen(command(100000), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _wait_for_beats(run, proc, iteration=20)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == exits.PREEMPTED, err
+    assert "asked the 2 worker(s) to save" in err
