@@ -61,7 +61,11 @@ exec_torchrun() {
     if [ -n "${SUPERVISOR_ARGS+set}" ]; then
         supervisor=("$PYTHON" -m training.resilience.supervise "${SUPERVISOR_ARGS[@]}" --)
     fi
-    if [ "${TEE_OUTPUT:-1}" = 0 ]; then exec >> "$LOG_FILE" 2>&1; else exec > >(tee -a "$LOG_FILE") 2>&1; fi
+    # tee ignores the stop signals (Ctrl-C reaches the whole terminal group, Slurm's SIGUSR2
+    # every process of the job): it ends when the run's output does, so nothing is lost while
+    # the run saves and stops
+    if [ "${TEE_OUTPUT:-1}" = 0 ]; then exec >> "$LOG_FILE" 2>&1
+    else exec > >(trap '' INT TERM HUP USR2; exec tee -a "$LOG_FILE") 2>&1; fi
     exec "${supervisor[@]}" "${PROFILER_PREFIX[@]}" torchrun "${DISTRIBUTED_ARGS[@]}" "$REPO_ROOT/training/pretrain_gpt.py" \
         "${GPT_ARGS[@]}" "${TRAIN_ARGS[@]}" "${DATA_ARGS[@]}" "${OUTPUT_ARGS[@]}" "${EXTRA_ARGS[@]}" \
         "${USER_ARGS[@]}"

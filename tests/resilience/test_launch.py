@@ -144,3 +144,30 @@ def test_a_preempted_run_requeues_its_job(tmp_path, status, requeued):
     if requeued:
         assert (tmp_path / "requeue.args").read_text().split() == ["requeue", "4242"]
         assert "preempted and saved (exit 75): scontrol requeue 4242" in proc.stderr
+
+
+def test_the_logs_tee_outlives_the_stop_signals_of_the_whole_group(tmp_path):
+    """Ctrl-C reaches the terminal's whole process group and Slurm's SIGUSR2 every process of
+    the job: the log's tee must not die of them while the run saves and stops."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # the signals come once the run is under way (the tee's trap is set by then)
+    write_tool(bin_dir, "torchrun", "#!/usr/bin/env bash\ntrap '' USR2 INT\necho before\n"
+                                    "sleep 1\nkill -USR2 0\nkill -INT 0\nsleep 0.3\n"
+                                    "echo after\n")
+    log = tmp_path / "train.log"
+    script = f"""
+set -euo pipefail
+PYTHON={sys.executable} source {REPO}/examples/lib/launch.sh
+PATH={bin_dir}:$PATH
+GPT_ARGS=() TRAIN_ARGS=() DATA_ARGS=() OUTPUT_ARGS=() EXTRA_ARGS=() USER_ARGS=()
+DISTRIBUTED_ARGS=() PROFILER_PREFIX=() LOG_FILE={log}
+exec_torchrun
+"""
+    proc = subprocess.run(["setsid", "bash", "-c", script], capture_output=True, text=True,
+                   timeout=60)
+    for _ in range(50):          # tee writes the log from its own process
+        if "after" in log.read_text():
+            break
+        __import__("time").sleep(0.1)
+    assert log.read_text().split() == ["before", "after"], proc.stderr

@@ -95,7 +95,10 @@ class Supervisor:
         self.signals.append(signum)
 
     def say(self, text: str) -> None:
-        print(f"[supervise] {text}", file=self.log, flush=True)
+        try:
+            print(f"[supervise] {text}", file=self.log, flush=True)
+        except OSError:      # the log's reader is gone: the run goes on, its record too
+            pass
 
     # -- the run ---------------------------------------------------------------------------
     def run(self) -> int:
