@@ -236,3 +236,32 @@ def test_under_a_real_torchrun_a_crash_restarts_and_a_stop_signal_reaches_the_wo
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == exits.PREEMPTED, err
     assert "asked the 2 worker(s) to save" in err
+
+
+def test_a_killed_supervisor_takes_torchrun_down_with_it(tmp_path):
+    """SIGKILL of the supervisor: torchrun (here a sleeper) gets SIGTERM, not left running
+    unwatched in its own session."""
+    from training.resilience.supervise import _children
+
+    sup = subprocess.Popen([sys.executable, "-m", "training.resilience.supervise", "--run-dir",
+                            str(tmp_path), "--", sys.executable, "-c",
+                            "import time; time.sleep(60)"],
+                           env=dict(os.environ, PYTHONPATH=str(REPO)))
+    for _ in range(500):
+        kids = _children(sup.pid)
+        if kids:
+            break
+        time.sleep(0.01)
+    [child] = kids
+    sup.kill()
+    sup.wait()
+    for _ in range(300):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            return
+        if Path(f"/proc/{child}/stat").read_text().split(") ")[1].startswith("Z"):
+            return                                    # ended, awaiting its reaper
+        time.sleep(0.01)
+    os.kill(child, signal.SIGKILL)
+    pytest.fail("the command outlived its killed supervisor")

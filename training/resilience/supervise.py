@@ -55,7 +55,7 @@ MAX_BACKOFF_S = 600.0
 SAME_FAILURE_LIMIT = 2                  # failures in a row at one iteration end the run
 RUN_DIR_ENV = "SUPERVISED_RUN_DIR"      # the workers record a user error's exit there
 WORKER_EXITS = "worker_exits"
-PR_SET_CHILD_SUBREAPER = 36
+PR_SET_CHILD_SUBREAPER, PR_SET_PDEATHSIG = 36, 1
 
 
 @dataclass
@@ -292,8 +292,14 @@ class Supervisor:
 
 def _ignore_warning_signal() -> None:
     """In torchrun (and so in the workers): SIGUSR2, Slurm's warning, is the supervisor's to
-    forward; torchrun's default for it would be to die."""
+    forward; torchrun's default for it would be to die. And should the supervisor itself be
+    killed, torchrun gets SIGTERM (its own shutdown of the workers) instead of running on
+    unwatched in its session."""
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _become_subreaper() -> None:
