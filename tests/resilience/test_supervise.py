@@ -137,9 +137,9 @@ def test_a_stop_signal_saves_at_the_next_step_and_exits_for_a_requeue(tmp_path, 
                                 wait=False)
     _wait_for_beats(run, proc)
     if everyone:
-        pids = [proc.pid] + [int(p) for p in subprocess.run(
-            ["pgrep", "-f", str(FAKE)], capture_output=True, text=True).stdout.split()]
-        for pid in pids:
+        from training.resilience.supervise import _descendants
+
+        for pid in [proc.pid, *_descendants(proc.pid)]:
             os.kill(pid, sig)
     else:
         proc.send_signal(sig)
