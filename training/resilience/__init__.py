@@ -11,7 +11,9 @@
   preemption   the workers' side of a signal: which iteration was saved, in the run folder
   checkpoints  which checkpoint of a SAVE folder is the last complete one
   exits        the exit statuses a scheduler sees
+  torchrun     torchrun with a failed worker told in one line (the supervisor runs it)
+  rehearsal    kill, restart, extend, compare: the GPU rehearsal's driver
 
-Everything here but `heartbeat.HeartbeatWriter` and `preemption` runs above torchrun, with the
-standard library only.
+The supervisor, heartbeats' reading, checkpoints and exits use the standard library only (they
+run above torchrun); `heartbeat.HeartbeatWriter` and `preemption` run in the workers.
 """
