@@ -19,16 +19,10 @@ from typing import Any, Optional, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from training.cli import BadFile, read_json
-from training.launch.settings import LaunchError
+from training.reading import RecordError, read_json
 
 M = TypeVar("M", bound=BaseModel)
-
-
-class RecordError(BadFile, LaunchError):
-    """A file the project wrote (or should have) that cannot be used: one line, exit 2."""
-
-    exit_code = 2
+__all__ = ["RecordError", "read_record", "validate"]
 
 
 class Record(BaseModel):
@@ -132,8 +126,4 @@ def validate(data: Any, model: type[M], path: str | Path) -> M:
 def read_record(path: str | Path, model: type[M], what: str | None = None) -> M:
     """The JSON file at PATH as MODEL; RecordError when it is missing, not JSON, too deep or
     does not fit."""
-    try:
-        data = read_json(path, what or model.__name__)
-    except BadFile as err:
-        raise RecordError(str(err)) from None
-    return validate(data, model, path)
+    return validate(read_json(path, what or model.__name__), model, path)
