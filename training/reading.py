@@ -24,16 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from training.cli import BadFile
-from training.launch.settings import LaunchError
+from training.launch.settings import BadInput
 
 MAX_BYTES = 512 * 1024 * 1024   # a file read whole (metrics.jsonl of a long run: tens of MB)
 MAX_DEPTH = 100                 # nesting of JSON/YAML containers (ours: under 10)
 
 
-class RecordError(BadFile, LaunchError):
+class RecordError(BadFile, BadInput):
     """A file the project reads (its own, or one a user gives) that cannot be used: one line
     naming the file and the field, exit 2. training.cli.BadFile (a ValueError) and the
-    launcher's LaunchError at once, so every tool's handler prints it the same way."""
+    launcher's BadInput (a LaunchError) at once, so every tool's handler prints it the same
+    way."""
 
     exit_code = 2
 

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Optional, TypeVar
+from typing import Annotated, Any, Literal, Optional, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator,
+                      model_validator)
+from pydantic_core import PydanticCustomError
 
 from training.reading import RecordError, read_json
 
@@ -27,6 +29,42 @@ __all__ = ["RecordError", "read_record", "validate"]
 
 class Record(BaseModel):
     model_config = ConfigDict(extra="allow", strict=False)
+
+
+# Field types of what our writers write: never a string for a number, a bool for a count, a
+# fraction for a size, NaN or an infinity (strict: nothing converted on the way in).
+Count = Annotated[int, Strict(), Field(ge=0)]
+Size = Annotated[int, Strict(), Field(ge=1)]
+Number = Annotated[float, Strict(), Field(allow_inf_nan=False)]
+Text = Annotated[str, Strict()]
+Name = Annotated[str, Strict(), Field(min_length=1)]
+
+
+# -- the dataset record: PREFIX.dataset.json (training/data/record.py writes it) --------------
+
+class TokenizerEntry(Record):
+    path: Name
+    sha256: Name
+    config_sha256: Name
+    vocab_size: Size
+    eod_id: Count
+    eod_token: Optional[Text] = None
+    bos_id: Optional[Count] = None
+
+
+class DatasetRecord(Record):
+    """What training, `check verify` and the launcher read of PREFIX.dataset.json."""
+    format: Literal["training.data.dataset/1"]
+    tokenizer: TokenizerEntry
+    documents: Count
+    tokens: Count
+    dtype: Optional[Name] = None
+    input_lines: Optional[Count] = None
+    bin_bytes: Optional[Count] = None
+    idx_bytes: Optional[Count] = None
+    bin_sha256: Optional[Name] = None
+    idx_sha256: Optional[Name] = None
+    documents_ending_with_eod: Optional[Count] = None
 
 
 def _finite(value: float | None) -> float | None:
@@ -75,6 +113,108 @@ class MlperfSection(Record):
     _finite = field_validator("target_eval_loss")(classmethod(lambda cls, v: _finite(v)))
 
 
+class ModelSection(Record):
+    """manifest.json's model (training.run_description.Model.to_dict)."""
+    name: Name
+    num_layers: Size
+    hidden_size: Size
+    ffn_hidden_size: Size
+    num_attention_heads: Size
+    num_query_groups: Size
+    vocab_size: Size
+    max_position_embeddings: Size
+    seq_length: Size
+    rotary_base: Optional[Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]] = None
+    norm_epsilon: Optional[Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]] = None
+    rope_scaling_factor: Optional[Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]] = None
+    num_experts: Optional[Size] = None
+    preset_layers: Optional[Size] = None
+    kv_channels: Optional[Size] = None
+    router_topk: Optional[Count] = None
+    moe_ffn_hidden_size: Optional[Count] = None
+    shared_expert_ffn_hidden_size: Optional[Count] = None
+    sliding_window: Optional[Size] = None
+    rope_scaling: Optional[Annotated[bool, Strict()]] = None
+    qk_layernorm: Optional[Annotated[bool, Strict()]] = None
+    tied_embeddings: Optional[Annotated[bool, Strict()]] = None
+    qkv_bias: Optional[Annotated[bool, Strict()]] = None
+
+
+class LayoutSection(Record):
+    """manifest.json's layout (training.run_description.Layout.to_dict)."""
+    nnodes: Size
+    gpus_per_node: Size
+    tp: Size
+    pp: Size
+    cp: Size
+    mbs: Size
+    global_batch: Size
+    world_size: Optional[Size] = None
+    dp: Optional[Size] = None
+    microbatches: Optional[Size] = None
+
+
+def toggle_value_problem(name: str, value: Any) -> str | None:
+    """Why VALUE cannot be the resolved value of the registry's toggle NAME (its kind, its
+    choices, its range: training.launch.toggles, the one definition), or None. Names the
+    registry does not hold (a recipe layer's) and unset values (None) pass."""
+    from training.launch.toggles import BY_NAME, Range
+
+    toggle = BY_NAME.get(name)
+    if toggle is None or value is None:
+        return None
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    expected = {"bool": ("true or false", isinstance(value, bool)),
+                "int": ("a whole number", number and isinstance(value, int)),
+                "float": ("a finite number", number and math.isfinite(value))}.get(
+        toggle.kind, ("text", isinstance(value, str)))
+    if not expected[1]:
+        return f"must be {expected[0]} (got {str(value)[:40]!r})"
+    if toggle.kind == "choice" and value not in toggle.choices:
+        return f"must be one of {', '.join(toggle.choices)} (got {value[:40]!r})"
+    if isinstance(toggle.check, Range) and number and toggle.check.problem(value):
+        return f"{toggle.check.problem(value)}: must be {toggle.check.text} (got {value!r})"
+    return None
+
+
+class ValuesSection(Record):
+    """manifest.json's values: every toggle's resolved value, each held to the registry's
+    kind and range; the ones a run description derives from must be there."""
+    NNODES: Size
+    GPUS_PER_NODE: Size
+    TP: Size
+    PP: Size
+    CP: Size
+    MBS: Size
+    BS: Size
+    NUM_LAYERS: Size
+    SEQ_LENGTH: Size
+    PRECISION: Name
+    TRANSFORMER_IMPL: Name
+
+    @model_validator(mode="after")
+    def _registry(self) -> "ValuesSection":
+        for name, value in (self.model_extra or {}).items():
+            problem = toggle_value_problem(name, value)
+            if problem:
+                raise PydanticCustomError("toggle", "{name}: {problem}",
+                                          {"name": name, "problem": problem})
+        return self
+
+
+class RunManifest(Record):
+    """What the advisor, bench and the tools that read a run folder use of manifest.json:
+    the run description's sections (RunDescription.from_dict) typed and bounded."""
+    model: ModelSection
+    layout: LayoutSection
+    values: ValuesSection
+    toggles: list[Any] | dict[str, Any]
+    family: Optional[Name] = None
+    platform: Optional[Text] = None
+    dry_run: Optional[Annotated[bool, Strict()]] = None
+    run: Optional[dict[str, Any]] = None
+
+
 class ManifestHead(Record):
     """The parts of manifest.json that tools outside the launcher read."""
     schema_: Optional[int] = Field(None, alias="schema")
@@ -109,10 +249,13 @@ class EvalAccuracy(MlperfEvent):
 
 def _where(err: ValidationError) -> str:
     first = err.errors()[0]
-    loc = ".".join(str(p) for p in first.get("loc", ()) if p != "__root__") or "(top level)"
+    loc = [str(p) for p in first.get("loc", ()) if p != "__root__"]
+    if first.get("type") == "toggle":  # a registry check of one value (ValuesSection)
+        loc.append(first["ctx"]["name"])
+        return f"{'.'.join(loc)}: {first['ctx']['problem']}"
     got = first.get("input")
-    shown = "" if isinstance(got, (dict, list)) else f" (got {str(got)[:40]!r})"
-    return f"{loc}: {first.get('msg', 'invalid')}{shown}"
+    shown = "" if isinstance(got, (dict, list)) else f" (got {repr(got)[:40]})"
+    return f"{'.'.join(loc) or '(top level)'}: {first.get('msg', 'invalid')}{shown}"
 
 
 def validate(data: Any, model: type[M], path: str | Path) -> M:
