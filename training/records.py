@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal, Optional, TypeVar
+from typing import Annotated, Any, Literal, Optional, TypeVar, Union
 
 from pydantic import (BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator,
                       model_validator)
 from pydantic_core import PydanticCustomError
 
-from training.reading import RecordError, read_json
+from training.reading import RecordError, read_json, read_jsonl
 
 M = TypeVar("M", bound=BaseModel)
-__all__ = ["RecordError", "read_record", "validate"]
+__all__ = ["RecordError", "read_lines", "read_record", "validate"]
 
 
 class Record(BaseModel):
@@ -222,6 +222,101 @@ class ManifestHead(Record):
     mlperf: Optional[MlperfSection] = None
 
 
+# -- a benchmark JSON: docs/benchmarks/*.json (training/bench writes it; --resume reads it) -----
+
+class BenchGpu(Record):
+    name: Optional[Text] = None
+
+
+class BenchShapeRecord(Record):
+    repeats: Optional[Size] = None
+    steps: Optional[Size] = None
+    warmup: Optional[Count] = None
+    num_layers: Optional[Size] = None
+    seq_length: Optional[Size] = None
+    mbs: Optional[Size] = None
+    global_batch: Optional[Size] = None
+    gpus: Optional[Size] = None
+    tp: Optional[Size] = None
+    pp: Optional[Size] = None
+
+
+class BenchPoint(Record):
+    label: Optional[Text] = None
+    repeat: Optional[Count] = None
+    config: Optional[Text] = None
+    side: Optional[Text] = None
+    tokens_per_s_per_gpu: Optional[Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]] = None
+
+
+class BenchConfig(Record):
+    id: Optional[Text] = None
+    status: Optional[Text] = None
+    env: Optional[dict[str, Any]] = None
+
+
+def _objects(model: type[M], items: list[Any] | None) -> list[Any] | None:
+    """ITEMS with each JSON object held to MODEL (other entries pass); the first problem
+    raised with its index in the field's path."""
+    for index, item in enumerate(items or []):
+        if isinstance(item, dict):
+            try:
+                model.model_validate(item)
+            except ValidationError as err:
+                raise _nested(err, index) from None
+    return items
+
+
+def _nested(err: ValidationError, *where: Any) -> PydanticCustomError:
+    """A field's error raised from a validator, keeping the path below it (see _where)."""
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in (*where, *first.get("loc", ())))
+    got = first.get("input")
+    shown = "" if isinstance(got, (dict, list)) else f" (got {repr(got)[:40]})"
+    return PydanticCustomError("nested", "{name}: {problem}",
+                               {"name": loc, "problem": first.get("msg", "invalid") + shown})
+
+
+class BenchResult(Record):
+    """What --resume, the table and the lever book read of a benchmark JSON. Entries of
+    points and configs that are no objects pass (they are skipped where read); objects are
+    held to their models."""
+    kind: Optional[Text] = None
+    complete: Optional[Annotated[bool, Strict()]] = None
+    gpu: Optional[BenchGpu] = None
+    shape: Optional[BenchShapeRecord] = None
+    configs: Optional[list[Any]] = None
+    points: Optional[list[Any]] = None
+
+    @field_validator("points")
+    @classmethod
+    def _points(cls, v: list[Any] | None) -> list[Any] | None:
+        return _objects(BenchPoint, v)
+
+    @field_validator("configs")
+    @classmethod
+    def _configs(cls, v: list[Any] | None) -> list[Any] | None:
+        return _objects(BenchConfig, v)
+
+
+# -- metrics.jsonl: one line per logged iteration (training/metrics.py MetricsWriter) ----------
+
+# A measured value: a number (NaN and infinities are what a diverged run measured; json writes
+# them as NaN/Infinity, str() as 'nan'/'inf'), never a list or an object.
+Measured = Optional[Union[Annotated[float, Strict()], Text]]
+
+
+class MetricsLine(Record):
+    iteration: Count
+    loss: Measured = None
+    eval_loss: Measured = None
+    grad_norm: Measured = None
+    lr: Measured = None
+    step_time_s: Optional[Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]] = None
+    tokens_per_s_per_gpu: Measured = None
+    mem_peak_allocated_gib: Measured = None
+
+
 # -- MLPerf logs: one :::MLLOG event per line (training/mlperf/events.py writes them) ----------
 
 class MlperfEvent(Record):
@@ -250,7 +345,7 @@ class EvalAccuracy(MlperfEvent):
 def _where(err: ValidationError) -> str:
     first = err.errors()[0]
     loc = [str(p) for p in first.get("loc", ()) if p != "__root__"]
-    if first.get("type") == "toggle":  # a registry check of one value (ValuesSection)
+    if first.get("type") in ("toggle", "nested"):  # a value checked by a validator
         loc.append(first["ctx"]["name"])
         return f"{'.'.join(loc)}: {first['ctx']['problem']}"
     got = first.get("input")
@@ -264,6 +359,18 @@ def validate(data: Any, model: type[M], path: str | Path) -> M:
         return model.model_validate(data)
     except ValidationError as err:
         raise RecordError(f"{path}: {_where(err)}") from None
+
+
+def read_lines(path: str | Path, model: type[M], what: str,
+               notes: list[str] | None = None) -> list[dict[str, Any]]:
+    """Each line of the JSON-lines file at PATH checked against MODEL (as the dicts they are).
+    A last line cut off is left out, its note appended to NOTES; every other problem is
+    RecordError naming the file, the line and the field."""
+    lines, note = read_jsonl(path, what)
+    if note and notes is not None:
+        notes.append(note)
+    return [validate(value, model, f"{path}:{number}").model_dump(exclude_unset=True)
+            for number, value in lines]
 
 
 def read_record(path: str | Path, model: type[M], what: str | None = None) -> M:

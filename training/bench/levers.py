@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 
 from training import REPO_ROOT
+from training.reading import RecordError
 from training.launch.presets import FAMILIES, PRESETS
 from training.launch.settings import fmt_value
 from training.launch.toggles import BY_NAME, REGISTRY
@@ -27,6 +28,7 @@ from .record import BENCH_DIR
 from .shape import BenchShape
 from .stats import VERDICT_RULE
 from .table import fmt_mem, fmt_ratio, table
+from .suites import saved_result
 
 BENCH_KINDS = ("peers", "toggles", "levers")
 
@@ -36,8 +38,8 @@ def load(bench_dir: Path = BENCH_DIR) -> list[tuple[Path, dict]]:
     out = []
     for path in sorted(Path(bench_dir).glob("*.json")):
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
+            data = saved_result(path)
+        except RecordError:
             continue
         if isinstance(data, dict) and data.get("kind") in BENCH_KINDS:
             out.append((path, data))

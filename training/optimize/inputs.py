@@ -13,7 +13,8 @@ from typing import Any
 
 # Input the advisor cannot work from: the launcher's BadInput (one line, exit status 2).
 from training.launch.settings import BadInput
-from training.reading import RecordError, read_json, read_jsonl
+from training.metrics import read_metrics
+from training.reading import read_json
 from training.records import RunManifest, validate
 
 
@@ -89,18 +90,6 @@ def _find_manifest(path: Path) -> Path:
 REQUIRED_SECTIONS = ("model", "layout", "values", "toggles")
 
 
-def _read_metrics(path: Path, notes: list[str]) -> list[dict[str, Any]]:
-    """The records of metrics.jsonl (training.reading.read_jsonl: a last line cut off is left
-    out with a note; any other broken line, or a line that is not an object, is one line)."""
-    lines, note = read_jsonl(path, "JSON line")
-    if note:
-        notes.append(note)
-    for number, record in lines:
-        if not isinstance(record, dict):
-            raise RecordError(f"{path}:{number}: not a metrics record (a JSON object)")
-    return [record for _, record in lines]
-
-
 def load_run(path: str | Path) -> RunInputs:
     manifest_path = _find_manifest(Path(path))
     manifest = read_json(manifest_path, "launcher manifest")
@@ -116,7 +105,7 @@ def load_run(path: str | Path) -> RunInputs:
 
     metrics_path = run_dir / "metrics.jsonl"
     if metrics_path.is_file():
-        inputs.metrics, inputs.metrics_path = _read_metrics(metrics_path, inputs.notes), metrics_path
+        inputs.metrics, inputs.metrics_path = read_metrics(metrics_path, inputs.notes), metrics_path
 
     for candidate in (run_dir / "trace_report.json", run_dir / "profile" / "trace_report.json"):
         if candidate.is_file():
