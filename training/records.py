@@ -320,18 +320,17 @@ class MetricsLine(Record):
 # -- MLPerf logs: one :::MLLOG event per line (training/mlperf/events.py writes them) ----------
 
 class MlperfEvent(Record):
-    key: str
+    key: Name
     value: Any = None
-    time_ms: float
-    event_type: str = "POINT_IN_TIME"
+    time_ms: Annotated[float, Strict(), Field(allow_inf_nan=False)]
+    event_type: Text = "POINT_IN_TIME"
     metadata: dict[str, Any] = Field(default_factory=dict)
-    _finite = field_validator("time_ms")(classmethod(lambda cls, v: _finite(v)))
 
 
 class EvalAccuracy(MlperfEvent):
     """An evaluation: its value is the eval loss, a number (NaN when the run diverged: never a
     success, training.mlperf.summary), at a sample count."""
-    value: float
+    value: Annotated[float, Strict()]
 
     @field_validator("metadata")
     @classmethod

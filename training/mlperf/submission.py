@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from training.cli import ArgumentParser, fail, positive_int, read_json
+from training.mlperf.rcp import ruleset_arg
 
 from . import rules as rules_mod
 
@@ -345,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("check", help="check a submission folder (DIR/<org>)")
     c.add_argument("root", type=Path)
     for p in (r, a, c):
-        p.add_argument("--ruleset", default=None, help="default: config.yaml's")
+        p.add_argument("--ruleset", default=None, type=ruleset_arg, help="default: config.yaml's")
     args = parser.parse_args(argv)
     try:
         if args.command == "check":
