@@ -38,6 +38,14 @@ class RecordError(BadFile, BadInput):
 
     exit_code = 2
 
+    def __str__(self) -> str:
+        """One line, whatever the file held: control characters (a newline in a key, ...)
+        shown escaped."""
+        return _CONTROL.sub(lambda m: repr(m.group())[1:-1], super().__str__())
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\x85]")
+
 
 def read_bytes(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> bytes:
     """The bytes of the regular file PATH (never a folder, FIFO or device: reading one would

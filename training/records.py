@@ -192,14 +192,15 @@ class ValuesSection(Record):
     PRECISION: Name
     TRANSFORMER_IMPL: Name
 
-    @model_validator(mode="after")
-    def _registry(self) -> "ValuesSection":
-        for name, value in (self.model_extra or {}).items():
+    @model_validator(mode="before")
+    @classmethod
+    def _registry(cls, values: Any) -> Any:
+        for name, value in (values.items() if isinstance(values, dict) else ()):
             problem = toggle_value_problem(name, value)
             if problem:
                 raise PydanticCustomError("toggle", "{name}: {problem}",
                                           {"name": name, "problem": problem})
-        return self
+        return values
 
 
 class RunManifest(Record):

@@ -25,7 +25,7 @@ from training.records import (EvalAccuracy, ManifestHead, MlperfEvent, RecordErr
 
 
 def read_events(log: Path) -> list[dict[str, Any]]:
-    """The :::MLLOG events of `log`; ValueError naming the line that is not one. A last line
+    """The :::MLLOG events of `log`; RecordError naming the line that is not one. A last line
     cut off (the run killed or still writing) is left out."""
     events = []
     text = read_text(log, "mlperf.log")
@@ -40,11 +40,11 @@ def read_events(log: Path) -> list[dict[str, Any]]:
                 break
             raise
         if not isinstance(event, dict) or not {"key", "value", "time_ms"} <= set(event):
-            raise ValueError(f"{log}:{number}: not an MLLOG event (no key, value and time_ms)")
+            raise RecordError(f"{log}:{number}: not an MLLOG event (no key, value and time_ms)")
         model = EvalAccuracy if event.get("key") == "eval_accuracy" else MlperfEvent
         events.append(validate(event, model, f"{log}:{number}").model_dump())
     if not events:
-        raise ValueError(f"{log}: no :::MLLOG events; not an mlperf.log (the run writes one with "
+        raise RecordError(f"{log}: no :::MLLOG events; not an mlperf.log (the run writes one with "
                          "MLPERF=1, examples/mlperf)")
     return events
 

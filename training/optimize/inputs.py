@@ -14,7 +14,7 @@ from typing import Any
 # Input the advisor cannot work from: the launcher's BadInput (one line, exit status 2).
 from training.launch.settings import BadInput
 from training.metrics import read_metrics
-from training.reading import read_json
+from training.reading import RecordError, read_json
 from training.records import RunManifest, validate
 
 
@@ -94,10 +94,10 @@ def load_run(path: str | Path) -> RunInputs:
     manifest_path = _find_manifest(Path(path))
     manifest = read_json(manifest_path, "launcher manifest")
     if not isinstance(manifest, dict):
-        raise BadInput(f"{manifest_path}: the manifest is not a JSON object")
+        raise RecordError(f"{manifest_path}: the manifest is not a JSON object")
     missing = [k for k in REQUIRED_SECTIONS if not isinstance(manifest.get(k), (dict, list))]
     if missing:
-        raise BadInput(f"{manifest_path}: not a launcher manifest (missing "
+        raise RecordError(f"{manifest_path}: not a launcher manifest (missing "
                        f"{', '.join(missing)}); write one with the launcher")
     validate(manifest, RunManifest, manifest_path)
     run_dir = manifest_path.parent
@@ -111,7 +111,7 @@ def load_run(path: str | Path) -> RunInputs:
         if candidate.is_file():
             report = read_json(candidate, "trace report")
             if not isinstance(report, dict) or not isinstance(report.get("overall"), dict):
-                raise BadInput(f"{candidate}: not a trace report (no 'overall' section; see "
+                raise RecordError(f"{candidate}: not a trace report (no 'overall' section; see "
                                "docs/profiling.md)")
             inputs.trace_report, inputs.trace_report_path = report, candidate
             break
