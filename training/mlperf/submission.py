@@ -44,6 +44,8 @@ from pathlib import Path
 
 from training.cli import ArgumentParser, fail, positive_int, read_json
 from training.mlperf.rcp import ruleset_arg
+from training.launch.runfolder import read_manifest
+from training.reading import RecordError
 
 from . import rules as rules_mod
 
@@ -88,8 +90,8 @@ def _events(log: Path) -> dict:
 
 def _manifest(run: Path) -> dict:
     try:
-        return json.loads((run / "manifest.json").read_text())
-    except (OSError, ValueError, RecursionError):
+        return read_manifest(run)
+    except RecordError:
         return {}
 
 
@@ -188,7 +190,9 @@ def assemble(runs: list[Path], out: Path, org: str, platform: str, system: str |
 def unfilled(root: Path) -> list[str]:
     out = []
     for path in sorted((root / "systems").glob("*.json")):
-        desc = json.loads(path.read_text())
+        desc = read_json(path, "system description JSON")
+        if not isinstance(desc, dict):
+            raise RecordError(f"{path}: not a system description (a JSON object)")
         out += [f"{path.name}: {k}" for k in SYSTEM_FIELDS if desc.get(k, "") == ""]
     return out
 
