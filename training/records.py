@@ -109,8 +109,7 @@ class HFConfig(Record):
 # -- the launch manifest: RUN/manifest.json (training/launch/manifest.py writes it) -----------
 
 class MlperfSection(Record):
-    target_eval_loss: Optional[float] = Field(None, gt=0)
-    _finite = field_validator("target_eval_loss")(classmethod(lambda cls, v: _finite(v)))
+    target_eval_loss: Optional[Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]] = None
 
 
 class ModelSection(Record):
@@ -337,8 +336,9 @@ class EvalAccuracy(MlperfEvent):
     @classmethod
     def _samples(cls, v: dict[str, Any]) -> dict[str, Any]:
         count = v.get("samples_count")
-        if not isinstance(count, (int, float)) or isinstance(count, bool) or count < 0:
-            raise ValueError("samples_count must be a number >= 0")
+        if not isinstance(count, (int, float)) or isinstance(count, bool) \
+                or not math.isfinite(count) or count < 0:
+            raise ValueError("samples_count must be a finite number >= 0")
         return v
 
 
