@@ -38,6 +38,9 @@ Size = Annotated[int, Strict(), Field(ge=1)]
 Number = Annotated[float, Strict(), Field(allow_inf_nan=False)]
 Text = Annotated[str, Strict()]
 Name = Annotated[str, Strict(), Field(min_length=1)]
+Positive = Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]
+Rate = Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]   # a time, a speed
+Flag = Annotated[bool, Strict()]
 
 
 # -- the dataset record: PREFIX.dataset.json (training/data/record.py writes it) --------------
@@ -109,7 +112,7 @@ class HFConfig(Record):
 # -- the launch manifest: RUN/manifest.json (training/launch/manifest.py writes it) -----------
 
 class MlperfSection(Record):
-    target_eval_loss: Optional[Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]] = None
+    target_eval_loss: Optional[Positive] = None
 
 
 class ModelSection(Record):
@@ -123,9 +126,9 @@ class ModelSection(Record):
     vocab_size: Size
     max_position_embeddings: Size
     seq_length: Size
-    rotary_base: Optional[Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]] = None
-    norm_epsilon: Optional[Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]] = None
-    rope_scaling_factor: Optional[Annotated[float, Strict(), Field(gt=0, allow_inf_nan=False)]] = None
+    rotary_base: Optional[Positive] = None
+    norm_epsilon: Optional[Positive] = None
+    rope_scaling_factor: Optional[Positive] = None
     num_experts: Optional[Size] = None
     preset_layers: Optional[Size] = None
     kv_channels: Optional[Size] = None
@@ -133,10 +136,10 @@ class ModelSection(Record):
     moe_ffn_hidden_size: Optional[Count] = None
     shared_expert_ffn_hidden_size: Optional[Count] = None
     sliding_window: Optional[Size] = None
-    rope_scaling: Optional[Annotated[bool, Strict()]] = None
-    qk_layernorm: Optional[Annotated[bool, Strict()]] = None
-    tied_embeddings: Optional[Annotated[bool, Strict()]] = None
-    qkv_bias: Optional[Annotated[bool, Strict()]] = None
+    rope_scaling: Optional[Flag] = None
+    qk_layernorm: Optional[Flag] = None
+    tied_embeddings: Optional[Flag] = None
+    qkv_bias: Optional[Flag] = None
 
 
 class LayoutSection(Record):
@@ -211,7 +214,7 @@ class RunManifest(Record):
     toggles: list[Any] | dict[str, Any]
     family: Optional[Name] = None
     platform: Optional[Text] = None
-    dry_run: Optional[Annotated[bool, Strict()]] = None
+    dry_run: Optional[Flag] = None
     run: Optional[dict[str, Any]] = None
 
 
@@ -246,7 +249,7 @@ class BenchPoint(Record):
     repeat: Optional[Count] = None
     config: Optional[Text] = None
     side: Optional[Text] = None
-    tokens_per_s_per_gpu: Optional[Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]] = None
+    tokens_per_s_per_gpu: Optional[Rate] = None
 
 
 class BenchConfig(Record):
@@ -271,10 +274,8 @@ def _nested(err: ValidationError, *where: Any) -> PydanticCustomError:
     """A field's error raised from a validator, keeping the path below it (see _where)."""
     first = err.errors()[0]
     loc = ".".join(str(p) for p in (*where, *first.get("loc", ())))
-    got = first.get("input")
-    shown = "" if isinstance(got, (dict, list)) else f" (got {repr(got)[:40]})"
     return PydanticCustomError("nested", "{name}: {problem}",
-                               {"name": loc, "problem": first.get("msg", "invalid") + shown})
+                               {"name": loc, "problem": first.get("msg", "invalid") + _got(first)})
 
 
 class BenchResult(Record):
@@ -282,7 +283,7 @@ class BenchResult(Record):
     points and configs that are no objects pass (they are skipped where read); objects are
     held to their models."""
     kind: Optional[Text] = None
-    complete: Optional[Annotated[bool, Strict()]] = None
+    complete: Optional[Flag] = None
     gpu: Optional[BenchGpu] = None
     shape: Optional[BenchShapeRecord] = None
     configs: Optional[list[Any]] = None
@@ -312,7 +313,7 @@ class MetricsLine(Record):
     eval_loss: Measured = None
     grad_norm: Measured = None
     lr: Measured = None
-    step_time_s: Optional[Annotated[float, Strict(), Field(ge=0, allow_inf_nan=False)]] = None
+    step_time_s: Optional[Rate] = None
     tokens_per_s_per_gpu: Measured = None
     mem_peak_allocated_gib: Measured = None
 
@@ -322,7 +323,7 @@ class MetricsLine(Record):
 class MlperfEvent(Record):
     key: Name
     value: Any = None
-    time_ms: Annotated[float, Strict(), Field(allow_inf_nan=False)]
+    time_ms: Number
     event_type: Text = "POINT_IN_TIME"
     metadata: dict[str, Any] = Field(default_factory=dict)
 
@@ -348,9 +349,13 @@ def _where(err: ValidationError) -> str:
     if first.get("type") in ("toggle", "nested"):  # a value checked by a validator
         loc.append(first["ctx"]["name"])
         return f"{'.'.join(loc)}: {first['ctx']['problem']}"
-    got = first.get("input")
-    shown = "" if isinstance(got, (dict, list)) else f" (got {repr(got)[:40]})"
-    return f"{'.'.join(loc) or '(top level)'}: {first.get('msg', 'invalid')}{shown}"
+    return f"{'.'.join(loc) or '(top level)'}: {first.get('msg', 'invalid')}{_got(first)}"
+
+
+def _got(error: dict) -> str:
+    """' (got VALUE)' for a scalar input of a pydantic error; '' for a list or object."""
+    got = error.get("input")
+    return "" if isinstance(got, (dict, list)) else f" (got {repr(got)[:40]})"
 
 
 def validate(data: Any, model: type[M], path: str | Path) -> M:
