@@ -16,7 +16,6 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Any
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -71,23 +70,6 @@ def fail(message: str, code: int = 2) -> int:
 
 class BadFile(ValueError):
     """A file named on the command line cannot be used; the message is the one line to print."""
-
-
-def read_json(path: str | Path, what: str) -> Any:
-    """The JSON document at `path`, or BadFile saying why not (missing, a folder, unreadable,
-    empty, cut short, not JSON, nested too deep, too big, not UTF-8) and naming `what` was
-    expected: training.reading.read_json, the project's one bounded reader."""
-    from training.reading import read_json as bounded
-
-    return bounded(path, what)
-
-
-def loads(text: str, path: str | Path, what: str) -> Any:
-    """json.loads with BadFile for text that is not JSON, cut short, or nested too deep
-    (training.reading.parse_json)."""
-    from training.reading import parse_json
-
-    return parse_json(text, path, what)
 
 
 def write_text(path: str | Path, text: str, what: str) -> None:

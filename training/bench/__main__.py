@@ -26,10 +26,9 @@ import time
 from pathlib import Path
 
 from training import REPO_ROOT
-from training.cli import (ArgumentParser, BadFile, fail, nonnegative_int, positive_float, positive_int,
-                          read_json)
+from training.cli import ArgumentParser, BadFile, fail, nonnegative_int, positive_float, positive_int
 
-from training.reading import RecordError
+from training.reading import RecordError, read_json
 from training.records import BenchResult, validate
 
 from . import catalog, plan, record, suites, sweep

@@ -42,10 +42,10 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from training.cli import ArgumentParser, fail, positive_int, read_json
+from training.cli import ArgumentParser, fail, positive_int
 from training.mlperf.rcp import ruleset_arg
 from training.launch.runfolder import read_manifest
-from training.reading import RecordError
+from training.reading import RecordError, read_json
 
 from . import rules as rules_mod
 
