@@ -112,7 +112,8 @@ def parse_json(text: str, where: str | Path, what: str) -> Any:
     """json.loads of TEXT; RecordError when it is not JSON, cut short, or nested deeper than
     MAX_DEPTH (checked first: the parser would recurse out of the stack)."""
     if too_deep(text):
-        raise RecordError(f"{where}: not a {what}: JSON nested more than {MAX_DEPTH} levels deep")
+        raise RecordError(f"{where}: not a {what}: JSON nested too deep (more than {MAX_DEPTH} "
+                          "levels)")
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
@@ -168,7 +169,7 @@ def _yaml_loader():
             try:
                 if self._depth > MAX_DEPTH:
                     raise yaml.composer.ComposerError(
-                        None, None, f"nested more than {MAX_DEPTH} levels deep",
+                        None, None, f"nested too deep (more than {MAX_DEPTH} levels)",
                         self.peek_event().start_mark)
                 return super().compose_node(parent, index)
             finally:
