@@ -12,13 +12,13 @@ below (the smallest above, below the smallest).
 """
 from __future__ import annotations
 
-import json
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from training.cli import ArgumentParser, fail
+from training.reading import read_json
 
 BENCHMARK = "llama31_8b"
 
@@ -89,7 +89,7 @@ def ruleset_arg(text: str) -> str:
 
 def load(ruleset: str, benchmark: str = BENCHMARK) -> list[RCP]:
     """The RCPs of the ruleset, by batch size."""
-    raw = json.loads(rcp_file(ruleset, benchmark).read_text())
+    raw = read_json(rcp_file(ruleset, benchmark), "RCP file")
     out = []
     for name, record in raw.items():
         if record["Benchmark"] != benchmark:
