@@ -47,6 +47,11 @@ class RecordError(BadFile, BadInput):
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029\x85]")
 
 
+def _not_a(what: str) -> str:
+    """'not a manifest', 'not an import record'."""
+    return f"not {'an' if what[:1].lower() in 'aeiou' else 'a'} {what}"
+
+
 def read_bytes(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> bytes:
     """The bytes of the regular file PATH (never a folder, FIFO or device: reading one would
     hang or never end); RecordError when missing, unreadable or larger than MAX_BYTES."""
@@ -83,7 +88,7 @@ def decode(data: bytes, where: str | Path, what: str) -> str:
     except UnicodeDecodeError as err:
         line = data[: err.start].count(b"\n") + 1
         raise RecordError(f"{where}:{line}: not UTF-8 text (byte {err.start}: "
-                          f"{data[err.start:err.start + 1]!r}); not a {what}") from None
+                          f"{data[err.start:err.start + 1]!r}); {_not_a(what)}") from None
 
 
 def read_text(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> str:
@@ -112,14 +117,14 @@ def parse_json(text: str, where: str | Path, what: str) -> Any:
     """json.loads of TEXT; RecordError when it is not JSON, cut short, or nested deeper than
     MAX_DEPTH (checked first: the parser would recurse out of the stack)."""
     if too_deep(text):
-        raise RecordError(f"{where}: not a {what}: JSON nested too deep (more than {MAX_DEPTH} "
+        raise RecordError(f"{where}: {_not_a(what)}: JSON nested too deep (more than {MAX_DEPTH} "
                           "levels)")
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
-        raise RecordError(f"{where}: not a {what}: invalid or cut-short JSON ({err})") from None
+        raise RecordError(f"{where}: {_not_a(what)}: invalid or cut-short JSON ({err})") from None
     except RecursionError:  # the check above keeps the parser far from the limit
-        raise RecordError(f"{where}: not a {what}: JSON nested too deep to read") from None
+        raise RecordError(f"{where}: {_not_a(what)}: JSON nested too deep to read") from None
 
 
 def read_json(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> Any:
@@ -127,7 +132,7 @@ def read_json(path: str | Path, what: str, max_bytes: int = MAX_BYTES) -> Any:
     RecordError too."""
     text = read_text(path, what, max_bytes)
     if not text.strip():
-        raise RecordError(f"{path}: empty, not a {what}")
+        raise RecordError(f"{path}: empty, {_not_a(what)}")
     return parse_json(text, path, what)
 
 
@@ -187,10 +192,10 @@ def parse_yaml(text: str, where: str | Path, what: str) -> Any:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise RecordError(f"{where}: not a {what}: not valid YAML{at} "
+        raise RecordError(f"{where}: {_not_a(what)}: not valid YAML{at} "
                           f"({getattr(err, 'problem', None) or err})") from None
     except RecursionError:
-        raise RecordError(f"{where}: not a {what}: YAML nested too deep to read") from None
+        raise RecordError(f"{where}: {_not_a(what)}: YAML nested too deep to read") from None
 
 
 def read_yaml(path: str | Path, what: str, max_bytes: int = 16 * 1024 * 1024) -> Any:

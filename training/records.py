@@ -79,9 +79,9 @@ def _finite(value: float | None) -> float | None:
 # -- the import record: OUT/hf_import.json (training/checkpoint/record.py writes it) ----------
 
 class ImportRecord(Record):
-    format: int = Field(1, ge=1)
-    preset: str
-    num_layers: int = Field(ge=1)
+    format: Size = 1
+    preset: Name
+    num_layers: Size
     preset_fields: dict[str, Any]
     source: Optional[str] = None
     architecture: Optional[dict[str, Any]] = None
