@@ -11,13 +11,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+from hypothesis import HealthCheck, given, settings   # pyproject's dev extra
+from hypothesis import strategies as st
 
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-
-from training import records, reading  # noqa: E402
-from training.reading import RecordError  # noqa: E402
+from training import reading, records
+from training.reading import RecordError
 
 RUN = Path(__file__).parent / "data" / "runs" / "h200_l8_native"
 SETTINGS = settings(max_examples=40, deadline=None,

@@ -15,13 +15,11 @@ import random
 import string
 
 import pytest
+from hypothesis import given, settings   # pyproject's dev extra
+from hypothesis import strategies as st
 
 from training import credentials as cred
 from training.credentials import MASK, carries_credentials, is_secret, mask_text, mask_value, shown
-
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 
 def _fill(alphabet: str, n: int, seed: int) -> str:
@@ -96,8 +94,9 @@ def test_every_provider_token_is_masked_wherever_a_value_is_shown(provider, cont
 def test_the_module_names_each_provider_it_masks():
     """Each provider pattern of the module is exercised by a sample above (a pattern without
     one would be a rule nobody checks)."""
+    import re
+
     for provider, pattern in cred.PROVIDER_TOKENS.items():
-        import re
         assert any(re.fullmatch(pattern, t) for t in PROVIDER_SAMPLES.values()), provider
 
 
