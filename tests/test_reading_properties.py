@@ -18,7 +18,7 @@ from training import reading, records
 from training.reading import RecordError
 
 RUN = Path(__file__).parent / "data" / "runs" / "h200_l8_native"
-SETTINGS = settings(max_examples=40, deadline=None,
+SETTINGS = settings(max_examples=40, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 
 # -- what a hostile file holds -------------------------------------------------------------------
@@ -190,7 +190,7 @@ def _not_utf8(data: bytes) -> bool:
 
 
 @pytest.mark.parametrize("name", NAMES)
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=6, deadline=None, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(depth=st.sampled_from([reading.MAX_DEPTH + 1, 5_000, 100_000]), opener=st.sampled_from(["[", '{"a":']))
 def test_deep_nesting_is_refused_before_the_parser_recurses(tmp_path, name, depth, opener):
     closer = "]" if opener == "[" else "}"

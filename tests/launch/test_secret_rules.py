@@ -101,7 +101,7 @@ def test_the_module_names_each_provider_it_masks():
 
 
 @pytest.mark.parametrize("provider", sorted(cred.PROVIDER_TOKENS))
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25, deadline=None, database=None)
 @given(data=st.data())
 def test_any_token_of_a_provider_shape_is_masked_in_a_line(provider, data):
     """Generated from the shape: any spelling of it (any length the shape allows) is masked
