@@ -17,18 +17,18 @@ import json
 from pathlib import Path
 
 from training import REPO_ROOT
-from training.reading import RecordError
 from training.launch.presets import FAMILIES, PRESETS
 from training.launch.settings import fmt_value
 from training.launch.toggles import BY_NAME, REGISTRY
+from training.reading import RecordError
 
 from . import analysis
 from .catalog import KINDS, PEER_KEYS, PEER_SIDES, all_levers
 from .record import BENCH_DIR
 from .shape import BenchShape
 from .stats import VERDICT_RULE
-from .table import fmt_mem, fmt_ratio, table
 from .suites import saved_result
+from .table import fmt_mem, fmt_ratio, table
 
 BENCH_KINDS = ("peers", "toggles", "levers")
 

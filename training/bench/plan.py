@@ -15,13 +15,13 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from training.reading import RecordError
 from training.launch.presets import PRESETS
 from training.metrics import flops_per_token
+from training.reading import RecordError
 from training.run_description import Model
 
-from .sweep import PointSpec
 from .suites import saved_result
+from .sweep import PointSpec
 
 FALLBACK = {"overhead_s": {"ours": 35.0, "local": 35.0, "hf": 20.0, "hf_liger": 20.0,
                            "hf_compile": 20.0, "torchtitan": 45.0},
