@@ -116,6 +116,34 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/optimize/test_levers.py", "tests/optimize/test_recipes.py",
          "tests/optimize/test_flow.py"),
         "the advisor quotes another GPU's measurement over this GPU's when its shape is closer"),
+    # -- issue 55: the rule-level tests (a class, not one value) --------------------------------
+    Mutation(
+        "secret_aws_temporary_key", "training/credentials.py",
+        '"AWS access key": r"(?:AKIA|ASIA)[0-9A-Z]{16}",', '"AWS access key": r"AKIA[0-9A-Z]{16}",',
+        ("tests/launch/test_secret_rules.py",),
+        "an AWS temporary access key id (ASIA...) is printed and recorded unmasked"),
+    Mutation(
+        "secret_word_keys", "training/credentials.py",
+        '_LAST = frozenset({"TOKEN", "TOKENS", "KEY", "KEYS", "PAT", "AUTH", "SESSION"})',
+        '_LAST = frozenset({"TOKEN", "TOKENS", "KEY", "PAT", "AUTH", "SESSION"})',
+        ("tests/launch/test_secret_rules.py",),
+        "a variable named ..._KEYS (API_KEYS) is shown in the table and manifest"),
+    Mutation(
+        "record_samples_count_finite", "training/records.py",
+        "                or not math.isfinite(count) or count < 0:", "                or count < 0:",
+        ("tests/test_record_rules.py",),
+        "an MLPerf evaluation at a NaN or infinite sample count is read as a result"),
+    Mutation(
+        "search_memory_margin", "training/optimize/search.py",
+        "    limit = MEMORY_BOUND_FRACTION * platform.memory_gib", "    limit = platform.memory_gib",
+        ("tests/optimize/test_search_margin.py",),
+        "the layout search ranks layouts estimated between 90% and 100% of the GPU's memory"),
+    Mutation(
+        "metrics_warmup_default", "training/launch/toggles.py",
+        "    return min(max((total_iters or 0) // 5, 2), 10)",
+        "    return min(max((total_iters or 0) // 4, 2), 10)",
+        ("tests/launch/test_default_rules.py",),
+        "METRICS_WARMUP_ITERS left unset skips a quarter of the run, not a fifth, from the speed"),
 )
 
 BY_NAME = {m.name: m for m in MUTATIONS}

@@ -19,10 +19,11 @@ def test_the_floors_hold():
     assert edges["run_description"] == set() and edges["platforms"] == set()
     assert edges["credentials"] == set() and edges["cli"] <= {"credentials"}   # cli masks its errors
     # no family, reader, run or deploy; but the schema layer of the files we read back
-    # (records: it raises the launcher's error type), and the run's parser in the generator of
+    # (records and its bounded reader, reading: they raise the launcher's error type), and the run's parser in the generator of
     # the recorded flag list (launch/megatron_flags.py, run by hand, never at launch)
-    assert edges["launch"] <= GROUND | {"records", "arguments"}, edges["launch"]
-    assert edges["records"] <= GROUND | {"launch"}, edges["records"]
+    assert edges["launch"] <= GROUND | {"records", "reading", "arguments"}, edges["launch"]
+    assert edges["records"] <= GROUND | {"launch", "reading"}, edges["records"]
+    assert edges["reading"] <= GROUND | {"launch"}, edges["reading"]   # the bounded reader
     # beside the launcher: deployment, and the supervisor between the entry and torchrun,
     # whose exit statuses the Slurm script answers (resilience: the standard library, and the
     # checkpoint reader in its rehearsal)

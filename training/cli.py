@@ -13,11 +13,9 @@ tests/test_bad_input_catalogue.py runs each tool on bad input and counts traceba
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
-from typing import Any
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -72,33 +70,6 @@ def fail(message: str, code: int = 2) -> int:
 
 class BadFile(ValueError):
     """A file named on the command line cannot be used; the message is the one line to print."""
-
-
-def read_json(path: str | Path, what: str) -> Any:
-    """The JSON document at `path`, or BadFile saying why not (missing, a folder, unreadable,
-    empty, cut short, not JSON) and naming `what` was expected."""
-    path = Path(path)
-    if path.is_dir():
-        raise BadFile(f"{path}: is a folder; give the {what} file")
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise BadFile(f"{path}: no such file (give the {what})") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise BadFile(f"{path}: cannot read the {what} ({getattr(err, 'strerror', None) or err})") from None
-    if not text.strip():
-        raise BadFile(f"{path}: empty, not a {what}")
-    return loads(text, path, what)
-
-
-def loads(text: str, path: str | Path, what: str) -> Any:
-    """json.loads with BadFile for text that is not JSON, cut short, or nested too deep."""
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as err:
-        raise BadFile(f"{path}: not a {what}: invalid or cut-short JSON ({err})") from None
-    except RecursionError:
-        raise BadFile(f"{path}: not a {what}: JSON nested too deep to read") from None
 
 
 def write_text(path: str | Path, text: str, what: str) -> None:

@@ -10,7 +10,8 @@ shell's folder) are not.
 
 A value carries a credential when it holds a URL's `user:password@`, a bare
 `user:password@host`, a query parameter such as `?token=...` / `&key=...`, or a token with a
-well-known prefix (hf_..., ghp_..., sk-..., AKIA...).
+well-known prefix (every provider of PROVIDER_TOKENS: hf_..., ghp_..., glpat-..., sk-..., AKIA...,
+AIza..., xoxb-..., nvapi-...).
 
 Everything that renders a value (the launch table, manifest.json, the docker/srun/torchrun
 lines, error messages) goes through `shown` or `mask_text`; everything that hands a value to
@@ -40,9 +41,27 @@ _URL_USERINFO = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@'\"]*:)(?
 _BARE_USERINFO = re.compile(r"(?P<head>(?:^|(?<=[\s='\"/]))[A-Za-z0-9._~-]+:)(?P<secret>[^\s/:@'\"]+)(?=@[A-Za-z0-9\[])")
 _QUERY = re.compile(r"(?P<head>[?&;](?:[A-Za-z_-]*(?:token|key|password|passwd|pass|secret|sig|"
                     r"signature|auth|credential|pat))=)(?P<secret>[^&\s'\"#]+)", re.IGNORECASE)
-_KNOWN_TOKENS = re.compile(r"(?P<head>)(?P<secret>\b(?:hf_[A-Za-z0-9]{16,}|gh[pousr]_[A-Za-z0-9]{16,}"
-                           r"|github_pat_[A-Za-z0-9_]{16,}|sk-[A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}"
-                           r"|xox[abpr]-[A-Za-z0-9-]{10,}))")
+# Each provider's published token shape (PROVIDER_TOKENS names them; tests/launch/
+# test_secret_rules.py generates one of each and checks every place a value is shown).
+PROVIDER_TOKENS = {
+    "Hugging Face": r"hf_[A-Za-z0-9]{16,}|api_org_[A-Za-z0-9]{16,}",
+    "GitHub": r"gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,}",
+    "GitLab": r"gl(?:pat|dt|rt|ptt|soat|cbt|ffct)-[A-Za-z0-9_-]{16,}",
+    "OpenAI / Anthropic / DeepSeek": r"sk-[A-Za-z0-9_-]{16,}",
+    "Stripe": r"[sr]k_(?:live|test)_[A-Za-z0-9]{16,}",
+    "AWS access key": r"(?:AKIA|ASIA)[0-9A-Z]{16}",
+    "Google API key": r"AIza[0-9A-Za-z_-]{35}",
+    "Slack": r"xox[abeoprs]-[A-Za-z0-9-]{10,}|xapp-[A-Za-z0-9-]{10,}",
+    "npm": r"npm_[A-Za-z0-9]{30,}",
+    "PyPI": r"pypi-[A-Za-z0-9_-]{40,}",
+    "Docker Hub": r"dckr_pat_[A-Za-z0-9_-]{20,}",
+    "NVIDIA NGC": r"nvapi-[A-Za-z0-9_-]{40,}",
+    "Databricks": r"dapi[0-9a-f]{32}",
+    "Replicate": r"r8_[A-Za-z0-9]{30,}",
+    "Groq": r"gsk_[A-Za-z0-9]{30,}",
+}
+_KNOWN_TOKENS = re.compile(r"(?P<head>)(?P<secret>(?<![A-Za-z0-9_-])(?:"
+                           + "|".join(PROVIDER_TOKENS.values()) + "))")
 _VALUE_PATTERNS = (_URL_USERINFO, _BARE_USERINFO, _QUERY, _KNOWN_TOKENS)
 # NAME=value in a text (a shell line, a message); the value shell-quoted or one word.
 _ASSIGNMENT = re.compile(r"(?P<name>\b[A-Za-z_][A-Za-z0-9_]*)=(?P<value>'[^']*'|\"[^\"]*\"|[^\s,;)'\"]*)")

@@ -127,8 +127,13 @@ class MetricsWriter:
             f.write(json.dumps(record, default=str) + "\n")
 
 
-def read_metrics(path: Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+def read_metrics(path: Path, notes: list[str] | None = None) -> list[dict]:
+    """The records of a metrics.jsonl (training.records.MetricsLine each); a last line cut off
+    (a run killed or still writing) is left out, said in NOTES; any other problem is a
+    RecordError naming the file, line and field."""
+    from training.records import MetricsLine, read_lines
+
+    return read_lines(path, MetricsLine, "JSON line", notes)
 
 
 # -- CLI --------------------------------------------------------------------------------------

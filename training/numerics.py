@@ -26,7 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from training.cli import ArgumentParser, BadFile, fail, positive_float, read_json
+from training.cli import ArgumentParser, BadFile, fail, positive_float
+from training.reading import read_json
 
 LAYOUT_TOL = 0.01
 RESUME_TOL = 0.02

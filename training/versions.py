@@ -29,7 +29,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from training.cli import ArgumentParser, BadFile, fail, read_json, write_text
+from training.cli import ArgumentParser, BadFile, fail, write_text
+from training.reading import read_json
 
 # Distribution names to try, per entry (wheels and source builds spell some differently).
 DISTRIBUTIONS: dict[str, tuple[str, ...]] = {

@@ -55,8 +55,31 @@ def test_a_prior_that_is_no_benchmark_json_is_not_resumed(fake_tools, tmp_path, 
     out_dir.mkdir()
     (out_dir / f"{PART}.json").write_text("[1, 2]")
     assert _run(out_dir, "--resume", "--repeats", "1") == 0
-    assert "(not a readable benchmark JSON): measured anew" in capsys.readouterr().out
+    assert "not a benchmark JSON (a JSON object); measured anew" in capsys.readouterr().out
     assert json.loads((out_dir / f"{PART}.json").read_text())["complete"]
+
+
+@pytest.mark.parametrize("field,value", [("shape.repeats", "2"), ("shape.repeats", 1.5),
+                                         ("gpu.name", 7), ("points.0.label", ["x"]),
+                                         ("complete", "yes")])
+def test_a_prior_with_a_wrong_type_is_said_and_measured_anew(fake_tools, tmp_path,  # noqa: F811
+                                                             capsys, field, value):
+    """A hand-edited earlier JSON with a string where a number goes (or any field of the wrong
+    type) is named and measured anew, never a TypeError in the comparison."""
+    out_dir = tmp_path / "out"
+    assert _run(out_dir, "--repeats", "1") == 0
+    path = out_dir / f"{PART}.json"
+    data = json.loads(path.read_text())
+    *parents, last = field.split(".")
+    node = data
+    for key in parents:
+        node = node[int(key)] if key.isdigit() else node[key]
+    node[last] = value
+    path.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert _run(out_dir, "--resume", "--repeats", "1") == 0
+    out = capsys.readouterr().out
+    assert f"{path}: {field}: " in out and "; measured anew" in out, out
 
 
 def test_a_split_repeat_is_measured_again_whole():

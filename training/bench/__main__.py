@@ -26,8 +26,10 @@ import time
 from pathlib import Path
 
 from training import REPO_ROOT
-from training.cli import (ArgumentParser, BadFile, fail, nonnegative_int, positive_float, positive_int,
-                          read_json)
+from training.cli import ArgumentParser, BadFile, fail, nonnegative_int, positive_float, positive_int
+
+from training.reading import RecordError, read_json
+from training.records import BenchResult, validate
 
 from . import catalog, plan, record, suites, sweep
 from .shape import BenchShape, hardware_tag
@@ -310,12 +312,12 @@ def _prior(name: str, out: Path, configs, shape: BenchShape, specs, lines: list[
     one) and the repeats of `specs` it measured whole, when its plan is this one's but for the
     repeats; else (None, []), saying why."""
     for path in (out, record.BENCH_DIR / f"{name}.json"):
-        prior = suites.saved_result(path)
+        try:
+            prior = suites.saved_result(path)
+        except RecordError as err:   # truncated or not a benchmark JSON: said, then replaced
+            lines.append(f"  {name}: not resumed: {err}; measured anew")
+            return None, []
         if prior is None:
-            if path.exists():   # truncated or not a benchmark JSON: said, then replaced
-                lines.append(f"  {name}: not resumed from {path} (not a readable benchmark "
-                             "JSON): measured anew")
-                return None, []
             continue
         problem = sweep.resume_problem(prior, configs, shape, record.gpu_info().get("name"))
         if problem:
@@ -368,7 +370,10 @@ def cmd_table(args) -> int:
         return fail(f"{args.json}: not a benchmark JSON (its kind is none of {', '.join(TABLE_KINDS)}); "
                     "give one of docs/benchmarks/*.json")
     try:
+        validate(data, BenchResult, args.json)
         text = table(data)
+    except RecordError as err:
+        return fail(str(err))
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         return fail(f"{args.json}: an incomplete benchmark JSON ({type(err).__name__}: {err}); "
                     "regenerate it with python -m training.bench")

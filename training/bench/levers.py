@@ -20,12 +20,14 @@ from training import REPO_ROOT
 from training.launch.presets import FAMILIES, PRESETS
 from training.launch.settings import fmt_value
 from training.launch.toggles import BY_NAME, REGISTRY
+from training.reading import RecordError
 
 from . import analysis
 from .catalog import KINDS, PEER_KEYS, PEER_SIDES, all_levers
 from .record import BENCH_DIR
 from .shape import BenchShape
 from .stats import VERDICT_RULE
+from .suites import saved_result
 from .table import fmt_mem, fmt_ratio, table
 
 BENCH_KINDS = ("peers", "toggles", "levers")
@@ -36,8 +38,8 @@ def load(bench_dir: Path = BENCH_DIR) -> list[tuple[Path, dict]]:
     out = []
     for path in sorted(Path(bench_dir).glob("*.json")):
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
+            data = saved_result(path)
+        except RecordError:
             continue
         if isinstance(data, dict) and data.get("kind") in BENCH_KINDS:
             out.append((path, data))

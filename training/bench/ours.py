@@ -8,7 +8,6 @@ known before anything runs.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 import signal
 import subprocess
@@ -20,6 +19,8 @@ from pathlib import Path
 from training import REPO_ROOT
 from training.launch.toggles import BY_NAME
 from training.metrics import read_metrics
+from training.launch.runfolder import read_manifest
+from training.records import RunManifest, validate
 from training.run_description import RunDescription
 
 # Registry toggles that may come from the caller's environment; every other toggle in the
@@ -192,7 +193,8 @@ def startup_breakdown(point: dict, timeline: dict) -> dict | None:
 
 def read_run(run: Path) -> dict:
     """A finished run folder -> the fields a benchmark point records."""
-    manifest = json.loads((run / "manifest.json").read_text())
+    manifest = read_manifest(run)
+    validate(manifest, RunManifest, run / "manifest.json")
     described = RunDescription.from_dict(manifest)
     metrics = read_metrics(run / "metrics.jsonl")
     steps = [m for m in metrics if "step_time_s" in m]

@@ -11,15 +11,16 @@ the fallbacks below are used and the plan says so. Variant factors are planning 
 """
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from training.launch.presets import PRESETS
 from training.metrics import flops_per_token
+from training.reading import RecordError
 from training.run_description import Model
 
+from .suites import saved_result
 from .sweep import PointSpec
 
 FALLBACK = {"overhead_s": {"ours": 35.0, "local": 35.0, "hf": 20.0, "hf_liger": 20.0,
@@ -71,8 +72,8 @@ def calibrate(bench_dir: Path) -> Calibration:
     files = sorted(Path(bench_dir).glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
     for path in files:
         try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
+            data = saved_result(path)
+        except RecordError:
             continue
         if data.get("kind") not in ("peers", "toggles", "levers"):
             continue

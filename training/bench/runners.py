@@ -6,13 +6,13 @@ the loop, by availability() and recorded as 'not runnable: <reason>'.
 """
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from training import REPO_ROOT
+from training.reading import RecordError, read_json
 
 from .ours import clean_environ, run_logged, run_point
 from .sweep import PointSpec
@@ -68,7 +68,12 @@ class Runners:
         point = {"side": "peer", "command": cmd[1:], "returncode": returncode,
                  "wall_s": time.time() - started, "log": str(log)}
         if returncode == 0 and out.exists():
-            point.update(json.loads(out.read_text()))
+            try:
+                result = read_json(out, "peer result JSON")
+            except RecordError as err:
+                result = {"error": str(err)}
+            point.update(result if isinstance(result, dict) else
+                         {"error": f"{out}: not a peer result (a JSON object)"})
         else:
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-25:])
             point["error"] = (f"timed out after {self.timeout_s:.0f} s\n" if timed_out else "") \

@@ -7,9 +7,11 @@ Such configs are recorded with their reason and cost no run.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable
+
+from training.reading import RecordError, read_json
+from training.records import BenchResult, validate
 
 from . import sweep
 from .catalog import OURS_PEERS, OURS_PEERS_TAKE_OURS_ENV, PEER_SIDES, Lever
@@ -141,15 +143,21 @@ def shape_note(shape: BenchShape) -> str:
 
 def is_complete(path: Path, repeats: int | None = None) -> bool:
     """A part's JSON exists and its plan ran to the end (with `repeats`: at least that many)."""
-    data = saved_result(path)
+    try:
+        data = saved_result(path)
+    except RecordError:
+        return False
     return bool(data and data.get("complete")) and (
         repeats is None or (data.get("shape") or {}).get("repeats", 1) >= repeats)
 
 
 def saved_result(path: Path) -> dict | None:
-    """A benchmark JSON, or None where there is none (or it cannot be read)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+    """A benchmark JSON (training.records.BenchResult), or None where there is none;
+    RecordError saying why one that is there cannot be used."""
+    if not path.exists():
         return None
-    return data if isinstance(data, dict) else None
+    data = read_json(path, "benchmark JSON")
+    if not isinstance(data, dict):
+        raise RecordError(f"{path}: not a benchmark JSON (a JSON object)")
+    validate(data, BenchResult, path)
+    return data

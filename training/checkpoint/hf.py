@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from training.cli import BadFile, read_json
+from training.cli import BadFile
+from training.reading import read_json
 
 DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32,
           "U8": torch.uint8}   # U8: MXFP4 blocks and scales (gpt-oss's experts)

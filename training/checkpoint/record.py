@@ -14,14 +14,12 @@ from pathlib import Path
 
 from training.launch.guards import IMPORT_FORMAT as FORMAT
 from training.launch.guards import IMPORT_RECORD as RECORD
+from training.reading import RecordError, read_json
+from training.records import ImportRecord, validate
 
 from .layout import Architecture
 
 SIDE_DIR = "hf"             # config.json, generation_config.json, tokenizer files of the source
-
-
-class RecordError(ValueError):
-    """An unreadable record (message printed as is)."""
 
 
 def write_record(folder: Path, *, name: str, arch: Architecture, hf_config: dict, source: str,
@@ -47,10 +45,13 @@ def read_record(folder: Path) -> dict | None:
     if not path.is_file():
         return None
     known = {f.name for f in dataclasses.fields(Architecture)}
+    record = validate(read_json(path, "import record"), ImportRecord, path).model_dump()
+    if not isinstance(record.get("architecture"), dict):
+        raise RecordError(f"{path}: architecture: missing; import the checkpoint again "
+                          "(python -m training.checkpoint import)")
     try:
-        record = json.loads(path.read_text())
         record["architecture"] = Architecture(**{k: v for k, v in record["architecture"].items()
                                                  if k in known})
-    except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as err:
-        raise RecordError(f"{path} is not a readable import record ({err})") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as err:
+        raise RecordError(f"{path}: architecture: not a readable import record ({err})") from None
     return record

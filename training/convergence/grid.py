@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from training import REPO_ROOT
+from training.reading import RecordError, read_yaml
 
 from .verdict import Rules
 
@@ -37,8 +38,9 @@ DEFAULT_SCRIPT = "examples/llama/train_llama3.sh"
 MANAGED = ("EXPERIMENT_DIR", "EXP_NAME", "RUN_ID", "DRY_RUN")   # set by the harness per cell
 
 
-class GridError(ValueError):
-    """A grid file that cannot run; the message says what to change."""
+class GridError(RecordError):
+    """A grid file that cannot run; the message says what to change (the project's one user
+    error for a file: training.reading.RecordError, exit 2)."""
 
 
 def env_value(value: Any) -> str:
@@ -104,21 +106,10 @@ def toggle_names(script: str) -> set[str]:
 
 
 def load(path: Path) -> Grid:
-    import yaml
-
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except FileNotFoundError:
-        raise GridError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise GridError(f"{path}: cannot read it ({getattr(err, 'strerror', None) or err})") from None
-    except RecursionError:
-        raise GridError(f"{path}: nested too deep to read; a grid is a mapping with name, fixed, "
-                        "axes") from None
-    except yaml.YAMLError as err:
-        where = getattr(err, "problem_mark", None)
-        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
-        raise GridError(f"{path}: not valid YAML{at} ({getattr(err, 'problem', None) or err})") from None
+        data = read_yaml(path, "grid")
+    except RecordError as err:
+        raise GridError(str(err)) from None
     if not isinstance(data, dict):
         raise GridError(f"{path}: expected a mapping with name, fixed, axes")
     known = {"name", "description", "script", "fixed", "args", "axes", "cells", "verdict",

@@ -10,7 +10,6 @@ is not run again; any other leftover of that cell is removed first (metrics.json
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -19,6 +18,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from training.launch.runfolder import read_manifest
+from training.reading import RecordError
 
 from .grid import Cell, Grid
 from .verdict import Curves
@@ -67,8 +69,8 @@ def finished(run: Path | None) -> bool:
     if run is None or not (run / "metrics.jsonl").is_file():
         return False
     try:
-        return "run" in json.loads((run / "manifest.json").read_text())
-    except (OSError, ValueError):
+        return "run" in read_manifest(run)
+    except RecordError:
         return False
 
 
@@ -129,7 +131,7 @@ def collect(run: Path, label: str) -> tuple[Curves, dict[str, Any]]:
     info: dict[str, Any] = {"run_dir": str(run)}
     manifest_path = run / "manifest.json"
     if manifest_path.is_file():
-        manifest = json.loads(manifest_path.read_text())
+        manifest = read_manifest(run)
         summary = (manifest.get("run") or {}).get("summary") or {}
         info.update(tokens_per_s_per_gpu=summary.get("tokens_per_s_per_gpu"),
                     device=summary.get("device"), git_sha=manifest.get("git_sha"),

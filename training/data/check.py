@@ -232,6 +232,11 @@ def check_data_path(value: str, tokenizer_model: str | None, *, hash_bin: bool =
         try:
             record = rec.read_record(prefix)
         except rec.RecordError as e:
+            if os.path.isfile(rec.record_path(prefix)):   # there, but not a record we write
+                problems.append(
+                    f"{e}; prepare the data again, or record it anew with: python -m "
+                    f"training.data.check adopt {prefix} --tokenizer-model DIR --overwrite")
+                continue
             problems.append(
                 f"{e}: without it the tokenizer of {prefix} is unknown. If the dataset was made "
                 f"elsewhere, record its tokenizer with: python -m training.data.check adopt "

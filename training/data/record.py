@@ -17,6 +17,8 @@ import os
 from typing import Any
 
 from training.data.tokenizer import TokenizerInfo
+from training import records as schema
+from training.records import RecordError  # noqa: F401 - the readers' `rec.RecordError`
 
 FORMAT = "training.data.dataset/1"
 SUFFIX = ".dataset.json"
@@ -64,28 +66,12 @@ def write_record(path: str, record: dict[str, Any]) -> None:
         raise
 
 
-class RecordError(ValueError):
-    pass
-
-
 def read_record(prefix: str) -> dict[str, Any]:
-    """The record of `prefix`, with tokenizer.path made absolute. RecordError if unusable."""
+    """The record of `prefix` (training.records.DatasetRecord), with tokenizer.path made
+    absolute. RecordError (one line naming the file and field) if unusable."""
     path = record_path(prefix)
-    try:
-        with open(path) as f:
-            record = json.load(f)
-    except FileNotFoundError:
-        raise RecordError(f"{path}: no such file") from None
-    except (OSError, json.JSONDecodeError) as e:
-        raise RecordError(f"{path}: unreadable ({e})") from None
-    except RecursionError:
-        raise RecordError(f"{path}: unreadable (JSON nested too deep)") from None
-    if not isinstance(record, dict) or record.get("format") != FORMAT:
-        raise RecordError(f"{path}: not a {FORMAT} record")
-    tok = record.get("tokenizer")
-    needed = ("path", "sha256", "config_sha256", "vocab_size", "eod_id")
-    if not isinstance(tok, dict) or any(k not in tok for k in needed):
-        raise RecordError(f"{path}: the tokenizer entry lacks one of {', '.join(needed)}")
+    record = schema.read_record(path, schema.DatasetRecord, "dataset record").model_dump()
+    tok = record["tokenizer"]
     if not os.path.isabs(tok["path"]):
         tok["path"] = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(path)), tok["path"]))
     return record

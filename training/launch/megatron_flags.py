@@ -17,6 +17,8 @@ import json
 import sys
 from pathlib import Path
 
+from training.reading import read_json
+
 RECORD = Path(__file__).with_name("megatron_flags.json")
 
 
@@ -34,7 +36,7 @@ def from_parser() -> dict:
 
 @functools.cache
 def known() -> frozenset[str]:
-    return frozenset(json.loads(RECORD.read_text())["flags"])
+    return frozenset(read_json(RECORD, "recorded Megatron flags")["flags"])
 
 
 def unknown_flags(words: list[str]) -> list[str]:

@@ -18,6 +18,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from training.reading import RecordError, read_json
+
 PACKAGES = ("torch", "megatron-core", "transformer-engine", "transformer_engine_torch",
             "liger-kernel", "apex", "flash-attn", "triton", "transformers")
 
@@ -52,8 +54,8 @@ def holds_run(folder: Path, nnodes: int, node_rank: int) -> str | None:
     if (folder / "metrics.jsonl").exists():
         return "metrics.jsonl is there"
     try:
-        manifest = json.loads((folder / "manifest.json").read_text())
-    except (OSError, ValueError, RecursionError):
+        manifest = read_json(folder / "manifest.json", "launcher manifest")
+    except RecordError:
         return None
     if isinstance(manifest, dict) and manifest.get("dry_run") is False:
         return f"manifest.json of a launch at {manifest.get('created', 'an unknown time')}"
@@ -74,8 +76,8 @@ def is_ours(folder: Path) -> bool:
     if (folder / MARKER).is_file():
         return True
     try:
-        manifest = json.loads((folder / "manifest.json").read_text())
-    except (OSError, ValueError, RecursionError):
+        manifest = read_json(folder / "manifest.json", "launcher manifest")
+    except RecordError:
         return False
     return isinstance(manifest, dict) and {"schema", "toggles", "command"} <= set(manifest)
 
@@ -165,12 +167,16 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
 
 
 def read_manifest(run: Path) -> dict[str, Any]:
-    return json.loads((run / "manifest.json").read_text())
+    """RUN's manifest.json (training.reading: bounded, one RecordError line when unreadable)."""
+    data = read_json(run / "manifest.json", "launcher manifest")
+    if not isinstance(data, dict):
+        raise RecordError(f"{run / 'manifest.json'}: not a launcher manifest (a JSON object)")
+    return data
 
 
 def update_manifest(run: Path, key: str, value: Any) -> None:
     """Add one section to an existing manifest (used by the run, rank 0)."""
     path = run / "manifest.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
+    data = read_manifest(run) if path.exists() else {}
     data[key] = value
     write_json_atomic(path, data)

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from training.cli import ArgumentParser, BadFile, fail, write_text
+from training.mlperf.rcp import ruleset_arg
+from training.reading import RecordError, parse_json
 
 DEFAULT_RULESET = "6.1.0"
 _KEY_PATTERNS = (r"CHECK for '(\w+)'", r"occurrence of '(\w+)'", r"Failed checks for (\w+)",
@@ -56,9 +58,14 @@ def _key_of(message: str) -> str:
 
 
 def division_of(log: Path) -> str | None:
-    for line in Path(log).read_text(errors="replace").splitlines():
-        if '"key": "submission_division"' in line:
-            return json.loads(line.split(":::MLLOG ", 1)[1])["value"]
+    for number, line in enumerate(Path(log).read_text(errors="replace").splitlines(), 1):
+        if '"key": "submission_division"' in line and ":::MLLOG " in line:
+            try:
+                event = parse_json(line.split(":::MLLOG ", 1)[1], f"{log}:{number}", "MLLOG event")
+            except RecordError:
+                return None
+            value = event.get("value") if isinstance(event, dict) else None
+            return value if isinstance(value, str) else None
     return None
 
 
@@ -120,7 +127,11 @@ def describe(message: str) -> str:
                 None)
     logged = next((l for l in lines if l.startswith(":::MLLOG ")), None)
     if test and logged:
-        value = json.loads(logged.split(":::MLLOG ", 1)[1])["value"]
+        try:
+            event = parse_json(logged.split(":::MLLOG ", 1)[1], "the checker's message", "MLLOG event")
+        except RecordError:
+            event = None
+        value = event.get("value") if isinstance(event, dict) else logged
         return f"{test} (logged: {value!r})"
     return lines[0] if lines else ""
 
@@ -140,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m training.mlperf.compliance",
                             description=__doc__.split("\n\n")[0])
     parser.add_argument("log", type=Path)
-    parser.add_argument("--ruleset", default=DEFAULT_RULESET)
+    parser.add_argument("--ruleset", default=DEFAULT_RULESET, type=ruleset_arg)
     parser.add_argument("--as-closed", action="store_true",
                         help="also check the log as a closed-division submission")
     parser.add_argument("--json", type=Path, default=None, help="write the reports here")

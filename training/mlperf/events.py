@@ -26,7 +26,6 @@ launcher draws its own, node 0's wins, before Megatron seeds its generators or b
 """
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -36,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from training import REPO_ROOT
+from training.reading import RecordError, parse_json
 
 RUN_ENV = "MLPERF_RUN"
 
@@ -61,7 +61,9 @@ class RunConfig:
         raw = environ.get(RUN_ENV)
         if not raw:
             return None
-        data = json.loads(raw)
+        data = parse_json(raw, RUN_ENV, "MLPerf run configuration")
+        if not isinstance(data, dict):
+            raise RecordError(f"{RUN_ENV}: not an MLPerf run configuration (a JSON object)")
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 

@@ -12,12 +12,13 @@ below (the smallest above, below the smallest).
 """
 from __future__ import annotations
 
-import json
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from training.cli import ArgumentParser, fail
+from training.reading import read_json
 
 BENCHMARK = "llama31_8b"
 
@@ -61,9 +62,34 @@ def rcp_file(ruleset: str, benchmark: str = BENCHMARK) -> Path:
             / f"rcps_{benchmark}.json")
 
 
+def installed_rulesets() -> list[str]:
+    """The training rulesets the installed mlperf-logging checks (its training_<ruleset>
+    folders); [] when it is not installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("mlperf_logging")
+    if spec is None or spec.origin is None:
+        return []
+    found = Path(spec.origin).parent / "compliance_checker"
+    return sorted(p.name.removeprefix("training_") for p in found.glob("training_*")
+                  if p.is_dir() and re.fullmatch(r"training_\d+\.\d+\.\d+", p.name))
+
+
+def ruleset_arg(text: str) -> str:
+    """argparse type of --ruleset: one the installed checker has."""
+    import argparse
+
+    have = installed_rulesets()
+    if text not in have:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a ruleset the installed mlperf-logging checks; use one of "
+            f"{', '.join(have) or '(none: pip install -e .[mlperf])'}")
+    return text
+
+
 def load(ruleset: str, benchmark: str = BENCHMARK) -> list[RCP]:
     """The RCPs of the ruleset, by batch size."""
-    raw = json.loads(rcp_file(ruleset, benchmark).read_text())
+    raw = read_json(rcp_file(ruleset, benchmark), "RCP file")
     out = []
     for name, record in raw.items():
         if record["Benchmark"] != benchmark:
@@ -105,7 +131,7 @@ def choose(batch_size: int, rcps: list[RCP]) -> Choice:
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m training.mlperf.rcp",
                             description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ruleset", default="6.1.0")
+    parser.add_argument("--ruleset", default="6.1.0", type=ruleset_arg)
     parser.add_argument("--benchmark", default=BENCHMARK, choices=("llama31_8b", "gpt_oss_20b"))
     args = parser.parse_args(argv)
     try:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from training import REPO_ROOT
+from training.reading import read_yaml
 
 CONFIG = REPO_ROOT / "examples" / "mlperf" / "llama31_8b" / "config.yaml"
 # each benchmark's config.yaml (the recipe: training.mlperf.launch --benchmark NAME)
@@ -54,9 +55,7 @@ class Rules:
 
 
 def load(path: Path = CONFIG) -> Rules:
-    import yaml
-
-    data = yaml.safe_load(Path(path).read_text())
+    data = read_yaml(path, "MLPerf rules")
     own = {k: str(data[k]) for k in ("family", "model_name", "script") if k in data}
     return Rules(benchmark=data["benchmark"], ruleset=str(data["ruleset"]),
                  model=dict(data["model"]), closed=dict(data["closed"]),

@@ -42,7 +42,10 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from training.cli import ArgumentParser, fail, positive_int, read_json
+from training.cli import ArgumentParser, fail, positive_int
+from training.mlperf.rcp import ruleset_arg
+from training.launch.runfolder import read_manifest
+from training.reading import RecordError, read_json
 
 from . import rules as rules_mod
 
@@ -87,8 +90,8 @@ def _events(log: Path) -> dict:
 
 def _manifest(run: Path) -> dict:
     try:
-        return json.loads((run / "manifest.json").read_text())
-    except (OSError, ValueError, RecursionError):
+        return read_manifest(run)
+    except RecordError:
         return {}
 
 
@@ -187,7 +190,9 @@ def assemble(runs: list[Path], out: Path, org: str, platform: str, system: str |
 def unfilled(root: Path) -> list[str]:
     out = []
     for path in sorted((root / "systems").glob("*.json")):
-        desc = json.loads(path.read_text())
+        desc = read_json(path, "system description JSON")
+        if not isinstance(desc, dict):
+            raise RecordError(f"{path}: not a system description (a JSON object)")
         out += [f"{path.name}: {k}" for k in SYSTEM_FIELDS if desc.get(k, "") == ""]
     return out
 
@@ -345,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("check", help="check a submission folder (DIR/<org>)")
     c.add_argument("root", type=Path)
     for p in (r, a, c):
-        p.add_argument("--ruleset", default=None, help="default: config.yaml's")
+        p.add_argument("--ruleset", default=None, type=ruleset_arg, help="default: config.yaml's")
     args = parser.parse_args(argv)
     try:
         if args.command == "check":

@@ -19,33 +19,32 @@ from pathlib import Path
 from typing import Any
 
 from training.cli import ArgumentParser, fail, positive_float
+from training.reading import parse_json, read_text
 from training.records import (EvalAccuracy, ManifestHead, MlperfEvent, RecordError, read_record,
                               validate)
 
 
 def read_events(log: Path) -> list[dict[str, Any]]:
-    """The :::MLLOG events of `log`; ValueError naming the line that is not one. A last line
+    """The :::MLLOG events of `log`; RecordError naming the line that is not one. A last line
     cut off (the run killed or still writing) is left out."""
     events = []
-    text = Path(log).read_text(errors="replace")
+    text = read_text(log, "mlperf.log")
     lines = text.splitlines()
     for number, line in enumerate(lines, 1):
         if ":::MLLOG " not in line:
             continue
         try:
-            event = json.loads(line.split(":::MLLOG ", 1)[1])
-        except json.JSONDecodeError:
+            event = parse_json(line.split(":::MLLOG ", 1)[1], f"{log}:{number}", "MLLOG event")
+        except RecordError:
             if number == len(lines) and not text.endswith("\n"):
                 break
-            raise ValueError(f"{log}:{number}: not an MLLOG event (invalid JSON)") from None
-        except RecursionError:
-            raise ValueError(f"{log}:{number}: not an MLLOG event (JSON nested too deep)") from None
+            raise
         if not isinstance(event, dict) or not {"key", "value", "time_ms"} <= set(event):
-            raise ValueError(f"{log}:{number}: not an MLLOG event (no key, value and time_ms)")
+            raise RecordError(f"{log}:{number}: not an MLLOG event (no key, value and time_ms)")
         model = EvalAccuracy if event.get("key") == "eval_accuracy" else MlperfEvent
         events.append(validate(event, model, f"{log}:{number}").model_dump())
     if not events:
-        raise ValueError(f"{log}: no :::MLLOG events; not an mlperf.log (the run writes one with "
+        raise RecordError(f"{log}: no :::MLLOG events; not an mlperf.log (the run writes one with "
                          "MLPERF=1, examples/mlperf)")
     return events
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from training.cli import ArgumentParser, BadFile, fail, write_text
 from training.data.errors import DataError
+from training.reading import read_json
 
 from .rules import REPO_ROOT
 
@@ -94,7 +95,7 @@ def render(data: dict) -> str:
 
 
 def docs_block(data: dict | None = None) -> str:
-    data = data or json.loads(JSON_PATH.read_text())
+    data = data or read_json(JSON_PATH, "token routes JSON")
     return f"{BEGIN}\n{render(data)}\n{END}"
 
 

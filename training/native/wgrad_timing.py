@@ -216,11 +216,10 @@ def table(data: dict) -> str:
 def render_page(source: Path, page: Path, check: bool = False) -> int:
     """Fill the page's <!-- kernels-moe-wgrad --> block from the JSON (--check: exit 1 if it
     is stale). The JSON is read and its table made once, before the page is touched."""
-    import json
-
     from training.launch import docs
+    from training.reading import read_json
 
-    text = table(json.loads(source.read_text()))
+    text = table(read_json(source, f"{NAME} JSON"))
     return docs.main((["--check"] if check else []) + ["--page", str(page)],
                      {NAME: lambda: text},
                      prog=f"python -m training.native.wgrad_timing --table {source}")

@@ -17,13 +17,14 @@ projection (training/optimize/project.py) multiplies a platform's datasheet peak
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from statistics import mean
 
 from training import REPO_ROOT
+from training.reading import RecordError, read_json
+from training.records import BenchResult, validate
 
 from .inputs import BadInput
 
@@ -59,13 +60,11 @@ class Efficiencies:
 
 def _load(root: Path, rel: Path) -> dict:
     path = root / rel
-    try:
-        return json.loads(path.read_text())
-    except OSError as err:
-        raise BadInput(f"{path}: cannot read the benchmark the projection is calibrated from "
-                       f"({err.strerror or err})") from None
-    except json.JSONDecodeError as err:
-        raise BadInput(f"{path}: not valid JSON ({err})") from None
+    data = read_json(path, "benchmark the projection is calibrated from")
+    if not isinstance(data, dict):
+        raise RecordError(f"{path}: not a benchmark JSON (a JSON object)")
+    validate(data, BenchResult, path)
+    return data
 
 
 def _mfu(doc: dict, rel: Path, label_start: str, backend: str | None = None) -> Figure:

@@ -6,7 +6,6 @@ profile/). Anything that cannot be read is a BadInput: one line, exit status 2.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,9 @@ from typing import Any
 
 # Input the advisor cannot work from: the launcher's BadInput (one line, exit status 2).
 from training.launch.settings import BadInput
+from training.metrics import read_metrics
+from training.reading import RecordError, read_json
+from training.records import RunManifest, validate
 
 
 # What an out-of-memory looks like in a train.log (torch's CUDA and HIP allocators, NCCL's
@@ -64,17 +66,6 @@ class RunInputs:
         return {k: float(v) for k, v in phases.items() if isinstance(v, (int, float))}
 
 
-def _read_json(path: Path, what: str) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except OSError as err:
-        raise BadInput(f"{path}: cannot read the {what}: {err.strerror or err}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise BadInput(f"{path}: the {what} is not valid JSON ({err})") from None
-    except RecursionError:
-        raise BadInput(f"{path}: the {what} is JSON nested too deep to read") from None
-
-
 def _find_manifest(path: Path) -> Path:
     if not path.exists():
         raise BadInput(f"{path}: no such file or folder (give a run folder or its manifest.json)")
@@ -97,65 +88,30 @@ def _find_manifest(path: Path) -> Path:
 
 
 REQUIRED_SECTIONS = ("model", "layout", "values", "toggles")
-# Sizes the advisor divides and multiplies by: present ones must be whole numbers >= 1.
-SIZES = {"model": ("num_layers", "hidden_size", "ffn_hidden_size", "num_attention_heads",
-                   "num_query_groups", "vocab_size", "seq_length"),
-         "layout": ("nnodes", "gpus_per_node", "world_size", "tp", "pp", "cp", "dp", "mbs",
-                    "global_batch")}
-
-
-def _check_sizes(path: Path, manifest: dict[str, Any]) -> None:
-    for section, keys in SIZES.items():
-        for key in keys:
-            value = manifest[section].get(key) if isinstance(manifest[section], dict) else None
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise BadInput(f"{path}: {section}.{key} is {value!r}; sizes are whole numbers >= 1 "
-                               "(the launcher never writes this: regenerate the manifest with it)")
-
-
-def _read_metrics(path: Path, notes: list[str]) -> list[dict[str, Any]]:
-    """The records of metrics.jsonl. A last line without its newline that is not JSON was cut
-    off (the run was killed, or is still writing): the complete lines are used and a note says
-    so. A broken line anywhere else is BadInput."""
-    text = path.read_text()
-    lines = text.splitlines()
-    records = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if number == len(lines) and not text.endswith("\n"):
-                notes.append(f"{path}:{number}: the last line is cut off (a run killed or still "
-                             f"running); using the {len(records)} complete lines")
-                break
-            raise BadInput(f"{path}:{number}: not a JSON line") from None
-    return records
 
 
 def load_run(path: str | Path) -> RunInputs:
     manifest_path = _find_manifest(Path(path))
-    manifest = _read_json(manifest_path, "manifest")
+    manifest = read_json(manifest_path, "launcher manifest")
     if not isinstance(manifest, dict):
-        raise BadInput(f"{manifest_path}: the manifest is not a JSON object")
+        raise RecordError(f"{manifest_path}: the manifest is not a JSON object")
     missing = [k for k in REQUIRED_SECTIONS if not isinstance(manifest.get(k), (dict, list))]
     if missing:
-        raise BadInput(f"{manifest_path}: not a launcher manifest (missing "
+        raise RecordError(f"{manifest_path}: not a launcher manifest (missing "
                        f"{', '.join(missing)}); write one with the launcher")
+    validate(manifest, RunManifest, manifest_path)
     run_dir = manifest_path.parent
     inputs = RunInputs(run_dir=run_dir, manifest_path=manifest_path, manifest=manifest)
 
-    _check_sizes(manifest_path, manifest)
     metrics_path = run_dir / "metrics.jsonl"
     if metrics_path.is_file():
-        inputs.metrics, inputs.metrics_path = _read_metrics(metrics_path, inputs.notes), metrics_path
+        inputs.metrics, inputs.metrics_path = read_metrics(metrics_path, inputs.notes), metrics_path
 
     for candidate in (run_dir / "trace_report.json", run_dir / "profile" / "trace_report.json"):
         if candidate.is_file():
-            report = _read_json(candidate, "trace report")
+            report = read_json(candidate, "trace report")
             if not isinstance(report, dict) or not isinstance(report.get("overall"), dict):
-                raise BadInput(f"{candidate}: not a trace report (no 'overall' section; see "
+                raise RecordError(f"{candidate}: not a trace report (no 'overall' section; see "
                                "docs/profiling.md)")
             inputs.trace_report, inputs.trace_report_path = report, candidate
             break

@@ -21,12 +21,12 @@ shape and source, and says where the entry's shape differs from the run's.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from training.platforms import platform_for_device_name
+from training.reading import read_json
 
 from .inputs import BadInput
 
@@ -260,10 +260,7 @@ def load(path: str | Path) -> LeverBook:
     if not path.is_file():
         raise BadInput(f"{path}: no such levers file (produce it with `python -m training.bench "
                        "levers`, or pass --levers PATH)")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-        raise BadInput(f"{path}: not a readable JSON levers file ({err})") from None
+    data = read_json(path, "levers file")
     _require(isinstance(data, dict), path, "not a JSON object")
     _require(data.get("schema") == SCHEMA, path,
              f"schema {data.get('schema')!r} is not {SCHEMA}")

@@ -12,7 +12,6 @@ bf16's range across seeds, the recipe's range and the paired gaps' range. With o
 rerun's spread of one cell (RERUN_NOISE), which leaves the seed's own effect unsampled."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -20,6 +19,7 @@ from typing import Sequence
 from training import REPO_ROOT
 from training.launch.recipes import RECIPES
 from training.platforms import PLATFORMS
+from training.reading import RecordError, read_json
 from training.run_description import RunDescription
 
 from .config import available
@@ -113,8 +113,8 @@ def _paths(convergence: Path | Sequence[Path]) -> list[Path]:
 def _read(path: Path) -> dict | None:
     """A report, or None where it cannot be read."""
     try:
-        data = json.loads(Path(path).read_text())
-    except (OSError, ValueError, RecursionError):
+        data = read_json(path, "report")
+    except RecordError:
         return None
     return data if isinstance(data, dict) else None
 

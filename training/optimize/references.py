@@ -9,13 +9,15 @@ docs/scale.md links to (never typed by hand).
 """
 from __future__ import annotations
 
-import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from training import REPO_ROOT
 from training.cli import ArgumentParser
+from training.reading import RecordError, read_json
+from training.records import BenchResult, validate
 
 from .inputs import BadInput
 
@@ -27,13 +29,19 @@ BAR_PCT = 15.0   # the issue's bar for the projection's error on each reference
 def measured_figure(root: Path, spec: dict[str, str]) -> float:
     """tokens/s/GPU of one point of a recorded benchmark JSON."""
     path = root / spec["file"]
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise BadInput(f"{path}: cannot read the recorded run ({err})") from None
-    for point in doc.get("points", []):
-        if point.get("label") == spec["point"]:
-            return float(point["summary"]["tokens_per_s_per_gpu"])
+    doc = read_json(path, "recorded benchmark")
+    if not isinstance(doc, dict):
+        raise RecordError(f"{path}: not a benchmark JSON (a JSON object)")
+    validate(doc, BenchResult, path)
+    for index, point in enumerate(doc.get("points") or []):
+        if isinstance(point, dict) and point.get("label") == spec["point"]:
+            figure = (point.get("summary") or {}).get("tokens_per_s_per_gpu") \
+                if isinstance(point.get("summary"), dict) else None
+            if isinstance(figure, bool) or not isinstance(figure, (int, float)) \
+                    or not math.isfinite(figure) or figure <= 0:
+                raise RecordError(f"{path}: points.{index}.summary.tokens_per_s_per_gpu: must be "
+                                  f"a positive number (got {figure!r})")
+            return float(figure)
     raise BadInput(f"{path}: no point labelled {spec['point']!r}")
 
 
@@ -41,12 +49,7 @@ def check(root: Path = REPO_ROOT, path: Path | None = None) -> list[dict[str, An
     from .project import project, resolve_run
 
     file = root / (path or REFERENCES)
-    try:
-        doc = json.loads(file.read_text())
-    except OSError as err:
-        raise BadInput(f"{file}: cannot read the references ({err.strerror or err})") from None
-    except json.JSONDecodeError as err:
-        raise BadInput(f"{file}: the references are not valid JSON ({err})") from None
+    doc = read_json(file, "references JSON")
     rows = []
     for ref in doc["references"]:
         reference = (measured_figure(root, ref["measured"]) if "measured" in ref

@@ -16,6 +16,8 @@ import zlib
 from pathlib import Path
 from typing import Iterator
 
+from training.reading import RecordError
+
 DEVICES = ("gpu", "cpu")
 OUTPUT_NAMES = ("trace_report.md", "trace_report.json", "trace_breakdown.png")
 PROFILE_SUBDIR = "profile"
@@ -23,8 +25,9 @@ RUN_MANIFEST = "manifest.json"  # marks a run folder (training/launch writes it)
 TRACE_SUFFIXES = (".json", ".json.gz")
 
 
-class TraceReportError(Exception):
-    """Bad input for the trace report: the message is shown to the user as is."""
+class TraceReportError(RecordError):
+    """Bad input for the trace report: the message is shown to the user as is (the project's
+    one user error for a file, training.reading.RecordError: one line, exit 2)."""
 
 
 @contextlib.contextmanager
