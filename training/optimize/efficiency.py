@@ -24,6 +24,8 @@ step's efficiency on real machines:
   fp4_ultra         fp4 on Blackwell Ultra (B300/GB300), whose fp4 tensor cores are wider
   moe, moe_width    a mixture of experts, and log2 of its expert width over the hidden size
                     (narrow experts: small grouped GEMMs, router and permutation overheads)
+  moe_tokens        log2 of the tokens each local expert's grouped GEMM sees per micro-batch
+                    (balanced routing: micro-batch x top-k x EP / experts) over 4096
   attention         the share of the step's FLOPs in attention scores (flash attention runs
                     below GEMM efficiency)
   log_width         log2 of the hidden size per TP rank over 4096 (a GEMM's width at its split)
@@ -56,7 +58,7 @@ ULTRA = ("b300", "gb300")
 EPOCH = date(2025, 1, 1)
 FEATURES: tuple[str, ...] = (
     "intercept", *(f"platform:{p}" for p in PLATFORMS), "fp8", "mxfp8", "fp4", "fp4_ultra",
-    "moe", "moe_width", "attention", "log_width", "log_mbs", "log_tp", "log_cp", "fsdp", "native",
+    "moe", "moe_width", "moe_tokens", "attention", "log_width", "log_mbs", "log_tp", "log_cp", "fsdp", "native",
     "software", "moe_software")
 RIDGE = 0.5         # the pull of every coefficient but the intercept toward zero (the strength
                     # the leave-one-out table liked best of 0.01-2: a mild optimism, said in docs)
@@ -80,6 +82,17 @@ def attention_share(model) -> float:
     return attention / flops_per_token(model)
 
 
+def expert_tokens(run) -> float:
+    """Tokens each local expert's GEMMs see per micro-batch, routing balanced: the EP group's
+    top-k copies spread over the experts (the M of the grouped GEMM)."""
+    from .memory import expert_parallel
+
+    m, lay = run.model, run.layout
+    ep, _ = expert_parallel(run)
+    tokens = lay.mbs * m.seq_length / (lay.cp * lay.tp)
+    return tokens * m.router_topk * ep / m.num_experts
+
+
 def features(run, when: str) -> dict[str, float]:
     """The features of a resolved run (training.run_description.RunDescription) whose software
     is that of date `when`."""
@@ -94,6 +107,7 @@ def features(run, when: str) -> dict[str, float]:
          "fp4_ultra": 1.0 if precision in FP4 and run.platform in ULTRA else 0.0,
          "moe": moe,
          "moe_width": math.log2(m.moe_ffn_hidden_size / m.hidden_size) if m.moe else 0.0,
+         "moe_tokens": math.log2(expert_tokens(run) / 4096) if m.moe else 0.0,
          "attention": attention_share(m),
          "log_width": math.log2(m.hidden_size / lay.tp / 4096),
          "log_mbs": math.log2(lay.mbs),

@@ -405,13 +405,17 @@ def _data_parallel(run, platform, per_micro, micro, dp, assumptions, stage_param
         from .memory import expert_data_parallel
         edp = expert_data_parallel(run)
         if edp > 1:
+            # the expert-data-parallel ranks lie EP x ETP apart (Megatron's expert grid): an
+            # EP group that fills a node sends every expert gradient over the network
+            ep, etp = _ep(run)
+            ebw, elink = group_bandwidth(platform, edp, ep * etp, lay.gpus_per_node)
             gather = BF16_BYTES if dist_opt else grad_bytes
             vol = experts * (edp - 1) / edp * (grad_bytes + gather)
-            t = _gbs(vol, bw)
+            t = _gbs(vol, ebw)
             terms.append(Term("dp_experts", max(0.0, t - backward_window)
                               if run.get("OVERLAP_GRAD_REDUCE") else t,
                               f"expert grads/params over expert-DP {edp}: "
-                              f"{experts / 1e9:.2f} B params / {link} = {t * 1e3:.1f} ms"))
+                              f"{experts / 1e9:.2f} B params / {elink} = {t * 1e3:.1f} ms"))
     return terms
 
 

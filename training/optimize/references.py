@@ -52,8 +52,10 @@ def measured_figure(root: Path, spec: dict[str, str]) -> tuple[float, str]:
 
 
 def software_date(ref: dict[str, Any], recorded: str = "") -> str:
-    """The date of the software a reference ran: its container's YY.MM (NeMo containers are
-    named by year and month), else the date our run was recorded."""
+    """The date of the software a reference ran: its own `software` date, else its container's
+    YY.MM (NeMo containers are named by year and month), else the date our run was recorded."""
+    if ref.get("software"):
+        return str(ref["software"])
     container = str(ref.get("container", ""))
     if ":" in container:
         yy, mm = container.split(":", 1)[1].split(".")[:2]
@@ -166,7 +168,7 @@ def sample(r: Reference) -> efficiency.Sample:
 def newest(refs: list[Reference]) -> str:
     """The newest published container's date: what a projection assumes (our own recorded
     runs are dated too, but they run this launcher, not a published container)."""
-    published = [r.software for r in refs if "container" in r.ref]
+    published = [r.software for r in refs if "measured" not in r.ref]
     return max(published or [r.software for r in refs])
 
 
