@@ -384,8 +384,8 @@ CASES: list[Case] = [
          ["--recommend", "--family"], "--family"),
     # -- the projection's tools (docs/scale.md) ----------------------------------------------
     Case("project: unknown platform", "training.optimize.project", ["PLATFORM=nope"], "PLATFORM"),
-    Case("project: fp4 not projected", "training.optimize.project",
-         ["PLATFORM=b200", "PRECISION=nvfp4"], "PRECISION=nvfp4"),
+    Case("project: fp4 where the GPU does not run it", "training.optimize.project",
+         ["PLATFORM=h100", "PRECISION=nvfp4"], "PRECISION=nvfp4"),
     Case("search: unknown model size", "training.optimize.search", ["MODEL_SIZE=nope"],
          "MODEL_SIZE"),
     Case("time_to_train: unknown platform", "training.optimize.time_to_train", ["PLATFORM=nope"],
