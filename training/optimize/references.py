@@ -292,7 +292,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help=f"regenerate {TABLE}")
     parser.add_argument("--references", default=None, help=f"another references file "
                                                            f"(default: {REFERENCES})")
-    return run_cli(parser, argv, _rows, markdown)
+    paths: list[Path | None] = []
+
+    def rows(args):
+        paths.append(Path(args.references) if args.references else None)
+        return _rows(args)
+    return run_cli(parser, argv, rows, lambda r: markdown(r, model(path=paths[-1])))
 
 
 if __name__ == "__main__":
