@@ -137,6 +137,32 @@ def peak_for(platform, precision: str) -> float:
     return peak
 
 
+def bf16_share(model) -> float:
+    """The share of a step's model FLOPs a low-precision recipe still runs in bf16: attention's
+    scores and weighted sum (flash attention) and the output layer's logits (Megatron keeps
+    the output layer out of the fp8/fp4 autocast)."""
+    from training.metrics import flops_per_token
+
+    from .efficiency import attention_share
+
+    logits = 3 * 2 * model.hidden_size * model.vocab_size
+    return attention_share(model) + logits / flops_per_token(model)
+
+
+def compute_peak(run: RunDescription, platform) -> tuple[float, str]:
+    """(the rate a step's FLOPs run at with a perfect efficiency, how): the precision's peak,
+    or for a low-precision recipe the harmonic blend of its peak for the GEMMs and the bf16
+    peak for the bf16 share (bf16_share)."""
+    peak = peak_for(platform, run.precision)
+    if run.precision == "bf16":
+        return peak, f"{peak:g} TFLOP/s"
+    share = bf16_share(run.model)
+    blended = 1 / ((1 - share) / peak + share / platform.peak_bf16_tflops)
+    return blended, (f"{blended:.0f} TFLOP/s ({run.precision} peak {peak:g} for the GEMMs, bf16 "
+                     f"peak {platform.peak_bf16_tflops:g} for the {share:.1%} of the FLOPs in "
+                     f"attention and logits)")
+
+
 def recompute_factor(run: RunDescription) -> tuple[float, str]:
     """FLOPs executed over model FLOPs: full recompute runs every layer's forward again (4/3),
     selective the attention scores' forward (1 + their share / 3)."""
@@ -169,10 +195,11 @@ def project(run: RunDescription, vpp: int | None = None, model=None) -> dict[str
     precision = run.precision
     assumptions: list[str] = list(getattr(run, "projection_notes", ()))
     peak = peak_for(platform, precision)
+    rate, rate_how = compute_peak(run, platform)
     x = efficiency.features(run, model.software_date)
     eff = fit.efficiency(x)
     contributions = ", ".join(f"{k} {v:g} x {c:+.3f}" for k, v, c in fit.terms(x))
-    assumptions.append(f"efficiency {eff:.3f} of the {precision} peak {peak:g} TFLOP/s = exp("
+    assumptions.append(f"efficiency {eff:.3f} of {rate_how} = exp("
                        f"{contributions}), fitted to {len(fit.ids)} references "
                        f"(docs/scale/references.md), software as of {model.software_date}")
     missing = fit.uninformed(x)
@@ -187,10 +214,10 @@ def project(run: RunDescription, vpp: int | None = None, model=None) -> dict[str
         assumptions.append(why)
     fpt = flops_per_token(m)
     tokens_gpu = lay.global_batch * m.seq_length / lay.world_size
-    compute = fpt * tokens_gpu * factor / (peak * 1e12 * eff)
+    compute = fpt * tokens_gpu * factor / (rate * 1e12 * eff)
     terms = [Term("compute", compute,
                   f"{fpt / 1e9:.1f} GFLOP/token x {tokens_gpu:,.0f} tokens/GPU"
-                  f"{f' x {factor:.3f}' if factor != 1 else ''} / ({peak:g} TFLOP/s x "
+                  f"{f' x {factor:.3f}' if factor != 1 else ''} / ({rate:.0f} TFLOP/s x "
                   f"{eff:.3f})")]
     terms += other_terms(run, platform, compute, vpp, assumptions)
     assumptions.append(f"{platform.name} peak {peak:g} TFLOP/s ({precision}) and links: "

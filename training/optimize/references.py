@@ -151,14 +151,14 @@ def sample(r: Reference) -> efficiency.Sample:
     """The reference's features and log(implied efficiency)."""
     from training.metrics import flops_per_token
 
-    from .project import implied_compute, peak_for, recompute_factor, _platform
+    from .project import _platform, compute_peak, implied_compute, recompute_factor
 
     run = r.run
     lay = run.layout
     compute = implied_compute(run, r.step_s, r.vpp)
     flops = flops_per_token(run.model) * lay.global_batch * run.model.seq_length \
         / lay.world_size * recompute_factor(run)[0]
-    peak = peak_for(_platform(run), run.precision) * 1e12
+    peak = compute_peak(run, _platform(run))[0] * 1e12
     implied = flops / (peak * compute) if compute > 0 else efficiency.MAX_EFFICIENCY
     implied = min(implied, efficiency.MAX_EFFICIENCY)
     return efficiency.Sample(r.id, efficiency.features(run, r.software), math.log(implied),
