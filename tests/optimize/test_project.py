@@ -1,8 +1,9 @@
 """The throughput projection, the layout search and time to train (training/optimize/project.py,
-search.py, time_to_train.py, references.py): each term's arithmetic at a second value, the
-efficiencies read from the benchmark JSONs (never typed), the references' errors, and the
-search's first choice for Llama3-70B on 64 MI355X and 64 B300 resolved by the launcher with
-DRY_RUN and passing the pre-flight."""
+efficiency.py, references.py, search.py, time_to_train.py): each term's arithmetic at a second
+value, the efficiency fitted to the reference table (a row's removal changes the fit; each row's
+leave-one-out error computed by a model that never saw it), the bar or the band, fp4 and gpt-oss
+projected, and the search's first choice for Llama3-70B on 64 MI355X and 64 B300 resolved by the
+launcher with DRY_RUN and passing the pre-flight."""
 from __future__ import annotations
 
 import json

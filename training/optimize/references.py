@@ -210,10 +210,11 @@ def bands(rows: list[dict[str, Any]]) -> dict[str, Band]:
         errors = [r["error_pct"] for r in rows if name in ("all", r["class"])]
         if name != "all" and len(errors) < MIN_CLASS:
             continue
+        inside = sum(abs(e) <= BAR_PCT for e in errors)
         out[name] = Band(name, min(errors), max(errors), len(errors),
                          f"leave-one-out errors of the {len(errors)} '{name}' references "
                          f"(docs/scale/references.md): {min(errors):+.1f}% to "
-                         f"{max(errors):+.1f}%")
+                         f"{max(errors):+.1f}%, {inside} of them within {BAR_PCT:.0f}%")
     return out
 
 
