@@ -196,12 +196,12 @@ def project(run: RunDescription, vpp: int | None = None, model=None) -> dict[str
     assumptions: list[str] = list(getattr(run, "projection_notes", ()))
     peak = peak_for(platform, precision)
     rate, rate_how = compute_peak(run, platform)
-    x = efficiency.features(run, model.software_date)
+    x = efficiency.features(run)
     eff = fit.efficiency(x)
     contributions = ", ".join(f"{k} {v:g} x {c:+.3f}" for k, v, c in fit.terms(x))
     assumptions.append(f"efficiency {eff:.3f} of {rate_how} = exp("
                        f"{contributions}), fitted to {len(fit.ids)} references "
-                       f"(docs/scale/references.md), software as of {model.software_date}")
+                       f"(docs/scale/references.md)")
     missing = fit.uninformed(x)
     if missing:
         assumptions.append(f"no reference informs {', '.join(missing)}: the shared value is "

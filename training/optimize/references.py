@@ -107,9 +107,8 @@ class Band:
 
 @dataclass(frozen=True)
 class Model:
-    """The fitted efficiency, the software date projections assume, and the error bands."""
+    """The fitted efficiency and the error bands."""
     fit: efficiency.Fit
-    software_date: str
     bands: dict[str, Band] = field(default_factory=dict)
 
     def band(self, run, uninformed: bool = False) -> Band:
@@ -161,28 +160,55 @@ def sample(r: Reference) -> efficiency.Sample:
     peak = compute_peak(run, _platform(run))[0] * 1e12
     implied = flops / (peak * compute) if compute > 0 else efficiency.MAX_EFFICIENCY
     implied = min(implied, efficiency.MAX_EFFICIENCY)
-    return efficiency.Sample(r.id, efficiency.features(run, r.software), math.log(implied),
+    return efficiency.Sample(r.id, efficiency.features(run), math.log(implied),
                              r.group)
 
 
-def newest(refs: list[Reference]) -> str:
-    """The newest published container's date: what a projection assumes (our own recorded
-    runs are dated too, but they run this launcher, not a published container)."""
-    published = [r.software for r in refs if "measured" not in r.ref]
-    return max(published or [r.software for r in refs])
+# precision coefficients measured on pairs: the same setup (words, VPP, release) published in
+# both recipes, so the layout, the links and the software cancel: {feature: (recipe, against)}
+PAIRED = {"mxfp8": ("mxfp8", "fp8_tensorwise")}
+
+
+def pairs(refs: list[Reference], samples: list[efficiency.Sample], feature: str,
+          without: str | None = None) -> list[tuple[str, str, float]]:
+    """(id, id of its pair, log of the efficiency ratio) for the feature's recipe pairs, leaving
+    out pairs with a reference of setup group `without`."""
+    recipe, against = PAIRED[feature]
+    log_e = {s.id: s.log_efficiency for s in samples}
+
+    def key(r: Reference) -> tuple:
+        words = tuple(sorted(w for w in r.ref["words"] if not w.startswith("PRECISION=")))
+        return r.ref["family"], words, r.vpp, r.software
+
+    base = {key(r): r for r in refs if r.run.precision == against and r.group != without}
+    return [(r.id, base[key(r)].id, log_e[r.id] - log_e[base[key(r)].id]) for r in refs
+            if r.run.precision == recipe and r.group != without and key(r) in base]
+
+
+def paired(refs: list[Reference], samples: list[efficiency.Sample],
+           without: str | None = None) -> dict[str, float]:
+    """The precision coefficients measured on pairs (their mean log efficiency ratio)."""
+    out = {}
+    for feature in PAIRED:
+        found = pairs(refs, samples, feature, without)
+        if found:
+            out[feature] = sum(d for _, _, d in found) / len(found)
+    return out
 
 
 def leave_one_out(refs: list[Reference], samples: list[efficiency.Sample],
                   ridge: float = efficiency.RIDGE) -> list[dict[str, Any]]:
-    """Each reference projected by a model fitted without its setup's rows."""
+    """Each reference projected by a model fitted without its setup's rows (and without the
+    recipe pairs they are part of)."""
     from .project import project
 
     rows = []
     fits: dict[str, efficiency.Fit] = {}
     for r in refs:
         if r.group not in fits:
-            fits[r.group] = efficiency.fit([s for s in samples if s.group != r.group], ridge)
-        held_out = Model(fits[r.group], r.software)
+            fits[r.group] = efficiency.fit([s for s in samples if s.group != r.group], ridge,
+                                           fixed=paired(refs, samples, without=r.group))
+        held_out = Model(fits[r.group])
         result = project(r.run, vpp=r.vpp, model=held_out)
         projected = result["tokens_per_s_per_gpu"]
         error = 100.0 * (projected / r.tokens_per_s_per_gpu - 1.0)
@@ -223,7 +249,7 @@ def _build(root: Path, path: Path | None) -> tuple[Model, tuple[dict[str, Any], 
     refs = load(root, path)
     samples = [sample(r) for r in refs]
     rows = leave_one_out(refs, samples)
-    model = Model(efficiency.fit(samples), newest(refs), bands(rows))
+    model = Model(efficiency.fit(samples, fixed=paired(refs, samples)), bands(rows))
     return model, tuple(rows)
 
 
@@ -257,8 +283,7 @@ def markdown(rows: list[dict[str, Any]], fitted: Model | None = None) -> str:
     lines += ["", "## The fitted efficiency (all references)", "",
               f"log(efficiency) = sum of coefficient x feature (ridge {fitted.fit.ridge:g}; "
               f"training/optimize/efficiency.py says what each feature is); residual RMS "
-              f"{fitted.fit.residual_rms:.3f}; projections assume the software of "
-              f"{fitted.software_date}.", "", "| feature | coefficient |", "|---|---|"]
+              f"{fitted.fit.residual_rms:.3f}.", "", "| feature | coefficient |", "|---|---|"]
     for name, value in fitted.fit.coefficients.items():
         if name in fitted.fit.informed:
             lines.append(f"| {name} | {value:+.4f} |")
