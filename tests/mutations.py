@@ -116,6 +116,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         ("tests/optimize/test_levers.py", "tests/optimize/test_recipes.py",
          "tests/optimize/test_flow.py"),
         "the advisor quotes another GPU's measurement over this GPU's when its shape is closer"),
+    # -- the projection (issue 54) -------------------------------------------------------------
+    Mutation(
+        "projection_loo_leak", "training/optimize/references.py",
+        "fits[r.group] = efficiency.fit([s for s in samples if s.group != r.group], ridge,",
+        "fits[r.group] = efficiency.fit(list(samples), ridge,",
+        ("tests/optimize/test_project.py",),
+        "the reference table's 'leave-one-out' error projects each row with a model fitted on it"),
+    Mutation(
+        "projection_a2a_overlap", "training/optimize/project.py",
+        "        if a2a_overlapped(run):\n", "        if False:\n",
+        ("tests/optimize/test_project.py",),
+        "the expert all-to-all is never overlapped, whatever the recipe sets"),
 )
 
 BY_NAME = {m.name: m for m in MUTATIONS}
