@@ -392,6 +392,18 @@ CASES: list[Case] = [
          "PLATFORM"),
     Case("references: missing file", "training.optimize.references",
          ["--references", "{tmp}/none.json"], "none.json"),
+    Case("references: not a list of references", "training.optimize.references",
+         ["--references", "{tmp}/r.json"], "'references'", setup=write("r.json", "[1]")),
+    Case("references: a figure that is no positive number", "training.optimize.references",
+         ["--references", "{tmp}/r.json"], "tokens_per_s_per_gpu",
+         setup=write("r.json", '{"references": [{"id": "x", "family": "llama3", "source": "s", '
+                               '"setup": "s", "words": ["PLATFORM=h100"], '
+                               '"tokens_per_s_per_gpu": -3}]}')),
+    Case("references: words that are no KEY=VALUE list", "training.optimize.references",
+         ["--references", "{tmp}/r.json"], "words",
+         setup=write("r.json", '{"references": [{"id": "x", "family": "llama3", "source": "s", '
+                               '"setup": "s", "words": "PLATFORM=h100", '
+                               '"tokens_per_s_per_gpu": 3}]}')),
     # -- training.numerics, training.versions ------------------------------------------
     Case("numerics table: missing JSON", "training.numerics", ["table", "{tmp}/none.json"], "none.json"),
     Case("numerics table: garbage JSON", "training.numerics", ["table", "{tmp}/g.json"], "g.json",

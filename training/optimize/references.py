@@ -122,6 +122,33 @@ class Model:
         return Band(name, 0.0, 0.0, 0, "no leave-one-out check behind this model")
 
 
+def check_entry(file: Path, n: int, ref: Any) -> None:
+    """One reference's fields, or a BadInput naming the entry and what to write."""
+    where = f"{file}: references[{n}]"
+    if not isinstance(ref, dict):
+        raise BadInput(f"{where} is not an object")
+    where += f" ({ref.get('id', 'no id')})"
+    for key in ("id", "family", "source", "setup"):
+        if not isinstance(ref.get(key), str) or not ref[key].strip():
+            raise BadInput(f"{where}: '{key}' must be a non-empty string")
+    words = ref.get("words")
+    if not isinstance(words, list) or not all(isinstance(w, str) and "=" in w for w in words):
+        raise BadInput(f"{where}: 'words' must be a list of KEY=VALUE strings")
+    measured = ref.get("measured")
+    if measured is not None:
+        if not (isinstance(measured, dict) and isinstance(measured.get("file"), str)
+                and isinstance(measured.get("point"), str)):
+            raise BadInput(f"{where}: 'measured' needs 'file' and 'point' strings")
+        return
+    figure = ref.get("tokens_per_s_per_gpu")
+    if isinstance(figure, bool) or not isinstance(figure, (int, float)) or not figure > 0:
+        raise BadInput(f"{where}: 'tokens_per_s_per_gpu' must be a positive number (or name "
+                       "the benchmark JSON it is read from under 'measured')")
+    vpp = ref.get("vpp")
+    if vpp is not None and (isinstance(vpp, bool) or not isinstance(vpp, int) or vpp < 1):
+        raise BadInput(f"{where}: 'vpp' must be a whole number >= 1")
+
+
 def load(root: Path = REPO_ROOT, path: Path | None = None) -> list[Reference]:
     from .project import resolve_run, vpp_of
 
@@ -132,8 +159,12 @@ def load(root: Path = REPO_ROOT, path: Path | None = None) -> list[Reference]:
         raise BadInput(f"{file}: cannot read the references ({err.strerror or err})") from None
     except json.JSONDecodeError as err:
         raise BadInput(f"{file}: the references are not valid JSON ({err})") from None
+    refs = doc.get("references") if isinstance(doc, dict) else None
+    if not isinstance(refs, list) or not refs:
+        raise BadInput(f"{file}: no 'references' list")
     out = []
-    for ref in doc["references"]:
+    for n, ref in enumerate(refs):
+        check_entry(file, n, ref)
         if "measured" in ref:
             tokens, recorded = measured_figure(root, ref["measured"])
         else:
