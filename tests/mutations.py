@@ -144,6 +144,18 @@ MUTATIONS: tuple[Mutation, ...] = (
         "    return min(max((total_iters or 0) // 4, 2), 10)",
         ("tests/launch/test_default_rules.py",),
         "METRICS_WARMUP_ITERS left unset skips a quarter of the run, not a fifth, from the speed"),
+    # -- the projection (issue 54) -------------------------------------------------------------
+    Mutation(
+        "projection_loo_leak", "training/optimize/references.py",
+        "fits[r.group] = efficiency.fit([s for s in samples if s.group != r.group], ridge,",
+        "fits[r.group] = efficiency.fit(list(samples), ridge,",
+        ("tests/optimize/test_project.py",),
+        "the reference table's 'leave-one-out' error projects each row with a model fitted on it"),
+    Mutation(
+        "projection_a2a_overlap", "training/optimize/project.py",
+        "        if a2a_overlapped(run):\n", "        if False:\n",
+        ("tests/optimize/test_project.py",),
+        "the expert all-to-all is never overlapped, whatever the recipe sets"),
 )
 
 BY_NAME = {m.name: m for m in MUTATIONS}

@@ -384,14 +384,26 @@ CASES: list[Case] = [
          ["--recommend", "--family"], "--family"),
     # -- the projection's tools (docs/scale.md) ----------------------------------------------
     Case("project: unknown platform", "training.optimize.project", ["PLATFORM=nope"], "PLATFORM"),
-    Case("project: fp4 not projected", "training.optimize.project",
-         ["PLATFORM=b200", "PRECISION=nvfp4"], "PRECISION=nvfp4"),
+    Case("project: fp4 where the GPU does not run it", "training.optimize.project",
+         ["PLATFORM=h100", "PRECISION=nvfp4"], "PRECISION=nvfp4"),
     Case("search: unknown model size", "training.optimize.search", ["MODEL_SIZE=nope"],
          "MODEL_SIZE"),
     Case("time_to_train: unknown platform", "training.optimize.time_to_train", ["PLATFORM=nope"],
          "PLATFORM"),
     Case("references: missing file", "training.optimize.references",
          ["--references", "{tmp}/none.json"], "none.json"),
+    Case("references: not a list of references", "training.optimize.references",
+         ["--references", "{tmp}/r.json"], "'references'", setup=write("r.json", "[1]")),
+    Case("references: a figure that is no positive number", "training.optimize.references",
+         ["--references", "{tmp}/r.json"], "tokens_per_s_per_gpu",
+         setup=write("r.json", '{"references": [{"id": "x", "family": "llama3", "source": "s", '
+                               '"setup": "s", "words": ["PLATFORM=h100"], '
+                               '"tokens_per_s_per_gpu": -3}]}')),
+    Case("references: words that are no KEY=VALUE list", "training.optimize.references",
+         ["--references", "{tmp}/r.json"], "words",
+         setup=write("r.json", '{"references": [{"id": "x", "family": "llama3", "source": "s", '
+                               '"setup": "s", "words": "PLATFORM=h100", '
+                               '"tokens_per_s_per_gpu": 3}]}')),
     # -- training.numerics, training.versions ------------------------------------------
     Case("numerics table: missing JSON", "training.numerics", ["table", "{tmp}/none.json"], "none.json"),
     Case("numerics table: garbage JSON", "training.numerics", ["table", "{tmp}/g.json"], "g.json",

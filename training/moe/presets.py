@@ -40,6 +40,12 @@ MIXTRAL_8X7B = MoEPreset(
     "mixtral-8x7B", 32, 4096, 14336, 32, 8, 32000, 32768, 4096, 1000000, norm_epsilon=1e-5,
     num_experts=8, router_topk=2, moe_ffn_hidden_size=14336, aux_loss_coeff=0.02)
 
+# mistralai/Mixtral-8x22B-v0.1 config.json: 56 layers, hidden 6144, 48 heads / 8 KV groups,
+# 8 experts of FFN 16384, top-2, vocab 32768, RoPE theta 1e6, eps 1e-5, aux 0.001.
+MIXTRAL_8X22B = MoEPreset(
+    "mixtral-8x22B", 56, 6144, 16384, 48, 8, 32768, 65536, 4096, 1000000, norm_epsilon=1e-5,
+    num_experts=8, router_topk=2, moe_ffn_hidden_size=16384, aux_loss_coeff=0.001)
+
 # Tests and smoke runs: the tiny dense preset's width and vocabulary (the shipped Shakespeare
 # corpus is tokenized at 8192) with 8 experts, top-2; tiny-moe is Qwen3-like (q/k norms, a
 # head dim of its own: 4 heads of 32 in a width of 256), tiny-mixtral Mixtral-like.
@@ -53,12 +59,13 @@ TINY_MIXTRAL = MoEPreset(
     train_defaults={"BS": 8, "TOTAL_ITERS": 30})
 
 MOE_PRESETS: dict[str, MoEPreset] = {p.name: p for p in (
-    QWEN3_30B_A3B, MIXTRAL_8X7B, TINY_MOE, TINY_MIXTRAL)}
+    QWEN3_30B_A3B, MIXTRAL_8X7B, MIXTRAL_8X22B, TINY_MOE, TINY_MIXTRAL)}
 
 # family -> (MODEL_SIZE value -> preset name, default MODEL_SIZE)
 MOE_FAMILIES: dict[str, tuple[dict[str, str], str]] = {
     "qwen3_moe": ({"30B-A3B": "qwen3-30B-A3B", "tiny": "tiny-moe"}, "30B-A3B"),
-    "mixtral": ({"8x7B": "mixtral-8x7B", "tiny": "tiny-mixtral"}, "8x7B"),
+    "mixtral": ({"8x7B": "mixtral-8x7B", "8x22B": "mixtral-8x22B", "tiny": "tiny-mixtral"},
+                "8x7B"),
 }
 
 

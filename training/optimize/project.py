@@ -7,9 +7,9 @@ PLATFORM=mi355x PRECISION=fp8 ...), resolves them with the launcher's own resolv
 so the layout is the one a launch would run, guards included) and projects one optimizer
 step per GPU:
 
-  compute      model FLOPs of the step / (the platform's dense peak for the precision x the
-               efficiency we measured on one H200: training/optimize/efficiency.py), over the
-               measured recompute and micro-batch ratios
+  compute      model FLOPs of the step (x 4/3 under full recompute) / (the platform's dense
+               peak for the precision x the efficiency fitted to the published and recorded
+               references: training/optimize/efficiency.py, docs/scale/references.md)
   bubble       the pipeline's idle share, (PP-1) / (VPP x micro-batches) of compute (1F1B,
                interleaved when VPP > 1)
   tp           tensor/sequence-parallel collectives: per layer and micro-batch 8 transfers of
@@ -17,12 +17,17 @@ step per GPU:
                and MLP, forward and backward), not overlapped
   cp           context-parallel ring exchange of K and V (forward) and their gradients
                (backward), exposed only where it outlasts the attention it overlaps
-  ep           expert all-to-all (dispatch and combine, forward and backward), not overlapped
+  ep           expert all-to-all (dispatch and combine, forward and backward); overlapped with
+               another micro-batch's compute where --overlap-moe-expert-parallel-comm is set
   dp           the data-parallel gradient reduce-scatter / all-reduce and the distributed
                optimizer's parameter all-gather; with OVERLAP_GRAD_REDUCE / OVERLAP_PARAM_GATHER
                only what outlasts the last micro-batch's backward / the first's forward is
-               exposed; FSDP gathers and reduces every micro-batch, overlapped with it
+               exposed; FSDP gathers and reduces every layer every micro-batch, prefetched: the
+               first layer's gather is exposed, the rest where it outlasts compute
 
+Every projection carries a band: the range of the leave-one-out errors of its class (dense or
+MoE, by precision) in the reference table, the whole table's where the run has a feature no
+reference informs.
 Links come from training/platforms.py (per GPU per direction, with sources): a group inside
 one NVLink/xGMI domain runs at the scale-up figure, one that spans domains at the network's.
 Every assumption is printed beside the number (`assumptions`). Memory is the pre-flight's
@@ -46,6 +51,7 @@ from .inputs import BadInput
 
 BF16_BYTES = 2
 VPP_FLAGS = ("--num-layers-per-virtual-pipeline-stage", "--num-virtual-stages-per-pipeline-rank")
+A2A_OVERLAP_FLAG = "--overlap-moe-expert-parallel-comm"
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,12 @@ def vpp_of(run: RunDescription) -> int:
                 return n
             return max(run.model.num_layers // max(run.layout.pp * n, 1), 1)
     return 1
+
+
+def a2a_overlapped(run: RunDescription) -> bool:
+    """Megatron's expert all-to-all overlapped with another micro-batch's compute
+    (--overlap-moe-expert-parallel-comm in EXTRA_MEGATRON_ARGS)."""
+    return A2A_OVERLAP_FLAG in shlex.split(str(run.get("EXTRA_MEGATRON_ARGS") or ""))
 
 
 def _gbs(bytes_: float, gbs: float) -> float:
@@ -105,70 +117,186 @@ def group_bandwidth(platform, span: int, stride: int, gpus_per_node: int,
                        f"({kind}): {effective:.0f} GB/s effective")
 
 
-def project(run: RunDescription, vpp: int | None = None, root=None) -> dict[str, Any]:
-    """The projected step of a resolved run on its platform."""
+def peak_for(platform, precision: str) -> float:
+    """The dense peak a precision's GEMMs are counted against: bf16's, or the fp8 rate for the
+    fp8 recipes, MXFP8 (where the tensor cores run MX) and the fp4 recipes (where the GPU runs
+    them: nvfp4 on sm100+, mxfp4 on gfx950; the fitted fp4 coefficient carries their gain)."""
+    from training.launch.recipes import RECIPES
+
+    recipe = RECIPES.get(precision)
+    peak = platform.peak_tflops(precision)
+    if recipe is not None and recipe.kind == "fp4":
+        sm, gfx = platform.sm, platform.gfx
+        runs = ((recipe.min_sm is not None and sm is not None and sm >= recipe.min_sm)
+                or (recipe.min_gfx is not None and gfx is not None and gfx >= recipe.min_gfx))
+        peak = platform.peak_fp8_tflops if runs else None
+    if peak is None:
+        raise BadInput(f"PRECISION={precision}: {platform.name} does not run it (the projection "
+                       "covers bf16, the fp8 recipes, mxfp8 where the GPU runs MX formats, "
+                       "nvfp4 on sm100+ and mxfp4 on gfx950)")
+    return peak
+
+
+def bf16_share(model) -> float:
+    """The share of a step's model FLOPs a low-precision recipe still runs in bf16: attention's
+    scores and weighted sum (flash attention) and the output layer's logits (Megatron keeps
+    the output layer out of the fp8/fp4 autocast)."""
     from training.metrics import flops_per_token
 
-    from .memory import estimate, expert_parallel, stage_params, stage_expert_params
+    from .efficiency import attention_share
 
+    logits = 3 * 2 * model.hidden_size * model.vocab_size
+    return attention_share(model) + logits / flops_per_token(model)
+
+
+def compute_peak(run: RunDescription, platform) -> tuple[float, str]:
+    """(the rate a step's FLOPs run at with a perfect efficiency, how): the precision's peak,
+    or for a low-precision recipe the harmonic blend of its peak for the GEMMs and the bf16
+    peak for the bf16 share (bf16_share)."""
+    peak = peak_for(platform, run.precision)
+    if run.precision == "bf16":
+        return peak, f"{peak:g} TFLOP/s"
+    share = bf16_share(run.model)
+    blended = 1 / ((1 - share) / peak + share / platform.peak_bf16_tflops)
+    return blended, (f"{blended:.0f} TFLOP/s ({run.precision} peak {peak:g} for the GEMMs, bf16 "
+                     f"peak {platform.peak_bf16_tflops:g} for the {share:.1%} of the FLOPs in "
+                     f"attention and logits)")
+
+
+def recompute_factor(run: RunDescription) -> tuple[float, str]:
+    """FLOPs executed over model FLOPs: full recompute runs every layer's forward again (4/3),
+    selective the attention scores' forward (1 + their share / 3)."""
+    from .efficiency import attention_share
+
+    mode = run.get("RECOMPUTE") or "none"
+    if mode == "full":
+        return 4 / 3, "RECOMPUTE=full: every layer's forward again, 4/3 of the model FLOPs"
+    if mode == "selective":
+        share = attention_share(run.model)
+        return 1 + share / 3, (f"RECOMPUTE=selective: the attention scores' forward again, "
+                               f"1 + {share:.3f}/3 of the model FLOPs")
+    return 1.0, ""
+
+
+def project(run: RunDescription, vpp: int | None = None, model=None) -> dict[str, Any]:
+    """The projected step of a resolved run on its platform. `model`: the fitted efficiency
+    (training.optimize.references.model(), the default) with its error bands."""
+    from training.metrics import flops_per_token
+
+    from .memory import estimate
+
+    platform = _platform(run)
+    if model is None:
+        from .references import model as fitted
+        model = fitted()
+    fit = model.fit
+    vpp = vpp or vpp_of(run)
+    m, lay = run.model, run.layout
+    precision = run.precision
+    assumptions: list[str] = list(getattr(run, "projection_notes", ()))
+    peak = peak_for(platform, precision)
+    rate, rate_how = compute_peak(run, platform)
+    x = efficiency.features(run)
+    eff = fit.efficiency(x)
+    contributions = ", ".join(f"{k} {v:g} x {c:+.3f}" for k, v, c in fit.terms(x))
+    assumptions.append(f"efficiency {eff:.3f} of {rate_how} = exp("
+                       f"{contributions}), fitted to {len(fit.ids)} references "
+                       f"(docs/scale/references.md)")
+    missing = fit.uninformed(x)
+    if missing:
+        assumptions.append(f"no reference informs {', '.join(missing)}: the shared value is "
+                           "used (the band is the widest of the table)")
+    if precision == "mxfp4":
+        assumptions.append("mxfp4 takes the fp4 coefficient the published nvfp4 runs inform "
+                           "(no published mxfp4 training throughput is in the table)")
+    factor, why = recompute_factor(run)
+    if why:
+        assumptions.append(why)
+    fpt = flops_per_token(m)
+    tokens_gpu = lay.global_batch * m.seq_length / lay.world_size
+    compute = fpt * tokens_gpu * factor / (rate * 1e12 * eff)
+    terms = [Term("compute", compute,
+                  f"{fpt / 1e9:.1f} GFLOP/token x {tokens_gpu:,.0f} tokens/GPU"
+                  f"{f' x {factor:.3f}' if factor != 1 else ''} / ({rate:.0f} TFLOP/s x "
+                  f"{eff:.3f})")]
+    terms += other_terms(run, platform, compute, vpp, assumptions)
+    assumptions.append(f"{platform.name} peak {peak:g} TFLOP/s ({precision}) and links: "
+                       f"{platform.sources}")
+    step = sum(t.seconds for t in terms)
+    tokens_s = tokens_gpu / step
+    est = estimate(run)
+    exposed = step - compute - sum(t.seconds for t in terms if t.key == "pp_bubble")
+    band = model.band(run, uninformed=bool(missing))
+    return {
+        "platform": platform.name, "precision": precision, "backend": run.backend,
+        "model": m.name, "num_layers": m.num_layers, "seq_length": m.seq_length,
+        "layout": {"nnodes": lay.nnodes, "gpus_per_node": lay.gpus_per_node,
+                   "world_size": lay.world_size, "tp": lay.tp, "pp": lay.pp, "vpp": vpp,
+                   "cp": lay.cp, "ep": _ep(run)[0], "dp": lay.dp, "mbs": lay.mbs,
+                   "global_batch": lay.global_batch, "microbatches": lay.microbatches,
+                   "recompute": run.get("RECOMPUTE") or "none",
+                   "distributed_optimizer": bool(run.get("DISTRIBUTED_OPTIMIZER")),
+                   "fsdp": bool(run.get("FSDP"))},
+        "terms": [t.to_dict() for t in terms],
+        "step_s": step, "compute_s": compute, "exposed_comm_s": exposed,
+        "efficiency": eff, "features": x,
+        "tokens_per_s_per_gpu": tokens_s,
+        "band": {"class": band.name, "low": tokens_s / (1 + band.high_pct / 100),
+                 "high": tokens_s / (1 + band.low_pct / 100), "low_pct": band.low_pct,
+                 "high_pct": band.high_pct, "references": band.count,
+                 "how": band.how},
+        "model_tflops_per_gpu": fpt * tokens_s / 1e12,
+        "mfu": fpt * tokens_s / (peak * 1e12),
+        "flops_per_token": fpt,
+        "memory": {"peak_gib": est.peak_gib, "device_gib": float(platform.memory_gib),
+                   "fits": est.peak_gib <= platform.memory_gib,
+                   "estimator": "training/optimize/memory.py"},
+        "assumptions": assumptions,
+    }
+
+
+def _platform(run: RunDescription):
     platform = PLATFORMS.get(run.platform or "")
     if platform is None:
         raise BadInput(f"PLATFORM={run.platform!r}: the projection needs a named platform "
                        f"({', '.join(PLATFORMS)})")
-    eff = efficiency.measured(root) if root else efficiency.measured()
+    return platform
+
+
+def _ep(run: RunDescription) -> tuple[int, int]:
+    from .memory import expert_parallel
+    return expert_parallel(run)
+
+
+def implied_compute(run: RunDescription, step_s: float, vpp: int | None = None) -> float:
+    """The compute time that makes the projected step equal `step_s` (the layout's bubble and
+    exposed communication added): bisection, the step growing with compute. 0 when the
+    communication alone outlasts the step."""
+    platform = _platform(run)
+    vpp = vpp or vpp_of(run)
+
+    def step(compute: float) -> float:
+        return compute + sum(t.seconds for t in other_terms(run, platform, compute, vpp, []))
+
+    low, high = 0.0, step_s
+    if step(low) >= step_s:
+        return 0.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if step(mid) < step_s else (low, mid)
+    return (low + high) / 2
+
+
+def other_terms(run: RunDescription, platform, compute: float, vpp: int,
+                assumptions: list[str]) -> list[Term]:
+    """Every term of the step but compute, given the compute time of the step."""
+    from .memory import stage_expert_params, stage_params
+
     m, lay = run.model, run.layout
     tp, pp, cp, dp = lay.tp, lay.pp, lay.cp, lay.dp
-    ep, etp = expert_parallel(run)
-    vpp = vpp or vpp_of(run)
+    ep, etp = _ep(run)
     micro = lay.microbatches
-    precision = run.precision
-    assumptions: list[str] = []
-
-    # -- compute --------------------------------------------------------------------------------
-    peak = platform.peak_tflops(precision)
-    if peak is None:
-        raise BadInput(f"PRECISION={precision}: no projection for it on {platform.name} (the "
-                       "projection covers bf16, the fp8 recipes and mxfp8 where the GPU runs MX)")
-    if m.moe:
-        family = "mixtral" if "mixtral" in m.name else "qwen3"
-        base = eff.moe_mfu[family]
-        assumptions.append(f"MoE efficiency measured on our {family} run: {base}")
-    else:
-        base = eff.dense_mfu
-        assumptions.append(f"dense efficiency (model FLOPs / peak) {base}, measured on "
-                           f"{eff.measured_on}")
-    ratio = eff.precision_ratio.get(precision)
-    if ratio is None:
-        raise BadInput(f"PRECISION={precision}: no measured speed-up over bf16 to project from")
-    h200 = PLATFORMS["h200"]
-    measured_peak = h200.peak_bf16_tflops if precision == "bf16" else h200.peak_fp8_tflops
-    mfu = base.value * ratio.value * h200.peak_bf16_tflops / measured_peak
-    if precision != "bf16":
-        assumptions.append(f"{precision} over bf16 on {eff.measured_on}: {ratio}; efficiency at "
-                           f"the {precision} peak = {base.value:.3f} x {ratio.value:.3f} x "
-                           f"bf16/fp8 peak of the H200 = {mfu:.3f}")
-    factor = 1.0
-    recompute = run.get("RECOMPUTE") or "none"
-    if recompute != "none":
-        factor *= eff.recompute_ratio[recompute].value
-        assumptions.append(f"RECOMPUTE={recompute}: {eff.recompute_ratio[recompute]}")
-    if lay.mbs >= 2 and eff.mbs2_ratio:
-        factor *= eff.mbs2_ratio.value
-        assumptions.append(f"MBS {lay.mbs}: {eff.mbs2_ratio} (MBS > 2 taken as MBS 2)")
-    if run.backend == "transformer_engine" and eff.backend_ratio and precision == "bf16":
-        factor *= eff.backend_ratio.value
-        assumptions.append(f"Transformer Engine backend: {eff.backend_ratio}")
-    assumptions.append(f"{platform.name} peak {peak:g} TFLOP/s ({precision}) and links: "
-                       f"{platform.sources}")
-    assumptions.append("the efficiency measured at TP=1 holds at every TP/CP/EP split (smaller "
-                       "GEMMs are not penalised) and pipeline stages are balanced")
-    fpt = flops_per_token(m)
-    tokens_gpu = lay.global_batch * m.seq_length / lay.world_size
-    flops_gpu = fpt * tokens_gpu
-    compute = flops_gpu / (peak * 1e12 * mfu * factor)
-    terms = [Term("compute", compute,
-                  f"{fpt / 1e9:.1f} GFLOP/token x {tokens_gpu:,.0f} tokens/GPU / ({peak:g} TFLOP/s "
-                  f"x {mfu:.3f}{f' x {factor:.3f}' if factor != 1 else ''})")]
+    terms: list[Term] = []
     per_micro = compute / micro   # one micro-batch's forward + backward on one GPU
 
     # -- pipeline bubble ------------------------------------------------------------------------
@@ -188,8 +316,7 @@ def project(run: RunDescription, vpp: int | None = None, root=None) -> dict[str,
                           f"/ {link} = {send * 1e3:.2f} ms, overlapped with {chunk * 1e3:.1f} ms "
                           f"of compute ({micro} x {vpp})"))
         assumptions.append("pipeline p2p overlaps the compute of the same micro-batch chunk "
-                           "(Megatron's overlapped p2p); the interleaved schedule's extra "
-                           "activation memory is not in the estimate")
+                           "(Megatron's overlapped p2p); stages are balanced")
 
     layers = -(-m.num_layers // pp)
     tokens_micro = lay.mbs * m.seq_length / cp          # per rank before SP splits them
@@ -202,14 +329,16 @@ def project(run: RunDescription, vpp: int | None = None, root=None) -> dict[str,
                           f"{layers} layers x {micro} micro-batches x 8 x (TP-1)/TP x "
                           f"{act / 2**20:.0f} MiB activation / {link}"))
         assumptions.append("TP collectives are not overlapped with GEMMs (no TP comm overlap "
-                           "in the launcher)")
+                           "in the launcher); the GEMMs' efficiency at their TP split is the "
+                           "fitted log_tp coefficient")
     # -- context parallel -----------------------------------------------------------------------
     if cp > 1:
+        from .efficiency import attention_share
+
         bw, link = group_bandwidth(platform, cp, tp, lay.gpus_per_node, kind="p2p")
         kv = lay.mbs * (m.seq_length / cp) * 2 * m.kv_width / tp * BF16_BYTES
         comm = layers * micro * 3 * (cp - 1) * kv / (bw * 1e9)
-        attention_share = (2 * m.seq_length * m.q_width) / (fpt / 3 / m.num_layers)
-        attention = compute * attention_share * layers / m.num_layers * pp
+        attention = compute * attention_share(m)
         exposed = max(0.0, comm - attention)
         terms.append(Term("cp", exposed,
                           f"ring K/V: {layers} layers x {micro} micro-batches x 3 x (CP-1) x "
@@ -228,39 +357,23 @@ def project(run: RunDescription, vpp: int | None = None, root=None) -> dict[str,
         else:
             per = local_tokens * m.router_topk * (ep - 1) / ep * m.hidden_size * BF16_BYTES
             what = "all-to-all of top-k copies"
-        volume = layers * micro * 4 * per
-        terms.append(Term("ep", _gbs(volume, bw),
-                          f"{dispatcher}: {layers} MoE layers x {micro} micro-batches x 4 x "
-                          f"{per / 2**20:.0f} MiB ({what}) / {link}"))
-        assumptions.append("expert dispatch/combine are not overlapped")
+        comm = _gbs(layers * micro * 4 * per, bw)
+        how = (f"{dispatcher}: {layers} MoE layers x {micro} micro-batches x 4 x "
+               f"{per / 2**20:.0f} MiB ({what}) / {link} = {comm * 1e3:.1f} ms")
+        if a2a_overlapped(run):
+            terms.append(Term("ep", max(0.0, comm - compute),
+                              how + f", overlapped with another micro-batch's compute "
+                                    f"({compute * 1e3:.0f} ms)"))
+            assumptions.append(f"{A2A_OVERLAP_FLAG}: the expert all-to-all runs behind "
+                               "another micro-batch's compute")
+        else:
+            terms.append(Term("ep", comm, how + ", not overlapped"))
+            assumptions.append(f"expert dispatch/combine are not overlapped (Megatron's "
+                               f"{A2A_OVERLAP_FLAG} in EXTRA_MEGATRON_ARGS overlaps them)")
     # -- data parallel --------------------------------------------------------------------------
     terms.extend(_data_parallel(run, platform, per_micro, micro, dp, assumptions,
                                 stage_params, stage_expert_params))
-
-    step = sum(t.seconds for t in terms)
-    tokens_s = tokens_gpu / step
-    est = estimate(run)
-    exposed = step - compute - sum(t.seconds for t in terms if t.key == "pp_bubble")
-    return {
-        "platform": platform.name, "precision": precision, "backend": run.backend,
-        "model": m.name, "num_layers": m.num_layers, "seq_length": m.seq_length,
-        "layout": {"nnodes": lay.nnodes, "gpus_per_node": lay.gpus_per_node,
-                   "world_size": lay.world_size, "tp": tp, "pp": pp, "vpp": vpp, "cp": cp,
-                   "ep": ep, "dp": dp, "mbs": lay.mbs, "global_batch": lay.global_batch,
-                   "microbatches": micro, "recompute": recompute,
-                   "distributed_optimizer": bool(run.get("DISTRIBUTED_OPTIMIZER")),
-                   "fsdp": bool(run.get("FSDP"))},
-        "terms": [t.to_dict() for t in terms],
-        "step_s": step, "compute_s": compute, "exposed_comm_s": exposed,
-        "tokens_per_s_per_gpu": tokens_s,
-        "model_tflops_per_gpu": fpt * tokens_s / 1e12,
-        "mfu": fpt * tokens_s / (peak * 1e12),
-        "flops_per_token": fpt,
-        "memory": {"peak_gib": est.peak_gib, "device_gib": float(platform.memory_gib),
-                   "fits": est.peak_gib <= platform.memory_gib,
-                   "estimator": "training/optimize/memory.py"},
-        "assumptions": assumptions,
-    }
+    return terms
 
 
 def _data_parallel(run, platform, per_micro, micro, dp, assumptions, stage_params,
@@ -278,12 +391,17 @@ def _data_parallel(run, platform, per_micro, micro, dp, assumptions, stage_param
     if run.get("FSDP"):
         volume = micro * dense * share * (2 * BF16_BYTES + grad_bytes)
         comm = _gbs(volume, bw)
-        exposed = max(0.0, comm - per_micro * micro)
-        assumptions.append("FSDP: parameters gathered forward and backward and gradients "
-                           "reduced every micro-batch, overlapped with it")
+        layers = max(run.model.num_layers // lay.pp, 1)
+        first = _gbs(dense / layers * share * BF16_BYTES, bw)   # nothing to hide it behind
+        exposed = first + max(0.0, comm - per_micro * micro)
+        assumptions.append("FSDP: each layer's parameters gathered forward and backward and its "
+                           "gradients reduced every micro-batch, prefetched behind the layer "
+                           "before; the first layer's gather is exposed, the rest only where "
+                           "it outlasts compute (the fitted fsdp coefficient: its contention)")
         return [Term("dp", exposed, f"FSDP {micro} x {dense / 1e9:.2f} B params x (DP-1)/DP x "
                                     f"({2 * BF16_BYTES}+{grad_bytes}) B / {link} = "
-                                    f"{comm * 1e3:.1f} ms, overlapped with compute")]
+                                    f"{comm * 1e3:.1f} ms behind {per_micro * micro * 1e3:.0f} ms "
+                                    f"of compute; first layer's gather {first * 1e3:.2f} ms")]
     dist_opt = bool(run.get("DISTRIBUTED_OPTIMIZER"))
     reduce = dense * share * grad_bytes * (1 if dist_opt else 2)
     gather = dense * share * BF16_BYTES if dist_opt else 0.0
@@ -314,23 +432,38 @@ def _data_parallel(run, platform, per_micro, micro, dp, assumptions, stage_param
         from .memory import expert_data_parallel
         edp = expert_data_parallel(run)
         if edp > 1:
+            # the expert-data-parallel ranks lie EP x ETP apart (Megatron's expert grid): an
+            # EP group that fills a node sends every expert gradient over the network
+            ep, etp = _ep(run)
+            ebw, elink = group_bandwidth(platform, edp, ep * etp, lay.gpus_per_node)
             gather = BF16_BYTES if dist_opt else grad_bytes
             vol = experts * (edp - 1) / edp * (grad_bytes + gather)
-            t = _gbs(vol, bw)
+            t = _gbs(vol, ebw)
             terms.append(Term("dp_experts", max(0.0, t - backward_window)
                               if run.get("OVERLAP_GRAD_REDUCE") else t,
                               f"expert grads/params over expert-DP {edp}: "
-                              f"{experts / 1e9:.2f} B params / {link} = {t * 1e3:.1f} ms"))
+                              f"{experts / 1e9:.2f} B params / {elink} = {t * 1e3:.1f} ms"))
     return terms
+
+
+# Guards that refuse a launch for what it would compute, not for its speed: a projection of
+# the published recipe past them is still a projection of its throughput (said in its notes).
+NUMERICS_GUARDS = ("gpt_oss_te_backend", "low_precision_needs_te")
 
 
 def resolve_run(family: str, words: list[str], environ: dict[str, str] | None = None
                 ) -> RunDescription:
-    """The launcher's resolve of these words (DRY_RUN, no pre-flight): the run it would launch."""
+    """The launcher's resolve of these words (DRY_RUN, no pre-flight): the run it would launch.
+    Where only a numerics guard refuses it (NUMERICS_GUARDS: gpt-oss's MoE block on Transformer
+    Engine, which a low-precision recipe needs), the run is resolved at bf16 on its own backend
+    and given the recipe back, with a note saying so (`projection_notes`)."""
     import os
 
     from training.launch.resolve import resolve
+    from training.launch.guards import Refusals
+    from training.launch.settings import Refusal
     from training.moe import presets as moe_presets
+    from training.moe.gpt_oss import GPT_OSS
     from training.moe.layer import MOE
 
     env = dict(environ if environ is not None else os.environ)
@@ -338,8 +471,24 @@ def resolve_run(family: str, words: list[str], environ: dict[str, str] | None = 
     # a projection of a cluster, not of this machine: its own rendezvous address (a loopback
     # one in this process's environment would be refused for several nodes) means nothing
     env["MASTER_ADDR"] = "node0"
-    layers = [MOE] if family in moe_presets.MOE_FAMILIES else []
-    return resolve(family, env, words, layers=layers).run
+    moe = family in moe_presets.MOE_FAMILIES or family == "gpt_oss"
+    layers = [MOE, GPT_OSS] if moe else []
+    try:
+        return resolve(family, env, words, layers=layers).run
+    except (Refusal, Refusals) as err:
+        guards = [r.guard for r in getattr(err, "refusals", [err])]
+        if not all(g in NUMERICS_GUARDS for g in guards):
+            raise
+        refusal = str(err).splitlines()[0]
+    plain = [w for w in words if not w.startswith(("PRECISION=", "TRANSFORMER_IMPL="))]
+    precision = next((w.split("=", 1)[1] for w in reversed(words)
+                      if w.startswith("PRECISION=")), env.get("PRECISION", "bf16"))
+    run = resolve(family, env, plain + ["PRECISION=bf16"], layers=layers).run
+    run = run.with_values(PRECISION=precision, TRANSFORMER_IMPL="transformer_engine")
+    note = (f"the launcher refuses this launch ({refusal[:160]}...): projected as the "
+            f"published recipe runs it, PRECISION={precision} on Transformer Engine")
+    object.__setattr__(run, "projection_notes", (note,))
+    return run
 
 
 def render(result: dict[str, Any]) -> str:
@@ -359,7 +508,9 @@ def render(result: dict[str, Any]) -> str:
     lines.append(f"    {result['step_s'] * 1e3:9.1f} ms  step (exposed communication "
                  f"{result['exposed_comm_s'] * 1e3:.1f} ms)")
     mem = result["memory"]
-    lines += [f"  tokens/s/GPU {result['tokens_per_s_per_gpu']:,.0f}; model TFLOP/s/GPU "
+    band = result["band"]
+    lines += [f"  tokens/s/GPU {result['tokens_per_s_per_gpu']:,.0f} (band {band['low']:,.0f} to "
+              f"{band['high']:,.0f}: {band['how']}); model TFLOP/s/GPU "
               f"{result['model_tflops_per_gpu']:,.0f} (MFU {result['mfu']:.1%})",
               f"  memory {mem['peak_gib']:.1f} GiB of {mem['device_gib']:.0f} GiB "
               f"({'fits' if mem['fits'] else 'DOES NOT FIT'}; {mem['estimator']})",

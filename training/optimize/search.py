@@ -6,7 +6,7 @@ The words are the launcher's (MODEL_SIZE=70B NNODES=8 GPUS_PER_NODE=8 PLATFORM=m
 PRECISION=fp8 BS=128 ...); they are resolved once with the launcher's resolve (DRY_RUN), then
 every layout is the same run with the layout's toggles changed (RunDescription.with_values):
 TP (within a node), PP, VPP (EXTRA_MEGATRON_ARGS --num-layers-per-virtual-pipeline-stage), CP,
-EP (MoE), MBS, RECOMPUTE and the optimizer state (fp32, or bf16 moments with the fp32 master
+EP (MoE), MBS (1-8, as far as memory allows), RECOMPUTE and the optimizer state (fp32, or bf16 moments with the fp32 master
 as remainders). A layout is kept when its sizes divide (heads, query groups, layers, the
 global batch) and the pre-flight's estimate (training/optimize/memory.py) is at most 90% of the
 GPU (the pre-flight neither refuses nor warns). The kept ones are ranked by projected
@@ -27,6 +27,7 @@ VPP_FLAG = "--num-layers-per-virtual-pipeline-stage"
 OPTIMIZER_STATES = {"fp32": {"ADAM_MOMENTS_DTYPE": "fp32", "MASTER_WEIGHTS": "fp32"},
                     "bf16": {"ADAM_MOMENTS_DTYPE": "bf16", "MASTER_WEIGHTS": "remainder"}}
 RECOMPUTES = ("none", "selective", "full")
+MICRO_BATCHES = (1, 2, 4, 8)   # the GPU's memory (the pre-flight's estimate) decides which fit
 TIE = 0.005   # projected tokens/s within 0.5% rank as equal (the projection's resolution)
 
 
@@ -102,7 +103,7 @@ def candidates(run: RunDescription) -> list[dict[str, Any]]:
                     for ep in eps:
                         if ep > dp * cp * tp or (dp * cp * tp) % ep:
                             continue
-                        for mbs in (1, 2):
+                        for mbs in MICRO_BATCHES:
                             if lay.global_batch % (mbs * dp):
                                 continue
                             if pp > 1 and lay.global_batch // (mbs * dp) < pp:

@@ -1,8 +1,8 @@
-"""Time to train the MLPerf llama31_8b recipe on N GPUs of a platform, on paper.
+"""Time to train an MLPerf recipe (llama31_8b, gpt_oss_20b) on N GPUs of a platform, on paper.
 
-    python -m training.optimize.time_to_train [--json] KEY=VALUE ...
+    python -m training.optimize.time_to_train [--benchmark gpt_oss_20b] [--json] KEY=VALUE ...
 
-resolves the words as examples/mlperf/llama31_8b/run_llama31_8b.sh does (the recipe layer on
+resolves the words as examples/mlperf/<benchmark>/run_<benchmark>.sh does (the recipe layer on
 top: its model, sequence, batch size, LR from the RCP), projects one step
 (training/optimize/project.py) and multiplies by the steps to converge: the samples to converge
 of mlperf-logging's reference convergence points (RCPs) for the global batch size (their mean,
@@ -16,9 +16,11 @@ import sys
 from statistics import mean
 from typing import Any
 
+from .inputs import BadInput
 
 
-def time_to_train(words: list[str], environ: dict[str, str] | None = None) -> dict[str, Any]:
+def time_to_train(words: list[str], environ: dict[str, str] | None = None,
+                  benchmark: str = "llama31_8b") -> dict[str, Any]:
     from training.mlperf import rcp as rcp_mod
     from training.mlperf import rules as rules_mod
     from training.mlperf.launch import resolve_mlperf
@@ -29,12 +31,15 @@ def time_to_train(words: list[str], environ: dict[str, str] | None = None) -> di
     env.setdefault("MASTER_ADDR", "node0")
     # closed division needs the C4 files on this machine; the step is the same without them
     env.setdefault("MLPERF_DIVISION", "open")
-    rules = rules_mod.load()
+    try:
+        rules = rules_mod.load_benchmark(benchmark)
+    except KeyError as err:
+        raise BadInput(str(err).strip("'\"")) from None
     launch, _values, _config = resolve_mlperf(env, words, rules)
     run = launch.run
     result = project(run)
     bs = run.layout.global_batch
-    choice = rcp_mod.choose(bs, rcp_mod.load(rules.ruleset))
+    choice = rcp_mod.choose(bs, rcp_mod.load(rules.ruleset, rules.benchmark))
     samples = choice.rcp.samples_to_converge
     steps = {k: math.ceil(v / bs) for k, v in
              (("mean", mean(samples)), ("min", min(samples)), ("max", max(samples)))}
@@ -43,7 +48,7 @@ def time_to_train(words: list[str], environ: dict[str, str] | None = None) -> di
             "rcp": {"name": choice.rcp.name, "batch_size": choice.rcp.batch_size,
                     "samples_to_converge": list(samples), "exact": choice.exact,
                     "note": choice.note,
-                    "file": str(rcp_mod.rcp_file(rules.ruleset))},
+                    "file": str(rcp_mod.rcp_file(rules.ruleset, rules.benchmark))},
             "steps_to_converge": steps, "step_s": step_s,
             "minutes": {k: v * step_s / 60 for k, v in steps.items()},
             "projection": result,
@@ -66,8 +71,10 @@ def render(r: dict[str, Any]) -> str:
     steps = r["steps_to_converge"]
     lines += [f"  steps: {steps['mean']:,} (min {steps['min']:,}, max {steps['max']:,}) x "
               f"projected step {r['step_s']:.3f} s",
-              f"  time to train: {m['mean']:.1f} min (range {m['min']:.1f}-{m['max']:.1f} min; "
-              f"projected {p['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU)",
+              f"  time to train: {m['mean']:.1f} min (range {m['min']:.1f}-{m['max']:.1f} min over "
+              f"the RCP runs; projected {p['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU)",
+              f"  with the projection's band: {m['mean'] * p['tokens_per_s_per_gpu'] / p['band']['high']:.1f}"
+              f"-{m['mean'] * p['tokens_per_s_per_gpu'] / p['band']['low']:.1f} min",
               f"  not counted: {r['not_counted']}",
               "  projection assumptions:"]
     lines += [f"    - {a}" for a in p["assumptions"]]
@@ -79,7 +86,10 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = words_parser("python -m training.optimize.time_to_train", __doc__.split("\n\n")[0],
                           family=False)
-    return run_cli(parser, argv, lambda a: time_to_train(a.words), render)
+    parser.add_argument("--benchmark", default="llama31_8b",
+                        help="the MLPerf recipe: llama31_8b (default) or gpt_oss_20b")
+    return run_cli(parser, argv, lambda a: time_to_train(a.words, benchmark=a.benchmark),
+                   render)
 
 
 if __name__ == "__main__":
