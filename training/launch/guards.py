@@ -177,8 +177,9 @@ def _setting_now(ctx: LaunchContext, name: str) -> str:
 def _flags_without_effect(ctx: LaunchContext) -> list[str]:
     """A flag that spells a setting which this launch does not pass to Megatron (--fp8-format
     with PRECISION=bf16): it would change nothing, so it is refused with the setting it needs."""
-    if not ctx.mapped_flags:
-        return []
+    if not ctx.mapped_flags or any(isinstance(v, Exception) for v in (ctx.datasets,
+                                                                       ctx.tokenizer)):
+        return []       # the data or the tokenizer is refused by its own guard first
     from .resolve import build_buckets
 
     buckets, _ = build_buckets(ctx, ctx.log_dir or Path("."))
