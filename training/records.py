@@ -17,7 +17,8 @@ import math
 from pathlib import Path
 from typing import Any, Optional, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
+                      model_validator)
 
 from training.cli import BadFile, read_json
 from training.launch.settings import LaunchError
@@ -72,6 +73,38 @@ class HFConfig(Record):
     mlp_bias: Optional[bool] = None
     hidden_act: Optional[str] = None
     _finite = field_validator("rope_theta", "rms_norm_eps")(classmethod(lambda cls, v: _finite(v)))
+
+
+# -- a dataset record's document lengths: PREFIX.dataset.json (training/data/doc_lengths.py) ---
+
+class DocumentLengths(Record):
+    """How long the documents are (training.data.doc_lengths.LengthStats.summary)."""
+    documents: int = Field(ge=1)
+    tokens: int = Field(ge=0)
+    mean: float = Field(ge=0)
+    min: int = Field(ge=0)
+    p10: int = Field(ge=0)
+    median: int = Field(ge=0)
+    p90: int = Field(ge=0)
+    max: int = Field(ge=0)
+    shorter_than: dict[str, tuple[int, int]]
+    _finite = field_validator("mean")(classmethod(lambda cls, v: _finite(v)))
+
+    @field_validator("shorter_than")
+    @classmethod
+    def _bounds(cls, v: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+        for bound, (docs, tokens) in v.items():
+            if not bound.isdigit() or docs < 0 or tokens < 0:
+                raise ValueError("each bound is a whole number of tokens, each count >= 0")
+        return v
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "DocumentLengths":
+        if not self.min <= self.p10 <= self.median <= self.p90 <= self.max:
+            raise ValueError("min <= p10 <= median <= p90 <= max does not hold")
+        if any(d > self.documents or t > self.tokens for d, t in self.shorter_than.values()):
+            raise ValueError("shorter_than counts more documents or tokens than there are")
+        return self
 
 
 # -- the launch manifest: RUN/manifest.json (training/launch/manifest.py writes it) -----------

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from training.data.tokenizer import TokenizerInfo
+if TYPE_CHECKING:          # only a type: record.py imports no other module of training.data
+    from training.data.tokenizer import TokenizerInfo
 
 FORMAT = "training.data.dataset/1"
 SUFFIX = ".dataset.json"
@@ -26,7 +27,7 @@ def record_path(prefix: str) -> str:
     return prefix + SUFFIX
 
 
-def tokenizer_entry(info: TokenizerInfo, record_dir: str) -> dict[str, Any]:
+def tokenizer_entry(info: "TokenizerInfo", record_dir: str) -> dict[str, Any]:
     entry = info.to_dict()
     path = os.path.abspath(info.path)
     base = os.path.abspath(record_dir)
