@@ -143,6 +143,8 @@ def masking_verdict(lengths, seq_length: int, masked: bool | None) -> str:
                 "changes little here.")
     if masked:
         return f"{facts}: sequences pack several documents, and they are kept apart."
-    state = "off" if masked is False else "not set"
-    return (f"{facts}: sequences pack several documents, which attend to each other with "
-            f"document masking {state} (DOCUMENT_MASK=1 keeps them apart).")
+    if masked is False:
+        return (f"{facts}: sequences pack several documents, which attend to each other with "
+                "DOCUMENT_MASK=0 (DOCUMENT_MASK=1 keeps them apart).")
+    return (f"{facts}: sequences pack several documents, which attend to each other (this "
+            "launch has no document masking).")

@@ -1191,6 +1191,35 @@ def data_path(ctx: LaunchContext) -> None:
 
 
 @guard
+def documents_in_a_sequence(ctx: LaunchContext) -> None:
+    """A notice: how long the training data's documents are against SEQ_LENGTH, and whether document masking keeps them apart (training/data/doc_lengths.py)."""
+    from training.data.doc_lengths import masking_verdict
+
+    if not isinstance(ctx.datasets, list) or not ctx.datasets:
+        return
+    info = ctx.datasets[0]
+    for prefix, lengths in zip(info.prefixes, info.document_lengths):
+        if lengths is None:
+            ctx.settings.info("documents_in_a_sequence",
+                              f"{prefix}: its record has no document lengths (prepared before "
+                              "they were recorded); `python -m training.data.check verify "
+                              f"{prefix}` shows them.")
+            continue
+        ctx.settings.info("documents_in_a_sequence", f"{prefix}: " + masking_verdict(
+            lengths, ctx.settings["SEQ_LENGTH"], documents_masked(ctx)))
+
+
+def documents_masked(ctx: LaunchContext) -> bool | None:
+    """Whether attention stops at each document's end in this launch: the DOCUMENT_MASK
+    setting (Megatron's --reset-attention-mask spells it); None where the registry has no
+    such setting (the attention runs over the whole packed sequence; the guard
+    flags_the_backend_cannot_honour refuses Megatron's document flags there)."""
+    if any(t.name == "DOCUMENT_MASK" for t in ctx.toggles):
+        return bool(ctx.settings.get("DOCUMENT_MASK"))
+    return None
+
+
+@guard
 def tokenizer_model(ctx: LaunchContext) -> None:
     """TOKENIZER_MODEL is a tokenizer folder, its tokenizer.json, or a hub id found in the cache or on the hub."""
     if isinstance(ctx.tokenizer, Exception) and not isinstance(ctx.datasets, Exception):
