@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Optional, TypeVar
+from typing import Annotated, Any, Optional, TypeVar
 
 from pydantic import (BaseModel, ConfigDict, Field, ValidationError, field_validator,
                       model_validator)
@@ -77,16 +77,19 @@ class HFConfig(Record):
 
 # -- a dataset record's document lengths: PREFIX.dataset.json (training/data/doc_lengths.py) ---
 
+Tokens = Annotated[int, Field(ge=0)]
+
+
 class DocumentLengths(Record):
-    """How long the documents are (training.data.doc_lengths.LengthStats.summary)."""
+    """How long the documents are, in tokens (training.data.doc_lengths.LengthStats)."""
     documents: int = Field(ge=1)
-    tokens: int = Field(ge=0)
+    tokens: Tokens
     mean: float = Field(ge=0)
-    min: int = Field(ge=0)
-    p10: int = Field(ge=0)
-    median: int = Field(ge=0)
-    p90: int = Field(ge=0)
-    max: int = Field(ge=0)
+    min: Tokens
+    p10: Tokens
+    median: Tokens
+    p90: Tokens
+    max: Tokens
     shorter_than: dict[str, tuple[int, int]]
     _finite = field_validator("mean")(classmethod(lambda cls, v: _finite(v)))
 
