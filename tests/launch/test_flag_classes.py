@@ -115,15 +115,14 @@ def test_every_workload_flag_is_refused(base_env):
         assert any(ln.startswith(f"{flag}: a flag of ") for ln in lines), flag
 
 
-@pytest.mark.parametrize("backend", ["native", "local"])
+@pytest.mark.parametrize("backend", ["native", "local", "transformer_engine"])
 def test_each_backend_refuses_what_it_cannot_honour_and_passes_the_rest(base_env, backend):
-    """Dense model on the native and local backends (TE is not installed here: its verdicts are
-    checked through the same function below): a flag whose verdict refuses is refused, one
-    honoured is not."""
+    """A dense model on each backend (Transformer Engine's as on an H200: PLATFORM=h200): a
+    flag whose verdict refuses is refused, one honoured is not."""
     dense = [(e, f) for e in fc.TABLE if e.cls in ("semantic", "backends") and not e.experts
              for f in e.flags]
     words = [w for _e, f in dense for w in ([f, "0.1"] if f == "--attention-dropout" else [f])]
-    text = _refusal(_try(base_env, TRANSFORMER_IMPL=backend, words=words),
+    text = _refusal(_try(base_env, TRANSFORMER_IMPL=backend, PLATFORM="h200", words=words),
                     "flags_the_backend_cannot_honour")
     for entry, flag in dense:
         refused = entry.verdicts[backend] is not None
