@@ -100,20 +100,23 @@ def _lengths(values):
                                            (False, "DOCUMENT_MASK=1 keeps them apart"),
                                            (True, "they are kept apart")])
 def test_the_verdict_for_short_documents(masked, needle):
-    short = _lengths(np.full(1000, 300))
+    short = _lengths(np.full(1000, 256))
     line = dl.masking_verdict(short, 4096, masked)
     assert "100% of the documents (100% of the tokens) are shorter than 4,096" in line
+    assert "16.0 document boundaries per sequence of SEQ_LENGTH=4,096" in line
     assert "sequences pack several documents" in line and needle in line
 
 
 def test_the_verdict_for_long_documents_and_an_odd_sequence_length():
-    long = _lengths(np.full(1000, 20000))
+    long = _lengths(np.full(1000, 40000))
     line = dl.masking_verdict(long, 5000, None)
-    assert "shorter than 4,096 tokens (SEQ_LENGTH=5,000)" in line
-    assert "changes little" in line
-    # the share counts tokens: a few long documents hold most of them
+    assert "shorter than 4,096 tokens; 0.1 document boundaries per sequence" in line
+    assert "changes little" in line and not dl.packs_documents(long, 5000)
+    # most documents short, most tokens in long ones: some sequences cross a boundary
     mixed = _lengths(np.concatenate([np.full(90, 100), np.full(10, 100_000)]))
-    assert dl.shorter_than(mixed, 4096)[1] == 0.9 and not dl.packs_documents(mixed, 4096)
+    assert dl.shorter_than(mixed, 4096)[1] == 0.9
+    assert "about 41% of the sequences cross a document boundary" in dl.masking_verdict(
+        mixed, 4096, None)
 
 
 def test_the_dry_run_says_it(tmp_path, corpus_texts, tok_dir):
@@ -130,4 +133,5 @@ def test_the_dry_run_says_it(tmp_path, corpus_texts, tok_dir):
     lengths = dl.document_lengths(rec.read_record(prefix))
     assert notices[4096] == [f"{prefix}: " + dl.masking_verdict(lengths, 4096, None)]
     assert "sequences pack several documents" in notices[4096][0]
+    assert len(notices[64]) == 1 and "boundaries per sequence of SEQ_LENGTH=64" in notices[64][0]
     assert notices[64] == [f"{prefix}: " + dl.masking_verdict(lengths, 64, None)]

@@ -124,27 +124,34 @@ def describe(lengths) -> str:
             f"{lengths.median:,} (p10 {lengths.p10:,}, p90 {lengths.p90:,}), max {lengths.max:,}")
 
 
+def boundaries_per_sequence(lengths, seq_length: int) -> float:
+    """Document ends in a sequence of SEQ_LENGTH packed tokens, on average (seq / mean)."""
+    return seq_length / lengths.mean if lengths.mean else 0.0
+
+
 def packs_documents(lengths, seq_length: int) -> bool:
-    """Whether most of the tokens are in documents shorter than a sequence, so that most
-    sequences hold several documents: there, document masking changes what is trained."""
-    _bound, _docs, toks = shorter_than(lengths, seq_length)
-    return toks >= 0.5
+    """Whether an average sequence holds a document boundary or more: there, without document
+    masking, the tokens after a boundary attend to the unrelated document before it."""
+    return boundaries_per_sequence(lengths, seq_length) >= 1
 
 
 def masking_verdict(lengths, seq_length: int, masked: bool | None) -> str:
     """One line for the DRY_RUN: how the documents sit in a sequence, and what document
-    masking does for them (masked: whether it is on; None: unknown)."""
+    masking does for them (masked: whether it is on; None: this launch has none)."""
     bound, docs, toks = shorter_than(lengths, seq_length)
+    per_sequence = boundaries_per_sequence(lengths, seq_length)
     facts = (f"median document {lengths.median:,} tokens (p10 {lengths.p10:,}, p90 "
              f"{lengths.p90:,}); {docs:.0%} of the documents ({toks:.0%} of the tokens) are "
-             f"shorter than {bound:,} tokens (SEQ_LENGTH={seq_length:,})")
-    if not packs_documents(lengths, seq_length):
-        return (f"{facts}: most sequences hold a piece of one document, so document masking "
-                "changes little here.")
+             f"shorter than {bound:,} tokens; {per_sequence:.1f} document boundaries per "
+             f"sequence of SEQ_LENGTH={seq_length:,} on average")
+    if per_sequence < 0.25:
+        return f"{facts}: few sequences cross a document, so document masking changes little."
+    where = ("sequences pack several documents" if per_sequence >= 1 else
+             f"about {per_sequence:.0%} of the sequences cross a document boundary")
     if masked:
-        return f"{facts}: sequences pack several documents, and they are kept apart."
+        return f"{facts}: {where}, and they are kept apart."
     if masked is False:
-        return (f"{facts}: sequences pack several documents, which attend to each other with "
+        return (f"{facts}: {where}, where tokens attend to the document before theirs with "
                 "DOCUMENT_MASK=0 (DOCUMENT_MASK=1 keeps them apart).")
-    return (f"{facts}: sequences pack several documents, which attend to each other (this "
+    return (f"{facts}: {where}, where tokens attend to the document before theirs (this "
             "launch has no document masking).")

@@ -1198,7 +1198,7 @@ def documents_in_a_sequence(ctx: LaunchContext) -> None:
     if not isinstance(ctx.datasets, list) or not ctx.datasets:
         return
     info = ctx.datasets[0]
-    for prefix, lengths in zip(info.prefixes, info.document_lengths):
+    for prefix, lengths in dict(zip(info.prefixes, info.document_lengths)).items():
         if lengths is None:
             ctx.settings.info("documents_in_a_sequence",
                               f"{prefix}: its record has no document lengths (prepared before "
