@@ -217,9 +217,9 @@ def flags_the_backend_cannot_honour(ctx: LaunchContext) -> None:
         if entry.cls == "workload":
             problems.append(f"{typed}: a flag of {entry.reason}; {WORKLOAD_WHAT}.")
         elif entry.cls == "documents" and not documents:
-            problems.append(f"{typed}: {entry.reason}, which this launcher does not have yet: "
-                            "without it the attention would run over the whole packed "
-                            "sequence. Drop it.")
+            problems.append(f"{typed}: document masking needs the DOCUMENT_MASK setting, "
+                            "which this launcher does not have yet: the attention would run "
+                            "over the whole packed sequence all the same. Drop it.")
         elif entry.experts and not experts and entry.cls in ("semantic", "backends"):
             problems.append(f"{typed}: {entry.reason}; {ctx.preset.name} has no experts, so it "
                             "would change nothing: drop it, or run an MoE model "
