@@ -201,6 +201,11 @@ def _two_values(toggle):
         return str(low + 1), str(low + 2)
     if toggle.kind == "float":
         return "0.25", "0.5"
+    from training.launch.toggles import HOST, SPLIT_FORM
+
+    forms = {HOST: ("node0", "node1"), SPLIT_FORM: ("98,2,0", "90,10,0")}
+    if toggle.check in forms:
+        return forms[toggle.check]
     if toggle.kind in ("path", "str") and not toggle.multi and toggle.check is None:
         return "/tmp/flag-classes-a", "/tmp/flag-classes-b"
     return None
