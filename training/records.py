@@ -109,6 +109,41 @@ class HFConfig(Record):
     _finite = field_validator("rope_theta", "rms_norm_eps")(classmethod(lambda cls, v: _finite(v)))
 
 
+# -- a dataset record's document lengths: PREFIX.dataset.json (training/data/doc_lengths.py) ---
+
+Tokens = Annotated[int, Field(ge=0)]
+
+
+class DocumentLengths(Record):
+    """How long the documents are, in tokens (training.data.doc_lengths.LengthStats)."""
+    documents: int = Field(ge=1)
+    tokens: Tokens
+    mean: float = Field(ge=0)
+    min: Tokens
+    p10: Tokens
+    median: Tokens
+    p90: Tokens
+    max: Tokens
+    shorter_than: dict[str, tuple[int, int]]
+    _finite = field_validator("mean")(classmethod(lambda cls, v: _finite(v)))
+
+    @field_validator("shorter_than")
+    @classmethod
+    def _bounds(cls, v: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+        for bound, (docs, tokens) in v.items():
+            if not bound.isdigit() or docs < 0 or tokens < 0:
+                raise ValueError("each bound is a whole number of tokens, each count >= 0")
+        return v
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "DocumentLengths":
+        if not self.min <= self.p10 <= self.median <= self.p90 <= self.max:
+            raise ValueError("min <= p10 <= median <= p90 <= max does not hold")
+        if any(d > self.documents or t > self.tokens for d, t in self.shorter_than.values()):
+            raise ValueError("shorter_than counts more documents or tokens than there are")
+        return self
+
+
 # -- the launch manifest: RUN/manifest.json (training/launch/manifest.py writes it) -----------
 
 class MlperfSection(Record):

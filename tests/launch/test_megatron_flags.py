@@ -152,7 +152,7 @@ def test_a_flag_that_contradicts_the_toggle_is_refused(base_env):
 def test_built_flags_are_refused_with_what_to_set(base_env, words, needle):
     with pytest.raises(Refusals) as err:
         launch(base_env, words=words)
-    assert "[megatron_flags]" in str(err.value) and needle in str(err.value)
+    assert "[flags_against_settings]" in str(err.value) and needle in str(err.value)
     assert str(err.value).count("\n") == 0
 
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from training.cli import ArgumentParser
 from training.data import record as rec
 from training.data import tokenizer as tokmod
+from training.data.doc_lengths import LengthStats, describe, document_lengths, from_index
 from training.data.errors import DataError
 from training.data.index import IndexProblem, open_with_megatron, read_index
 
@@ -50,6 +51,8 @@ class DataInfo:
     eod_id: int
     documents: list[int] = field(default_factory=list)  # per prefix
     tokens: list[int] = field(default_factory=list)  # per prefix
+    # per prefix: training.records.DocumentLengths, or None (a record written before them)
+    document_lengths: list = field(default_factory=list)
 
     def megatron_data_args(self) -> list[str]:
         """The values of Megatron's --data-path (or --train-data-path ...) for this blend."""
@@ -153,14 +156,9 @@ def _tokenizer_dir(tokenizer_model: str) -> str:
 
 
 def megatron_tokenizer_args(tokenizer_model: str) -> list[str]:
-    """Megatron (0.19.2) arguments that load this tokenizer as the dataset saw it.
-
-    megatron.training's build_tokenizer(args) with HuggingFaceTokenizer calls
-    AutoTokenizer.from_pretrained(--tokenizer-model): vocab_size is len(tokenizer), EOD the
-    eos token (tests/data check this against the dataset record).
-    """
-    directory = _tokenizer_dir(tokenizer_model)
-    return ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", directory]
+    """Megatron (0.19.2) arguments that load this tokenizer (a folder, its tokenizer.json or a
+    hub id) as the dataset saw it (tokenizer.megatron_args)."""
+    return tokmod.megatron_args(_tokenizer_dir(tokenizer_model))
 
 
 def _short(sha: str) -> str:
@@ -244,6 +242,8 @@ def check_data_path(value: str, tokenizer_model: str | None, *, hash_bin: bool =
             )
             continue
         problem = dataset_problem(prefix, record, hash_bin=hash_bin, megatron=megatron)
+        if problem is None:
+            problem = _lengths_problem(prefix, record)
         if problem:
             problems.append(problem)
             continue
@@ -286,7 +286,19 @@ def check_data_path(value: str, tokenizer_model: str | None, *, hash_bin: bool =
         eod_id=int(ftok["eod_id"]),
         documents=[int(r.get("documents", 0)) for _, r in records],
         tokens=[int(r.get("tokens", 0)) for _, r in records],
+        document_lengths=[document_lengths(r, rec.record_path(p)) for p, r in records],
     )
+
+
+def _lengths_problem(prefix: str, record: dict) -> str | None:
+    """A document-length section that does not fit its schema (training/records.py)."""
+    from training.records import RecordError
+
+    try:
+        document_lengths(record, rec.record_path(prefix))
+    except RecordError as e:
+        return f"{e}; {_REBUILD}"
+    return None
 
 
 def _check_tokenizer(directory: str, recorded: dict, prefix: str, name: str) -> None:
@@ -402,6 +414,7 @@ def adopt(prefix: str, tokenizer_model: str, overwrite: bool = False) -> dict:
             "idx_bytes": facts.idx_bytes,
             "idx_sha256": tokmod.file_sha256(prefix + ".idx"),
             "documents_ending_with_eod": with_eod,
+            "document_lengths": LengthStats().add(lengths).summary(),
             "max_token_id": top,
         }
         rec.write_record(path, entry)
@@ -417,6 +430,13 @@ def _cmd_verify(args: argparse.Namespace) -> int:
     for i, p in enumerate(info.prefixes):
         w = "size" if info.weights is None else _format_weight(info.weights[i])
         print(f"  {p}: {info.documents[i]:,} documents, {info.tokens[i]:,} tokens, weight {w}")
+        lengths = info.document_lengths[i]
+        if lengths is None:   # a record written before the lengths were: read the .idx
+            section = from_index(p)
+            lengths = document_lengths({"document_lengths": section}, p + ".idx") \
+                if section else None
+        if lengths is not None:
+            print(f"    lengths: {describe(lengths)}")
     print(f"tokenizer {info.tokenizer_model} (vocab {info.vocab_size}, EOD {info.eod_id})")
     print("megatron args: " + " ".join(["--data-path", *info.megatron_data_args(),
                                         *megatron_tokenizer_args(info.tokenizer_model)]))

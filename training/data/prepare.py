@@ -35,6 +35,7 @@ from typing import Callable, Iterator
 from training.cli import ArgumentParser, nonnegative_int, positive_float, positive_int
 from training.data import record as rec
 from training.data import tokenizer as tokmod
+from training.data.doc_lengths import LengthStats, describe, document_lengths
 from training.data.encode import EncodeSettings, Encoded, Encoder, encode_in_worker, init_worker
 from training.data.errors import DataError, InputError, Interrupted, RunError
 from training.data.publish import Publisher, check_prefix, deferred_signals, os_error_message
@@ -78,6 +79,7 @@ class Summary:
     files: list[FileStats] = field(default_factory=list)
     workers: int = 1
     kept: bool = False  # skip_complete found the dataset complete: nothing was written
+    lengths: LengthStats = field(default_factory=LengthStats)  # the documents' lengths
 
     @property
     def skipped(self) -> int:
@@ -370,6 +372,7 @@ def _write(pub: Publisher, files: list[InputFile], info: tokmod.TokenizerInfo, s
             for n in enc.lengths.tolist():
                 builder.add_document(enc.ids[pos:pos + n], [n])
                 pos += n
+            summary.lengths.add(enc.lengths)
             bin_hash.update(enc.ids.tobytes())  # the bytes add_document wrote, in order
             ndocs, ntok = len(enc.lengths), int(enc.ids.size)
             stats.documents += ndocs
@@ -405,6 +408,7 @@ def _write(pub: Publisher, files: list[InputFile], info: tokmod.TokenizerInfo, s
             "documents": summary.documents,
             "tokens": summary.tokens,
             "input_lines": summary.lines,
+            "document_lengths": summary.lengths.summary(),
             "skipped": dict(summary.skip_counts),
             "skipped_examples": [str(s) for s in summary.skip_examples],
             "inputs": inputs,
@@ -433,6 +437,15 @@ def _skip_line(summary: Summary) -> str:
     return f"{summary.skipped:,} skipped: {parts}"
 
 
+def _lengths_of(s: Summary):
+    """The documents' lengths (a kept dataset: its record's, when it has them)."""
+    section = s.lengths.summary()
+    if section is None and s.kept:
+        section = rec.read_record(s.prefix).get("document_lengths")
+    return document_lengths({"document_lengths": section}, f"{s.prefix}{rec.SUFFIX}") \
+        if section else None
+
+
 def format_summary(s: Summary, show_skips: int = 10) -> str:
     t = s.tokenizer
     lines = [
@@ -440,6 +453,7 @@ def format_summary(s: Summary, show_skips: int = 10) -> str:
         f"  inputs     {len(s.files)} file(s), {s.input_bytes / 1e6:,.1f} MB, {s.lines:,} lines",
         f"  documents  {s.documents:,}",
         f"  tokens     {s.tokens:,} (including {s.documents:,} EOD)",
+        *([f"  lengths    {describe(lengths)}"] if (lengths := _lengths_of(s)) else []),
         f"  skipped    {_skip_line(s)}",
     ]
     for k in s.skip_examples[:show_skips]:

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from training.data.tokenizer import TokenizerInfo
 from training import records as schema
 from training.records import RecordError  # noqa: F401 - the readers' `rec.RecordError`
+
+if TYPE_CHECKING:          # only a type: record.py imports no other module of training.data
+    from training.data.tokenizer import TokenizerInfo
 
 FORMAT = "training.data.dataset/1"
 SUFFIX = ".dataset.json"
@@ -28,7 +30,7 @@ def record_path(prefix: str) -> str:
     return prefix + SUFFIX
 
 
-def tokenizer_entry(info: TokenizerInfo, record_dir: str) -> dict[str, Any]:
+def tokenizer_entry(info: "TokenizerInfo", record_dir: str) -> dict[str, Any]:
     entry = info.to_dict()
     path = os.path.abspath(info.path)
     base = os.path.abspath(record_dir)

@@ -334,15 +334,22 @@ def vocab_note(info: TokenizerInfo, asked: int, min_frequency: int = 2) -> str |
 # ----------------------------------------------------------------------------- CLI
 
 
-def _print_info(info: TokenizerInfo) -> None:
-    from training.data.check import megatron_tokenizer_args
+def megatron_args(directory: str) -> list[str]:
+    """Megatron (0.19.2) arguments that load the tokenizer in DIRECTORY (a folder with
+    tokenizer.json and tokenizer_config.json) as the dataset saw it: build_tokenizer(args)
+    with HuggingFaceTokenizer calls AutoTokenizer.from_pretrained(--tokenizer-model), whose
+    vocab_size is len(tokenizer) and EOD the eos token (tests/data check this against the
+    dataset record)."""
+    return ["--tokenizer-type", "HuggingFaceTokenizer", "--tokenizer-model", directory]
 
+
+def _print_info(info: TokenizerInfo) -> None:
     print(f"tokenizer     {info.path}")
     print(f"sha256        {info.sha256} (tokenizer.json)")
     print(f"vocab size    {info.vocab_size}")
     print(f"EOD           {info.eod_token!r} = {info.eod_id}")
     print(f"BOS           {info.bos_id}")
-    print(f"megatron args {' '.join(megatron_tokenizer_args(info.path))}")
+    print(f"megatron args {' '.join(megatron_args(info.path))}")
 
 
 def _cmd_train(args: argparse.Namespace) -> int:

@@ -134,7 +134,10 @@ def render() -> str:
         "size 4` is `TP=4`: the guards check it, the run folder is named by it, Megatron gets it "
         f"once): {', '.join(_code(f) for f in mapped)}. These are refused with the knob to set "
         f"instead: {', '.join(_code(f) for f in refused)} (the launcher's own: "
-        f"{', '.join(_code(f) for f in LAUNCHER_WORDS)}).",
+        f"{', '.join(_code(f) for f in LAUNCHER_WORDS)}). Every other flag of megatron-core's "
+        "parser has a class too (training/launch/flag_classes.py): another spelling of a "
+        "setting (`--fp16`, `--train-samples`) is refused naming the setting, a flag a backend "
+        "cannot honour or of another workload (inference, RL) is refused, the rest pass.",
         "",
         "## The closing summary",
         "",

@@ -47,6 +47,8 @@ class LaunchContext:
     user_args: list[str] = field(default_factory=list)   # EXTRA_MEGATRON_ARGS + the --flags
     extra_args: list[str] = field(default_factory=list)  # EXTRA_MEGATRON_ARGS, split
     flag_problems: list[str] = field(default_factory=list)  # flags the launcher builds itself
+    mapped_flags: list[tuple[str, str, str]] = field(default_factory=list)  # (toggle, value,
+                                                     # as typed): flags that spell a setting
     clashes: list[str] = field(default_factory=list)     # two spellings of a knob disagree
     fork_given: dict[str, tuple[str, str]] = field(default_factory=dict)  # fork_vars.OWN given
     layer_given: dict[str, tuple[str, Any]] = field(default_factory=dict)  # another entry's
@@ -125,24 +127,109 @@ def strict_toggle_names(ctx: LaunchContext) -> None:
 
 @guard
 def megatron_flags(ctx: LaunchContext) -> None:
-    """A Megatron flag after the script name that a toggle owns is the toggle's value, or refused."""
+    """A --flag after the script name is one of megatron-core's parser."""
     from .megatron_flags import unknown_flags
     from .megatron_info import STOCK
 
-    problems = list(ctx.flag_problems)
     unknown = unknown_flags(ctx.user_args)
     if unknown and ctx.megatron is not None and ctx.megatron.build is not STOCK:
         ctx.settings.warn("megatron_flags", f"{', '.join(unknown)}: not a flag of megatron-core's "
                           f"parser; {ctx.megatron.build.name} may have it, else Megatron stops "
                           "at startup.")
     elif unknown:
-        problems += [f"{u}: megatron-core's parser has no such flag, so Megatron would stop "
-                     "after torchrun started" for u in unknown]
+        _refuse_each("megatron_flags", "flags megatron-core's parser does not have",
+                     [f"{u}: megatron-core's parser has no such flag, so Megatron would stop "
+                      "after torchrun started" for u in unknown])
+
+
+def _refuse_each(name: str, title: str, problems: list[str]) -> None:
     if len(problems) == 1:
-        raise Refusal("megatron_flags", f"after the script name, {problems[0]}")
+        raise Refusal(name, f"after the script name, {problems[0]}")
     if problems:
-        raise Refusal("megatron_flags", "flags after the script name that the launcher builds "
-                      "itself:\n  " + "\n  ".join(problems))
+        raise Refusal(name, f"{title}:\n  " + "\n  ".join(problems))
+
+
+@guard
+def flags_against_settings(ctx: LaunchContext) -> None:
+    """A Megatron flag after the script name that a launcher setting decides (training/launch/flag_classes.py: setting, contradicts) is that setting's value where it agrees with it, else refused naming the setting."""
+    from .flag_classes import by_flag, given_flags
+
+    problems = list(ctx.flag_problems)       # built flags, and a flag against its own toggle
+    for flag, values in given_flags(ctx.user_args):
+        entry = by_flag().get(flag)
+        if entry is None or entry.cls != "contradicts":
+            continue
+        typed = " ".join([flag, *values])
+        problems.append(f"{typed}: {entry.reason}: set {entry.setting} instead "
+                        f"({_setting_now(ctx, entry.setting)}).")
+    problems += _flags_without_effect(ctx)
+    _refuse_each("flags_against_settings", "flags after the script name that contradict the "
+                 "launcher's settings", problems)
+
+
+def _setting_now(ctx: LaunchContext, name: str) -> str:
+    toggle = next((t for t in ctx.toggles if t.name == name), None)
+    value = ctx.settings.get(name)
+    now = f"now {name}={fmt_value(value)}" if value is not None else f"{name} is unset"
+    return now + (f"; one of {', '.join(toggle.choices)}" if toggle and toggle.choices else "")
+
+
+def _flags_without_effect(ctx: LaunchContext) -> list[str]:
+    """A flag that spells a setting which this launch does not pass to Megatron (--fp8-format
+    with PRECISION=bf16): it would change nothing, so it is refused with the setting it needs."""
+    if not ctx.mapped_flags or any(isinstance(v, Exception) for v in (ctx.datasets,
+                                                                       ctx.tokenizer)):
+        return []       # the data or the tokenizer is refused by its own guard first
+    from .resolve import build_buckets
+
+    buckets, _ = build_buckets(ctx, ctx.log_dir or Path("."))
+    emitted = {w for words in buckets.values() for w in words}
+    by_name = {t.name: t for t in ctx.toggles}
+    out = []
+    for name, _raw, typed in ctx.mapped_flags:
+        flag = typed.split()[0]
+        if flag in emitted:
+            continue
+        toggle = by_name[name]
+        needs = toggle.emitted_by if toggle.emitted_by in by_name else None
+        context = (f" with {needs}={fmt_value(ctx.settings.get(needs))}: drop it, or set "
+                   f"{needs} to a value that uses {name}" if needs else
+                   " with these settings: drop it")
+        out.append(f"{typed} sets {name}, which this launch does not pass to Megatron: it "
+                   f"would change nothing{context}.")
+    return out
+
+
+@guard
+def flags_the_backend_cannot_honour(ctx: LaunchContext) -> None:
+    """A Megatron flag that changes what a backend's modules compute is honoured by the backend that runs, or refused before torchrun (training/launch/flag_classes.py: semantic, backends, documents, workload)."""
+    from .flag_classes import WORKLOAD_WHAT, by_flag, given_flags, verdict
+
+    backend = ctx.backend
+    experts = bool(getattr(ctx.preset, "num_experts", None))
+    documents = any(t.name == "DOCUMENT_MASK" for t in ctx.toggles)
+    problems = []
+    for flag, values in given_flags(ctx.user_args):
+        entry = by_flag().get(flag)
+        if entry is None:
+            continue
+        typed = " ".join([flag, *values])
+        if entry.cls == "workload":
+            problems.append(f"{typed}: a flag of {entry.reason}; {WORKLOAD_WHAT}.")
+        elif entry.cls == "documents" and not documents:
+            problems.append(f"{typed}: document masking needs the DOCUMENT_MASK setting, "
+                            "which this launcher does not have yet: the attention would run "
+                            "over the whole packed sequence all the same. Drop it.")
+        elif entry.experts and not experts and entry.cls in ("semantic", "backends"):
+            problems.append(f"{typed}: {entry.reason}; {ctx.preset.name} has no experts, so it "
+                            "would change nothing: drop it, or run an MoE model "
+                            "(examples/moe/).")
+        elif entry.cls in ("semantic", "backends"):
+            why = verdict(entry, backend, values, ctx)
+            if why:
+                problems.append(f"{typed} ({entry.reason}): TRANSFORMER_IMPL={backend} {why}.")
+    _refuse_each("flags_the_backend_cannot_honour", "flags after the script name that this "
+                 "launch cannot honour", problems)
 
 
 @guard
@@ -1058,8 +1145,12 @@ def save_checkpoint(ctx: LaunchContext) -> None:
     save = ctx.settings.get("SAVE")
     if not save:
         return
-    from .runfolder import folder_problem
+    from .runfolder import folder_problem, is_system_folder
 
+    if is_system_folder(Path(save)):
+        raise Refusal("save_checkpoint", f"SAVE={save} is a system folder or in one (or your "
+                                         "home folder itself): checkpoints are not written "
+                                         "there. Point SAVE at a folder of its own.")
     problem = folder_problem(Path(save))
     if problem:
         raise Refusal("save_checkpoint", f"SAVE={save}: {problem}, so the first checkpoint "
@@ -1126,6 +1217,35 @@ def data_path(ctx: LaunchContext) -> None:
         raise Refusal("data_path", str(ctx.datasets))
     if valid and s.is_explicit("SPLIT"):
         s.warn("data_path", "SPLIT has no effect with VALID_DATA_PATH (separate sets).")
+
+
+@guard
+def documents_in_a_sequence(ctx: LaunchContext) -> None:
+    """A notice: how long the training data's documents are against SEQ_LENGTH, and whether document masking keeps them apart (training/data/doc_lengths.py)."""
+    from training.data.doc_lengths import masking_verdict
+
+    if not isinstance(ctx.datasets, list) or not ctx.datasets:
+        return
+    info = ctx.datasets[0]
+    for prefix, lengths in dict(zip(info.prefixes, info.document_lengths)).items():
+        if lengths is None:
+            ctx.settings.info("documents_in_a_sequence",
+                              f"{prefix}: its record has no document lengths (prepared before "
+                              "they were recorded); `python -m training.data.check verify "
+                              f"{prefix}` shows them.")
+            continue
+        ctx.settings.info("documents_in_a_sequence", f"{prefix}: " + masking_verdict(
+            lengths, ctx.settings["SEQ_LENGTH"], documents_masked(ctx)))
+
+
+def documents_masked(ctx: LaunchContext) -> bool | None:
+    """Whether attention stops at each document's end in this launch: the DOCUMENT_MASK
+    setting (Megatron's --reset-attention-mask spells it); None where the registry has no
+    such setting (the attention runs over the whole packed sequence; the guard
+    flags_the_backend_cannot_honour refuses Megatron's document flags there)."""
+    if any(t.name == "DOCUMENT_MASK" for t in ctx.toggles):
+        return bool(ctx.settings.get("DOCUMENT_MASK"))
+    return None
 
 
 @guard

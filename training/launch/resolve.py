@@ -223,7 +223,8 @@ def _spelled(toggle: Toggle, alias, raw: str) -> str:
 def _apply_flag_values(settings: Settings, by_name: dict[str, Toggle],
                        flag_values) -> list[str]:
     """A toggle's value from a flag after the script name (userflags.map_flags); what
-    contradicts the user's other spelling of the same toggle (the guard megatron_flags)."""
+    contradicts the user's other spelling of the same toggle (the guard
+    flags_against_settings)."""
     clashes: list[str] = []
     typed_for: dict[str, str] = {}
     for name, raw, typed in flag_values:
@@ -532,6 +533,7 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
                          toggles=toggles, guards=(*GUARDS, *(g for layer in layers for g in layer.guards)),
                          user_args=extra.kept + after.kept, extra_args=extra.kept,
                          flag_problems=extra.problems + after.problems + user.flag_clashes,
+                         mapped_flags=extra.values + after.values,
                          clashes=user.clashes,
                          fork_given=user.fork, layer_given=user.elsewhere, run_name=name,
                          log_dir=log_dir, run_folder_problem=folder, datasets=datasets,

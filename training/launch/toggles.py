@@ -384,7 +384,14 @@ MODEL_FLAGS = ("--hidden-size", "--ffn-hidden-size", "--num-attention-heads",
                "--rope-scaling-factor", "--kv-channels", "--qk-layernorm", "--add-qkv-bias",
                # an MoE preset's experts (ModelPreset.gpt_args)
                "--num-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
-               "--moe-shared-expert-intermediate-size")
+               "--moe-shared-expert-intermediate-size",
+               # gpt-oss's (training/moe/gpt_oss.py, GptOssPreset.gpt_args): its activation,
+               # YaRN positions, sliding window and attention sinks
+               "--quick-geglu", "--glu-linear-offset", "--activation-func-clamp-value",
+               "--rotary-scaling-factor", "--yarn-original-max-position-embeddings",
+               "--yarn-beta-fast", "--yarn-beta-slow", "--yarn-correction-range-round-to-int",
+               "--no-yarn-correction-range-round-to-int", "--window-size",
+               "--window-attn-skip-freq", "--softmax-type")
 # The preset's training defaults among them, not its shape: a flag after the script name
 # replaces the preset's word (Megatron gets it once; the table shows it as an extra flag).
 MODEL_DEFAULT_FLAGS = ("--attention-dropout", "--hidden-dropout", "--init-method-std")
@@ -596,7 +603,8 @@ REGISTRY: tuple[Toggle, ...] = (
            "buffer itself (no fp32 gradient copy at the step): Transformer Engine's FusedAdam "
            "under TE, the native backend's MixedPrecisionAdamW otherwise.",
            choices=("fp32", "bf16"), group="optimizer", emit=_optimizer_state_flags,
-           levers=True),
+           levers=True, owns=("--use-precision-aware-optimizer", "--exp-avg-dtype",
+                              "--exp-avg-sq-dtype", "--main-grads-dtype")),
     Toggle("MASTER_WEIGHTS", "choice", "fp32", TRAIN_ARGS,
            "How the fp32 master weights are kept. fp32: a copy (4 B per parameter); "
            "remainder: the low 16 bits beside the bf16 weights (2 B, exact: TE's "
@@ -604,13 +612,15 @@ REGISTRY: tuple[Toggle, ...] = (
            "each update rounded stochastically (native backend without TE only). Not fp32: "
            "the precision-aware optimizer, as ADAM_MOMENTS_DTYPE.",
            choices=("fp32", "remainder", "stochastic"), group="optimizer",
-           emitted_by="ADAM_MOMENTS_DTYPE", levers=True),
+           emitted_by="ADAM_MOMENTS_DTYPE", levers=True,
+           owns=("--main-params-dtype", "--master-weights")),
     _bool("OPTIMIZER_CPU_OFFLOAD", False, TRAIN_ARGS,
           "Megatron's HybridDeviceOptimizer: the optimizer state and step of "
           "OPTIMIZER_OFFLOAD_FRACTION of the parameters on the CPU (fp32 master and moments in "
           "pinned host memory, gradients and weights copied each step); frees that share of "
           "the GPU's optimizer memory for host-device copies and a CPU AdamW.",
-          group="optimizer", emitted_by="ADAM_MOMENTS_DTYPE", levers=True),
+          group="optimizer", emitted_by="ADAM_MOMENTS_DTYPE", levers=True,
+          owns=("--optimizer-cpu-offload", "--overlap-cpu-optimizer-d2h-h2d")),
     Toggle("OPTIMIZER_OFFLOAD_FRACTION", "float", 1.0, TRAIN_ARGS,
            "Share of the parameters whose optimizer state OPTIMIZER_CPU_OFFLOAD=1 moves to the "
            "CPU (0 < f <= 1).",
