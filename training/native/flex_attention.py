@@ -187,9 +187,12 @@ class FlexSinkAttention(_sdpa_attention()):
 
     def forward(self, query, key, value, attention_mask=None, attn_mask_type=None,
                 attention_bias=None, packed_seq_params=None):
-        if packed_seq_params is not None or attention_bias is not None:
-            raise ValueError("FlexSinkAttention: packed sequences and attention bias are not "
-                             "supported")
+        from training.native.attention import check_inputs
+
+        check_inputs(type(self).__name__, attention_mask, attention_bias)
+        if packed_seq_params is not None:   # documents kept apart: block-causal, same window
+            return self.documents(query, key, value, packed_seq_params, window=self.window,
+                                  sinks=self.softmax_offset)
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))   # [b, h, s, d]
         out = sink_attention(q, k, v, self.softmax_offset, self.window, self.softmax_scale,
                              self.impl)
