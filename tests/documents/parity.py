@@ -17,6 +17,8 @@ import torch.nn.functional as F
 from training.documents import pack_batch, packed_seq_params
 
 EOD = 0
+# two samples of 48: documents of 7, 12, 1, 20 and a cut 8 / 30 and a cut 18
+LENGTHS = [[7, 12, 1, 20, 30], [30, 25]]
 
 
 def packed_tokens(lengths_per_sample: list[list[int]], vocab: int, device: str,
@@ -103,6 +105,12 @@ def parity(gpt, tokens: torch.Tensor, params="documents", context=contextlib.nul
             "grad_rel_err": grad_err}
 
 
+def close(result: dict, logit: float, loss: float, grad: float) -> bool:
+    """Within the bounds: logits relative to their scale, loss and gradients relative."""
+    return (result["logit_err"] <= logit * max(result["logit_scale"], 1.0)
+            and result["loss_rel_err"] <= loss and result["grad_rel_err"] <= grad)
+
+
 def shifted_params(tokens: torch.Tensor):
     """The documents' PackedSeqParams with the first boundary one token later (the mutation a
     parity test must catch: a mask shifted by one token)."""
@@ -111,3 +119,57 @@ def shifted_params(tokens: torch.Tensor):
     cu[1] += 1
     params.cu_seqlens_q = params.cu_seqlens_kv = cu
     return params
+
+
+# the load-balancing loss is a statistic of the whole micro-batch (its gradient differs when
+# the documents are run apart): off, as in the MLPerf gpt_oss_20b recipe
+NO_AUX = ("--moe-aux-loss-coeff", "0", "--moe-router-load-balancing-type", "none")
+
+
+def dense_model(backend: str, device: str, dtype: torch.dtype):
+    """The tiny Llama (2 layers), fused QKV RoPE off (Megatron: not with the packed layout)."""
+    from training.launch.presets import PRESETS
+
+    from tests.model.parity import gpt_model, init_single_rank
+
+    init_single_rank(device)
+    torch.manual_seed(0)
+    gpt = gpt_model(PRESETS["tiny"], 2, backend, "torch", dtype, fused_qkv_rope=False)
+    return gpt.to(device=device, dtype=dtype).train()
+
+
+def moe_model(backend: str, device: str, dtype: torch.dtype):
+    """The tiny Qwen3-MoE-like preset (q/k norms, 8 experts top-2), no load-balancing loss."""
+    from training.moe.presets import MOE_PRESETS
+
+    from tests.moe.model import build_moe_gpt
+
+    gpt, _ = build_moe_gpt(MOE_PRESETS["tiny-moe"], 2, backend, "torch", device, dtype,
+                           extra=NO_AUX)
+    return gpt.train()
+
+
+def gpt_oss_model(backend: str, device: str, dtype: torch.dtype):
+    """The tiny gpt-oss (a 16-key window in layer 1, sinks drawn so that they matter)."""
+    from training.moe.gpt_oss import TINY_GPT_OSS
+
+    from tests.moe.gpt_oss_model import build_gpt_oss
+
+    gpt, _ = build_gpt_oss(TINY_GPT_OSS, 2, device, dtype, backend=backend, extra=NO_AUX)
+    with torch.no_grad():
+        for name, p in gpt.named_parameters():
+            if name.endswith("softmax_offset"):
+                p.copy_(torch.linspace(-1.0, 1.5, p.numel()))
+    return gpt.train()
+
+
+MODELS = {"dense": dense_model, "moe": moe_model, "gpt_oss": gpt_oss_model}
+
+
+def context_for(name: str, device: str):
+    """The MoE dispatcher's side stream stands in on the CPU."""
+    if name == "dense" or device != "cpu":
+        return contextlib.nullcontext
+    from tests.moe.model import cpu_dispatcher_streams
+
+    return cpu_dispatcher_streams

@@ -559,8 +559,10 @@ def context_parallel_backend(ctx: LaunchContext) -> None:
 
 @guard
 def document_mask(ctx: LaunchContext) -> None:
-    """DOCUMENT_MASK=1 runs where the packed (THD) layout runs; RESET_POSITION_IDS follows it
-    (alone it would change nothing under RoPE); the launch says whether documents are kept apart."""
+    """DOCUMENT_MASK=1 only where the packed (THD) layout runs; RESET_POSITION_IDS follows it, alone refused.
+
+    Alone, RESET_POSITION_IDS would change nothing under RoPE; every launch says whether
+    documents are kept apart."""
     from . import documents
 
     s = ctx.settings
