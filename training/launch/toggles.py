@@ -690,7 +690,7 @@ REGISTRY: tuple[Toggle, ...] = (
           "the GPU), Transformer Engine its padding-causal THD attention; positions restart "
           "per document (RESET_POSITION_IDS follows). Off by default (Megatron's and the "
           "peers' default; the MLPerf recipes pin their references' 0); docs/documents.md.",
-          on=("--reset-attention-mask",), group="data"),
+          on=("--reset-attention-mask",), group="data", levers=True),
     _bool("RESET_POSITION_IDS", False, DATA_ARGS,
           "Positions restart at each document (Megatron's --reset-position-ids). Follows "
           "DOCUMENT_MASK (the packed layout rotates each document from 0); alone it is "
