@@ -114,6 +114,14 @@ def test_the_block_mask_is_built_once_per_micro_batch_and_window():
         da.document_attention(q, k, v, params, impl="flex")
         da.document_attention(q, k, v, params, window=3, impl="flex")
     assert params._block_masks[None] is first and set(params._block_masks) == {None, 3}
+    # the next micro-batch: other documents, the same mask function (compiled flex and
+    # create_block_mask compile once, not once per batch), and its own result
+    other = packed_seq_params(row((16, 16)), EOD)
+    with torch.no_grad():
+        out = da.document_attention(q, k, v, other, impl="flex")
+        loop = da.document_attention(q, k, v, other, impl="loop")
+    assert other._block_masks[None].mask_mod is first.mask_mod
+    torch.testing.assert_close(out, loop, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("impl", ["loop", "flex"])

@@ -62,6 +62,7 @@ def test_the_toggle_and_megatrons_flag_are_one_setting(base_env, spelling):
     ({"TRANSFORMER_IMPL": "local"}, None, "local backend"),
     ({"CUDA_GRAPH": "full_iteration"}, None, "CUDA_GRAPH=none"),
     ({"PP": "2", "MBS": "2", "GPUS_PER_NODE": "2", "BS": "8"}, None, "MBS=1"),
+    ({"PP": "2", "GPUS_PER_NODE": "2", "BS": "8"}, None, "use PP=1"),
     ({}, ["--attention-dropout", "0.1"], "attention dropout"),
     ({"FUSED_SINGLE_QKV_ROPE": "1"}, None, "FUSED_SINGLE_QKV_ROPE=0"),
     ({"RESET_POSITION_IDS": "0"}, None, "Unset RESET_POSITION_IDS"),

@@ -23,6 +23,9 @@ CUDA_GRAPH = ("the packed layout reads the documents' lengths on the host every 
               "capture: use CUDA_GRAPH=none")
 PIPELINE = ("pipeline stages exchange [seq, micro-batch, hidden] activations, and the packed "
             "layout is [micro-batch x seq, 1, hidden]: use MBS=1 with PP > 1")
+NATIVE_PIPELINE = ("the native backend's flex attention keeps one micro-batch's documents for "
+                   "its backward, and a pipeline schedule runs later forwards first: use PP=1, "
+                   "or TRANSFORMER_IMPL=transformer_engine")
 FUSED_QKV_ROPE = ("Megatron's fused QKV RoPE does not take the packed (THD) layout (megatron-"
                   "core asserts 'fused_single_qkv_rope requested but not available/supported'); "
                   "RoPE runs per document on the split query and key")
@@ -40,6 +43,7 @@ def conflicts(backend: str, cp: int, cuda_graph: str, pp: int, mbs: int,
     """Why DOCUMENT_MASK=1 cannot run in this launch (none: it can)."""
     found = [(backend == "local", LOCAL), (cp > 1, CONTEXT_PARALLEL),
              (cuda_graph != "none", CUDA_GRAPH), (pp > 1 and mbs > 1, PIPELINE),
+             (pp > 1 and backend == "native", NATIVE_PIPELINE),
              (backend == "native" and attention_dropout > 0,
               f"attention dropout {attention_dropout:g}: the native backend's block-causal "
               "attention has none: use an attention dropout of 0, or TRANSFORMER_IMPL="

@@ -89,6 +89,30 @@ def _varlen(q, k, v, cu, max_seqlen, scale, window):
                        window_size=(left, 0))
 
 
+# One document-id buffer per packed length and device, refilled for each micro-batch, and one
+# mask_mod per window reading it: the compiled flex kernel and create_block_mask see the same
+# function and tensor objects every micro-batch (BlockMask compares mask_mods by code and closure
+# contents), so they compile once instead of once per batch. The buffer holds the micro-batch
+# whose forward ran last: right while each backward follows its own forward (no pipeline
+# parallelism: the guard document_mask refuses PP > 1 on the native backend).
+_DOC_BUFFERS: dict[tuple[int, str], torch.Tensor] = {}
+_MASK_MODS: dict[tuple[int, str, int | None], object] = {}
+
+
+def _mask_mod(doc: torch.Tensor, total: int, window: int | None):
+    key = (total, str(doc.device), window)
+    if key not in _MASK_MODS:
+        if window is None:
+            def mask(b, h, q_idx, kv_idx):
+                return (q_idx >= kv_idx) & (doc[q_idx] == doc[kv_idx])
+        else:
+            def mask(b, h, q_idx, kv_idx):
+                return (q_idx >= kv_idx) & (doc[q_idx] == doc[kv_idx]) & \
+                    (q_idx - kv_idx < window)
+        _MASK_MODS[key] = mask
+    return _MASK_MODS[key]
+
+
 def block_mask_for(packed_seq_params, total: int, window: int | None, device):
     """Flex's block mask of causal-within-document (and the window), built once per micro-batch
     and window: kept on the PackedSeqParams object every layer of the step receives."""
@@ -97,16 +121,13 @@ def block_mask_for(packed_seq_params, total: int, window: int | None, device):
     from training.documents import document_ids
 
     cache = packed_seq_params.__dict__.setdefault("_block_masks", {})
+    if not cache:   # this micro-batch's documents into the shared buffer
+        key = (total, str(device))
+        if key not in _DOC_BUFFERS:
+            _DOC_BUFFERS[key] = torch.empty(total, dtype=torch.int32, device=device)
+        _DOC_BUFFERS[key].copy_(document_ids(packed_seq_params.cu_seqlens_q.to(device), total))
     if window not in cache:
-        doc = document_ids(packed_seq_params.cu_seqlens_q.to(device), total)
-
-        if window is None:
-            def mask(b, h, q_idx, kv_idx):
-                return (q_idx >= kv_idx) & (doc[q_idx] == doc[kv_idx])
-        else:
-            def mask(b, h, q_idx, kv_idx):
-                return (q_idx >= kv_idx) & (doc[q_idx] == doc[kv_idx]) & \
-                    (q_idx - kv_idx < window)
+        mask = _mask_mod(_DOC_BUFFERS[(total, str(device))], total, window)
         cache[window] = create_block_mask(mask, None, None, total, total, device=str(device),
                                           _compile=device.type == "cuda")
     return cache[window]
