@@ -134,22 +134,8 @@ def block_mask_for(packed_seq_params, total: int, window: int | None, device):
 
 
 def _flex(q, k, v, packed_seq_params, scale, window, sinks):
-    import warnings
+    from training.native.flex_attention import flex_with_sinks
 
-    from torch.nn.attention.flex_attention import AuxRequest, flex_attention
-
-    from training.native.flex_attention import _compiled_flex, apply_sinks
-
-    total = q.shape[0]
-    mask = block_mask_for(packed_seq_params, total, window, q.device)
+    mask = block_mask_for(packed_seq_params, q.shape[0], window, q.device)
     qb, kb, vb = (t.transpose(0, 1).unsqueeze(0) for t in (q, k, v))   # [1, h, t, d]
-    kwargs = dict(block_mask=mask, scale=scale, enable_gqa=k.shape[1] != q.shape[1],
-                  return_aux=AuxRequest(lse=True))
-    if q.is_cuda:
-        out, aux = _compiled_flex()(qb, kb, vb, **kwargs)
-    else:
-        with warnings.catch_warnings():   # "flex_attention called without torch.compile()"
-            warnings.simplefilter("ignore", UserWarning)
-            out, aux = flex_attention(qb, kb, vb, **kwargs)
-    out = apply_sinks(out, aux.lse, sinks)
-    return out.squeeze(0).transpose(0, 1)
+    return flex_with_sinks(qb, kb, vb, mask, sinks, scale).squeeze(0).transpose(0, 1)

@@ -117,11 +117,15 @@ def block_mask(seq: int, window: int | None, device: str):
 
 
 def sink_attention_flex(q, k, v, sinks, window: int | None, scale: float):
-    """flex attention with the block mask of this window, then the sink correction. Compiled
-    on the GPU; eager elsewhere (forward only on the CPU in torch 2.11)."""
+    """flex attention with the block mask of this window, then the sink correction."""
+    return flex_with_sinks(q, k, v, block_mask(q.shape[2], window, str(q.device)), sinks, scale)
+
+
+def flex_with_sinks(q, k, v, mask, sinks, scale: float):
+    """flex attention ([b, h, s, d]) under a block mask, then the sink correction (sinks None:
+    none). Compiled on the GPU; eager elsewhere (forward only on the CPU in torch 2.11)."""
     from torch.nn.attention.flex_attention import AuxRequest, flex_attention
 
-    mask = block_mask(q.shape[2], window, str(q.device))
     kwargs = dict(block_mask=mask, scale=scale, enable_gqa=k.shape[1] != q.shape[1],
                   return_aux=AuxRequest(lse=True))
     if q.is_cuda:
