@@ -122,6 +122,11 @@ def test_the_block_mask_is_built_once_per_micro_batch_and_window():
         loop = da.document_attention(q, k, v, other, impl="loop")
     assert other._block_masks[None].mask_mod is first.mask_mod
     torch.testing.assert_close(out, loop, rtol=1e-5, atol=1e-6)
+    # the first micro-batch again (a recomputed forward): its own documents, not the last ones
+    with torch.no_grad():
+        again = da.document_attention(q, k, v, params, impl="flex")
+        loop = da.document_attention(q, k, v, params, impl="loop")
+    torch.testing.assert_close(again, loop, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("impl", ["loop", "flex"])

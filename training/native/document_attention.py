@@ -93,10 +93,12 @@ def _varlen(q, k, v, cu, max_seqlen, scale, window):
 # mask_mod per window reading it: the compiled flex kernel and create_block_mask see the same
 # function and tensor objects every micro-batch (BlockMask compares mask_mods by code and closure
 # contents), so they compile once instead of once per batch. The buffer holds the micro-batch
-# whose forward ran last: right while each backward follows its own forward (no pipeline
-# parallelism: the guard document_mask refuses PP > 1 on the native backend).
+# whose attention ran last (refilled when another micro-batch's runs, e.g. a recomputed
+# forward): right while each backward follows its own forward (no pipeline parallelism: the
+# guard document_mask refuses PP > 1 on the native backend).
 _DOC_BUFFERS: dict[tuple[int, str], torch.Tensor] = {}
 _MASK_MODS: dict[tuple[int, str, int | None], object] = {}
+_DOC_OWNERS: dict[tuple[int, str], object] = {}   # whose documents each buffer holds
 
 
 def _mask_mod(doc: torch.Tensor, total: int, window: int | None):
@@ -121,11 +123,12 @@ def block_mask_for(packed_seq_params, total: int, window: int | None, device):
     from training.documents import document_ids
 
     cache = packed_seq_params.__dict__.setdefault("_block_masks", {})
-    if not cache:   # this micro-batch's documents into the shared buffer
-        key = (total, str(device))
+    key = (total, str(device))
+    if _DOC_OWNERS.get(key) is not packed_seq_params:   # this micro-batch's documents
         if key not in _DOC_BUFFERS:
             _DOC_BUFFERS[key] = torch.empty(total, dtype=torch.int32, device=device)
         _DOC_BUFFERS[key].copy_(document_ids(packed_seq_params.cu_seqlens_q.to(device), total))
+        _DOC_OWNERS[key] = packed_seq_params
     if window not in cache:
         mask = _mask_mod(_DOC_BUFFERS[(total, str(device))], total, window)
         cache[window] = create_block_mask(mask, None, None, total, total, device=str(device),
