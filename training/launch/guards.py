@@ -587,8 +587,11 @@ def document_mask(ctx: LaunchContext) -> None:
                                        f"{documents.POSITIONS_WITH_MASK}. Unset "
                                        "RESET_POSITION_IDS.")
     s.correct("RESET_POSITION_IDS", True, "document_mask", documents.POSITIONS_WITH_MASK)
-    _off_or_refuse(ctx, "FUSED_SINGLE_QKV_ROPE", "document_mask", documents.FUSED_QKV_ROPE,
-                   "Set FUSED_SINGLE_QKV_ROPE=0, or DOCUMENT_MASK=0.")
+    # a model whose own rule turns the fused QKV RoPE off (q/k norms: fused_qkv_rope_qk_norm;
+    # YaRN: gpt_oss_kernels) owns the value, so the guards' order names no other reason
+    if not (ctx.preset.qk_layernorm or getattr(ctx.preset, "yarn", False)):
+        _off_or_refuse(ctx, "FUSED_SINGLE_QKV_ROPE", "document_mask", documents.FUSED_QKV_ROPE,
+                       "Set FUSED_SINGLE_QKV_ROPE=0, or DOCUMENT_MASK=0.")
     s.info("document_mask", documents.kept_apart(True, bool(s.get("DATA_PATH"))))
 
 
