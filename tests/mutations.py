@@ -129,6 +129,11 @@ MUTATIONS: tuple[Mutation, ...] = (
         "                return q_idx >= kv_idx\n",
         ("tests/documents/test_document_attention.py",),
         "the native flex attention's block mask plain causal: documents not kept apart"),
+    Mutation(
+        "document_mask_dropped_loop", "training/native/document_attention.py",
+        "torch.split(t, lengths_of(cu))", "torch.split(t, [t.shape[0]])",
+        ("tests/documents/test_document_parity.py",),
+        "the per-document attention over the whole packed row: documents not kept apart"),
 )
 
 BY_NAME = {m.name: m for m in MUTATIONS}
