@@ -156,6 +156,24 @@ MUTATIONS: tuple[Mutation, ...] = (
         "        if a2a_overlapped(run):\n", "        if False:\n",
         ("tests/optimize/test_project.py",),
         "the expert all-to-all is never overlapped, whatever the recipe sets"),
+    # -- documents kept apart (issue 51) ---------------------------------------------------------
+    Mutation(
+        "document_boundary_shift", "training/documents.py",
+        "after_eod = torch.nonzero(flat == eod, as_tuple=False).view(-1) + 1",
+        "after_eod = torch.nonzero(flat == eod, as_tuple=False).view(-1)",
+        ("tests/documents/test_packed_batch.py", "tests/documents/test_document_attention.py"),
+        "each document boundary one token early (the EOD joins the next document)"),
+    Mutation(
+        "document_mask_dropped_flex", "training/native/document_attention.py",
+        "                return (q_idx >= kv_idx) & (doc[q_idx] == doc[kv_idx])\n",
+        "                return q_idx >= kv_idx\n",
+        ("tests/documents/test_document_attention.py",),
+        "the native flex attention's block mask plain causal: documents not kept apart"),
+    Mutation(
+        "document_mask_dropped_loop", "training/native/document_attention.py",
+        "torch.split(t, lengths_of(cu))", "torch.split(t, [t.shape[0]])",
+        ("tests/documents/test_document_parity.py",),
+        "the per-document attention over the whole packed row: documents not kept apart"),
 )
 
 BY_NAME = {m.name: m for m in MUTATIONS}

@@ -241,6 +241,7 @@ def as_the_launcher(argv: list[str], caps=None) -> tuple[list[str], list[str]]:
                                    "which must not read the GPU from the host; here: "
                                    + "; ".join(f"{why}: {_AS_FLAGS[name]}"
                                                for name, why, _fix in reads) + ".")
+    notes += _documents(args, argv, backend, after)
     softmax_kernel = backend != "local" or capabilities().masked_softmax_kernel
     gpt_words, train_words = backend_flags(backend, softmax_kernel)
     by_backend = f"--transformer-backend {backend}"
@@ -262,6 +263,38 @@ def as_the_launcher(argv: list[str], caps=None) -> tuple[list[str], list[str]]:
         before += words
         notes.append(f"{' '.join(words)} (implied by {because})")
     return before + argv + after, notes
+
+
+def _documents(args, argv: list[str], backend: str, after: list[str]) -> list[str]:
+    """The guard document_mask for a plain torchrun: --reset-attention-mask where the packed
+    layout runs (with --reset-position-ids and without the fused QKV RoPE), and
+    --reset-position-ids not alone under RoPE. Appends to `after`; returns the notes."""
+    from training.launch import documents
+
+    if not args.reset_attention_mask:
+        if args.reset_position_ids and args.position_embedding_type != "learned_absolute":
+            raise ArgumentConflict(f"--reset-position-ids: {documents.POSITIONS_ALONE}.")
+        return []
+    why = documents.conflicts(backend, args.context_parallel_size,
+                              getattr(args, "cuda_graph_impl", "none") or "none",
+                              args.pipeline_model_parallel_size, args.micro_batch_size,
+                              args.attention_dropout or 0.0)
+    if why:
+        raise ArgumentConflict("--reset-attention-mask (the launcher's DOCUMENT_MASK=1) cannot "
+                               "run here: " + "; ".join(why) + ".")
+    notes = []
+    if args.fused_single_qkv_rope:
+        if "--fused-single-qkv-rope" in argv:
+            raise ArgumentConflict(f"--fused-single-qkv-rope with --reset-attention-mask: "
+                                   f"{documents.FUSED_QKV_ROPE}. Drop --fused-single-qkv-rope.")
+        after.append("--no-fused-single-qkv-rope")
+        notes.append(f"--no-fused-single-qkv-rope (--reset-attention-mask: "
+                     f"{documents.FUSED_QKV_ROPE})")
+    if not args.reset_position_ids:
+        after.append("--reset-position-ids")
+        notes.append(f"--reset-position-ids (--reset-attention-mask: "
+                     f"{documents.POSITIONS_WITH_MASK})")
+    return notes
 
 
 def main(argv: list[str] | None = None) -> int:

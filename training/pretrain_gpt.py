@@ -141,12 +141,24 @@ def forward_step(run, data_iterator, model, return_schedule_plan: bool = False):
             batch.setdefault("cu_seqlens", None)
             batch = get_batch_on_this_cp_rank(batch, is_hybrid_cp=False,
                                               cp_group=parallel_state.get_context_parallel_group())
+        packed = None
+        if run.args.reset_attention_mask:   # DOCUMENT_MASK=1: the packed (THD) layout
+            from training.documents import pack_batch
+
+            batch, packed = pack_batch(batch, _eod_token())
     timers("batch-generator").stop()
     with train_range(RANGE_FORWARD):
         output = model(batch["tokens"], batch["position_ids"], batch.get("attention_mask"),
                        labels=batch["labels"], loss_mask=batch["loss_mask"],
-                       output_processor=run.output_processor)
+                       output_processor=run.output_processor, packed_seq_params=packed)
     return output, partial(loss_func, batch["loss_mask"])
+
+
+def _eod_token() -> int:
+    """The tokenizer's end-of-document id (where Megatron's dataset resets its documents)."""
+    from megatron.training import get_tokenizer
+
+    return get_tokenizer().eod
 
 
 # The stack seen by the run (torch, CUDA/ROCm, NCCL/RCCL, driver, TE, apex, Liger, Megatron):

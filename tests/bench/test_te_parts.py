@@ -113,7 +113,8 @@ def test_te_toggle_parts_switch_te_paths_default_on_toggles_off(h200, index):
 # <parts> --te --repeats 1 --budget-s 540`, each inside a device call's 10 minutes with the
 # wheels' install and the idle check. The estimates come from the recorded TE runs (~70 s each
 # in session 10, the 47 s of a native run before the calibration knew the backend).
-ONE_GPU_CALLS = (("peers-te", "te-recipes"), ("te-toggles-a", "te-toggles-b"))
+ONE_GPU_CALLS = (("peers-te", "te-recipes"), ("te-toggles-a", "te-toggles-b"),
+                 ("te-documents",))    # issue 51: dev/gpu/documents.sh TE=1, or bench.sh
 ONE_GPU_BUDGET_S = 540
 
 

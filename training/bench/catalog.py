@@ -267,14 +267,27 @@ def dispatcher_levers() -> list[Lever]:
                 ("flex", "DeepEP's fused dispatch and combine kernels vs the all-to-all"))]
 
 
+def documents_levers() -> list[Lever]:
+    """Documents kept apart (issue 51) against plain causal attention, on the benchmark's mock
+    data: Megatron's MockGPTDataset packs documents of 1 to 4095 tokens (uniform, EOD-ended;
+    ~2k mean, so ~4 per sequence at seq 8192). Block-causal attention over them skips the
+    blocks across documents; the packed (THD) layout also turns the fused QKV RoPE off (the
+    guard document_mask), which this ratio includes: what a user pays or gains, all told."""
+    return [Lever("DOCUMENT_MASK=1", "DOCUMENT_MASK", "toggle", "documents",
+                  {"DOCUMENT_MASK": "1"}, "DOCUMENT_MASK=1", "DOCUMENT_MASK=0", False,
+                  note="documents kept apart (block-causal over mock data's ~2k-token "
+                       "documents at seq 8192: native flex attention, TE's THD attention) vs "
+                       "plain causal attention across them")]
+
+
 def all_levers(shape: BenchShape) -> list[Lever]:
     return (toggle_levers() + precision_levers() + other_levers(shape) + moe_levers()
-            + dispatcher_levers())
+            + dispatcher_levers() + documents_levers())
 
 
 GROUPS = ("toggles", "flce", "flce_chunk", "nan_check", "gc", "bda", "precision", "backend",
           "kernels", "recompute", "mbs", "seq", "dist_opt", "dp1_ddp", "overlap",
-          "optimizer_state", "moe")
+          "optimizer_state", "moe", "documents")
 
 # Peers: sides of `bench peers` (levers.json kind "peer"; native vs local is also the
 # TRANSFORMER_IMPL=local backend lever).
@@ -412,6 +425,8 @@ PARTS_DP1 = (
     # the precision-aware optimizer's states (issue 23's 8-layer bar: OPT_STATE_BF16_SR)
     ("levers-optimizer-state", ("OPT_STATE_BF16", "OPT_STATE_BF16_SR")),
     ("levers-optimizer-offload", ("OPTIMIZER_CPU_OFFLOAD=1", "MASTER_WEIGHTS=remainder")),
+    # documents kept apart against plain causal attention (issue 51), the native backend
+    ("levers-documents", ("DOCUMENT_MASK=1",)),
 )
 PARTS_DP2 = (
     ("dp2-comm", ("DDP_AVERAGE_IN_COLLECTIVE", "GRAD_REDUCE_IN_BF16")),
@@ -484,6 +499,8 @@ TE_PARTS = (
     ("toggles", "te-recipes", tuple(f"PRECISION={n}" for n in RECIPES if n != "bf16")),
     ("toggles", "te-toggles-a", ("GRADIENT_ACCUMULATION_FUSION", "FUSED_SINGLE_QKV_ROPE")),
     ("toggles", "te-toggles-b", ("CROSS_ENTROPY_LOSS_FUSION", "GRAD_REDUCE_IN_BF16")),
+    # documents kept apart on TE's THD attention against its plain causal attention (issue 51)
+    ("toggles", "te-documents", ("DOCUMENT_MASK=1",)),
 )
 # MoE where users run it (issue 37), `bench all --te` after the TE carry: the TE image's
 # default (TRANSFORMER_IMPL=auto with TE importable: the `auto` side, the launch's rule picks
@@ -513,7 +530,7 @@ MOE_TE_PARTS = (
     ("peers", "moe-te-native-te-cost-mixtral", ("native", "native_no_te")),
 )
 PART_BACKEND = {"te-recipes": "transformer_engine", "te-toggles-a": "transformer_engine",
-                "te-toggles-b": "transformer_engine"}
+                "te-toggles-b": "transformer_engine", "te-documents": "transformer_engine"}
 
 # The MoE parts (`bench all` at one GPU, after the dense ones), at their own shape: Qwen3-30B-A3B
 # cut to the depth that fits one H200 by the memory estimator (same width, 128 experts, top-8),

@@ -644,6 +644,44 @@ def context_parallel_backend(ctx: LaunchContext) -> None:
                       "transformer_engine on a node with TE.")
 
 
+@guard
+def document_mask(ctx: LaunchContext) -> None:
+    """DOCUMENT_MASK=1 only where the packed (THD) layout runs; RESET_POSITION_IDS follows it, alone refused.
+
+    Alone, RESET_POSITION_IDS would change nothing under RoPE; every launch says whether
+    documents are kept apart."""
+    from . import documents
+
+    s = ctx.settings
+    mask = bool(s["DOCUMENT_MASK"])
+    positions = s["RESET_POSITION_IDS"]
+    if not mask:
+        if positions and getattr(ctx.preset, "position_embedding_type", "rope") != \
+                "learned_absolute":
+            raise Refusal("document_mask", f"RESET_POSITION_IDS=1: {documents.POSITIONS_ALONE}.")
+        s.info("document_mask", documents.kept_apart(False, bool(s.get("DATA_PATH"))))
+        return
+    from training.arguments import _given
+
+    dropout = _given(ctx.user_args, "--attention-dropout")
+    why = documents.conflicts(ctx.backend, s["CP"], s["CUDA_GRAPH"], s["PP"], s["MBS"],
+                              float(dropout) if dropout is not None else 0.0)
+    if why:
+        raise Refusal("document_mask", "DOCUMENT_MASK=1 (--reset-attention-mask) cannot run "
+                                       "here: " + "; ".join(why) + ".")
+    if not positions and s.is_explicit("RESET_POSITION_IDS"):
+        raise Refusal("document_mask", f"RESET_POSITION_IDS=0 with DOCUMENT_MASK=1: "
+                                       f"{documents.POSITIONS_WITH_MASK}. Unset "
+                                       "RESET_POSITION_IDS.")
+    s.correct("RESET_POSITION_IDS", True, "document_mask", documents.POSITIONS_WITH_MASK)
+    # a model whose own rule turns the fused QKV RoPE off (q/k norms: fused_qkv_rope_qk_norm;
+    # YaRN: gpt_oss_kernels) owns the value, so the guards' order names no other reason
+    if not (ctx.preset.qk_layernorm or getattr(ctx.preset, "yarn", False)):
+        _off_or_refuse(ctx, "FUSED_SINGLE_QKV_ROPE", "document_mask", documents.FUSED_QKV_ROPE,
+                       "Set FUSED_SINGLE_QKV_ROPE=0, or DOCUMENT_MASK=0.")
+    s.info("document_mask", documents.kept_apart(True, bool(s.get("DATA_PATH"))))
+
+
 # -- parallel layout ----------------------------------------------------------------------------
 
 def _nearest(value: int, candidates: list[int]) -> str:

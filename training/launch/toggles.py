@@ -692,6 +692,20 @@ REGISTRY: tuple[Toggle, ...] = (
           "1: the loss leaves out the positions whose token is the tokenizer's end-of-document "
           "(Megatron's --eod-mask-loss; MLPerf gpt_oss_20b's reference sets it).",
           on=("--eod-mask-loss",), group="data"),
+    _bool("DOCUMENT_MASK", False, DATA_ARGS,
+          "1: documents kept apart: attention stops at each end-of-document token (Megatron's "
+          "--reset-attention-mask, which means the same when passed through), as Llama 3 was "
+          "trained. Every backend runs it as the packed (THD) layout with the documents' "
+          "cu_seqlens, never a dense mask: the native backend block-causal (flex attention on "
+          "the GPU), Transformer Engine its padding-causal THD attention; positions restart "
+          "per document (RESET_POSITION_IDS follows). Off by default (Megatron's and the "
+          "peers' default; the MLPerf recipes pin their references' 0); docs/documents.md.",
+          on=("--reset-attention-mask",), group="data", levers=True),
+    _bool("RESET_POSITION_IDS", False, DATA_ARGS,
+          "Positions restart at each document (Megatron's --reset-position-ids). Follows "
+          "DOCUMENT_MASK (the packed layout rotates each document from 0); alone it is "
+          "refused: Megatron's RoPE takes no position ids, so it would change nothing.",
+          on=("--reset-position-ids",), group="data"),
 
     # -- output -------------------------------------------------------------------------------
     Toggle("EXPERIMENT_DIR", "path", "experiment", LAUNCHER, "Root of run folders.",

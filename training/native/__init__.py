@@ -1,6 +1,8 @@
 """The native backend: fast paths for nodes without Transformer Engine.
 
   attention.py      core attention through torch's scaled_dot_product_attention (cuDNN first)
+  document_attention.py  block-causal attention over packed documents (DOCUMENT_MASK=1):
+                    flex with a document block mask, torch's varlen flash, or a loop
   norm.py           RMSNorm: Liger-Kernel's Triton kernel, or torch's rms_norm
   rope.py           fused RoPE on the packed QKV projection (Triton), or torch
   cross_entropy.py  fused linear cross-entropy (Liger's, or a chunked torch version):
@@ -34,4 +36,7 @@ launch-bound MoE step (four norms per layer with the q/k norms), at about the sa
 (69 against 79 us at width 2048; 236 against 167 us over the 128-wide query heads).
 """
 
-IMPLEMENTATION = {"rmsnorm": "torch_fused", "swiglu": "ours"}
+# document_attention (DOCUMENT_MASK=1): auto = flex on the GPU, the per-document loop on the
+# CPU; flex | varlen | loop force one (training/native/document_attention.py; bench part
+# `documents` measures flex against varlen)
+IMPLEMENTATION = {"rmsnorm": "torch_fused", "swiglu": "ours", "document_attention": "auto"}

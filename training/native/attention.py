@@ -2,7 +2,10 @@
 
 Fills Megatron's `core_attention` slot (the part between the QKV projection and the output
 projection). Inputs are Megatron's [s, b, heads, head_dim]; GQA runs natively (enable_gqa),
-causal masking by the kernel (no mask tensor). Backend priority: cuDNN first (on an H200 at
+causal masking by the kernel (no mask tensor). With document masking (DOCUMENT_MASK=1) Megatron
+hands it the packed (THD) layout and the documents' cu_seqlens (PackedSeqParams): then the
+block-causal attention of training/native/document_attention.py runs (IMPLEMENTATION
+["document_attention"]); any other mask or bias is refused, never ignored. Backend priority: cuDNN first (on an H200 at
 seq 8192, GQA 32/8, it ran ~530 TFLOP/s fwd+bwd against ~280 for flash with repeated KV),
 then flash, then memory-efficient; `describe_backend()` reports which one runs.
 """
@@ -36,8 +39,9 @@ class SDPAttention(torch.nn.Module):
 
     def forward(self, query, key, value, attention_mask=None, attn_mask_type=None,
                 attention_bias=None, packed_seq_params=None):
-        if packed_seq_params is not None or attention_bias is not None:
-            raise ValueError("SDPAttention: packed sequences and attention bias are not supported")
+        check_inputs(type(self).__name__, attention_mask, attention_bias)
+        if packed_seq_params is not None:
+            return self.documents(query, key, value, packed_seq_params)
         # [s, b, h, d] -> [b, h, s, d] (views; the kernels take strided inputs)
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
         with sdpa_kernel(PRIORITY, set_priority=True):
@@ -46,6 +50,32 @@ class SDPAttention(torch.nn.Module):
                 scale=self.softmax_scale, enable_gqa=k.shape[1] != q.shape[1])
         s, b = query.shape[0], query.shape[1]
         return out.permute(2, 0, 1, 3).reshape(s, b, -1)
+
+    def documents(self, query, key, value, packed_seq_params, window=None, sinks=None):
+        """The packed (THD) layout [t, heads, d]: block-causal over the documents."""
+        from training.native import IMPLEMENTATION
+        from training.native.document_attention import document_attention
+
+        if self.dropout and self.training:
+            raise ValueError(f"{type(self).__name__}: attention dropout with document masking "
+                             "is not implemented by the native backend (set the attention "
+                             "dropout to 0)")
+        out = document_attention(query, key, value, packed_seq_params, scale=self.softmax_scale,
+                                 window=window, sinks=sinks,
+                                 impl=IMPLEMENTATION["document_attention"])
+        return out.reshape(out.shape[0], -1)
+
+
+def check_inputs(name: str, attention_mask, attention_bias) -> None:
+    """A dense mask or a bias would be computed as plain causal attention: refused. The
+    launcher passes --no-create-attention-mask-in-dataloader (no mask is built); documents
+    come as PackedSeqParams."""
+    if attention_bias is not None:
+        raise ValueError(f"{name}: attention bias is not supported")
+    if attention_mask is not None:
+        raise ValueError(f"{name}: a dense attention mask is not applied by the native backend: "
+                         "keep documents apart with DOCUMENT_MASK=1 (the packed, THD, path) and "
+                         "--no-create-attention-mask-in-dataloader")
 
 
 def describe_backend(device: torch.device, heads: int, groups: int, head_dim: int,

@@ -117,11 +117,15 @@ def block_mask(seq: int, window: int | None, device: str):
 
 
 def sink_attention_flex(q, k, v, sinks, window: int | None, scale: float):
-    """flex attention with the block mask of this window, then the sink correction. Compiled
-    on the GPU; eager elsewhere (forward only on the CPU in torch 2.11)."""
+    """flex attention with the block mask of this window, then the sink correction."""
+    return flex_with_sinks(q, k, v, block_mask(q.shape[2], window, str(q.device)), sinks, scale)
+
+
+def flex_with_sinks(q, k, v, mask, sinks, scale: float):
+    """flex attention ([b, h, s, d]) under a block mask, then the sink correction (sinks None:
+    none). Compiled on the GPU; eager elsewhere (forward only on the CPU in torch 2.11)."""
     from torch.nn.attention.flex_attention import AuxRequest, flex_attention
 
-    mask = block_mask(q.shape[2], window, str(q.device))
     kwargs = dict(block_mask=mask, scale=scale, enable_gqa=k.shape[1] != q.shape[1],
                   return_aux=AuxRequest(lse=True))
     if q.is_cuda:
@@ -187,9 +191,12 @@ class FlexSinkAttention(_sdpa_attention()):
 
     def forward(self, query, key, value, attention_mask=None, attn_mask_type=None,
                 attention_bias=None, packed_seq_params=None):
-        if packed_seq_params is not None or attention_bias is not None:
-            raise ValueError("FlexSinkAttention: packed sequences and attention bias are not "
-                             "supported")
+        from training.native.attention import check_inputs
+
+        check_inputs(type(self).__name__, attention_mask, attention_bias)
+        if packed_seq_params is not None:   # documents kept apart: block-causal, same window
+            return self.documents(query, key, value, packed_seq_params, window=self.window,
+                                  sinks=self.softmax_offset)
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))   # [b, h, s, d]
         out = sink_attention(q, k, v, self.softmax_offset, self.window, self.softmax_scale,
                              self.impl)
