@@ -449,6 +449,9 @@ def _data_parallel(run, platform, per_micro, micro, dp, assumptions, stage_param
 # Guards that refuse a launch for what it would compute, not for its speed: a projection of
 # the published recipe past them is still a projection of its throughput (said in its notes).
 NUMERICS_GUARDS = ("gpt_oss_te_backend", "low_precision_needs_te")
+# Beside a numerics guard only: a flag of the published recipe that the backend the numerics
+# rule chose cannot run (gpt-oss's expert all-to-all overlap is built on TE's linears).
+BACKEND_GUARDS = ("flags_the_backend_cannot_honour",)
 
 
 def resolve_run(family: str, words: list[str], environ: dict[str, str] | None = None
@@ -473,18 +476,39 @@ def resolve_run(family: str, words: list[str], environ: dict[str, str] | None = 
     env["MASTER_ADDR"] = "node0"
     moe = family in moe_presets.MOE_FAMILIES or family == "gpt_oss"
     layers = [MOE, GPT_OSS] if moe else []
-    try:
-        return resolve(family, env, words, layers=layers).run
-    except (Refusal, Refusals) as err:
-        guards = [r.guard for r in getattr(err, "refusals", [err])]
-        if not all(g in NUMERICS_GUARDS for g in guards):
-            raise
-        refusal = str(err).splitlines()[0]
-    plain = [w for w in words if not w.startswith(("PRECISION=", "TRANSFORMER_IMPL="))]
+
+    def refused_by(launch_words):
+        """(the run, None), or (None, (its guards, the refusal's first line))."""
+        try:
+            return resolve(family, env, launch_words, layers=layers).run, None
+        except (Refusal, Refusals) as err:
+            return None, ([r.guard for r in getattr(err, "refusals", [err])],
+                          str(err).splitlines()[0], err)
+
+    run, refused = refused_by(words)
+    if run is not None:
+        return run
+    guards, refusal, err = refused
+    if all(g in BACKEND_GUARDS for g in guards) \
+            and not any(w.startswith("TRANSFORMER_IMPL=") for w in words):
+        # a TE-only flag of the published recipe on the backend auto chose: the recipe's own
+        # backend, unless a numerics rule is why auto did not choose it (then the fallback)
+        run, refused_te = refused_by(list(words) + ["TRANSFORMER_IMPL=transformer_engine"])
+        if run is not None:
+            return run
+        guards, refusal, _ = refused_te
+    if not (all(g in NUMERICS_GUARDS + BACKEND_GUARDS for g in guards)
+            and any(g in NUMERICS_GUARDS for g in guards)):
+        raise err
+    plain = [w for w in words
+             if not w.startswith(("PRECISION=", "TRANSFORMER_IMPL=", "EXTRA_MEGATRON_ARGS="))]
+    extra = next((w.split("=", 1)[1] for w in reversed(words)
+                  if w.startswith("EXTRA_MEGATRON_ARGS=")), None)
     precision = next((w.split("=", 1)[1] for w in reversed(words)
                       if w.startswith("PRECISION=")), env.get("PRECISION", "bf16"))
     run = resolve(family, env, plain + ["PRECISION=bf16"], layers=layers).run
-    run = run.with_values(PRECISION=precision, TRANSFORMER_IMPL="transformer_engine")
+    run = run.with_values(PRECISION=precision, TRANSFORMER_IMPL="transformer_engine",
+                          **({"EXTRA_MEGATRON_ARGS": extra} if extra is not None else {}))
     note = (f"the launcher refuses this launch ({refusal[:160]}...): projected as the "
             f"published recipe runs it, PRECISION={precision} on Transformer Engine")
     object.__setattr__(run, "projection_notes", (note,))
