@@ -211,8 +211,9 @@ def test_fp4_is_refused_where_the_gpu_does_not_run_it(capsys):
 
 
 def test_expert_all_to_all_overlap_and_fsdp_first_gather():
+    # the overlap is built on TE's linears (the launcher refuses it on the native backend)
     words = ["MODEL_SIZE=8x7B", "PLATFORM=b200", "NNODES=2", "GPUS_PER_NODE=8", "EP=8",
-             "BS=64", "SEQ_LENGTH=4096", "TRANSFORMER_IMPL=native"]
+             "BS=64", "SEQ_LENGTH=4096", "TRANSFORMER_IMPL=transformer_engine"]
     plain = project(resolve_run("mixtral", words))
     over = project(resolve_run("mixtral", words + [
         "EXTRA_MEGATRON_ARGS=--overlap-moe-expert-parallel-comm"]))
@@ -289,3 +290,23 @@ def test_search_skips_layouts_the_launcher_refuses(monkeypatch):
     refused = report["refused_by_launcher"]
     assert refused and all(r["set"]["CP"] != "1" for r in refused)
     assert all("context_parallel_backend" in r["refused"] for r in refused)
+
+
+def test_published_rows_run_on_their_recipes_backend():
+    """A published row is resolved on Transformer Engine, as its recipe ran (gpt-oss at bf16
+    included, where the launcher's auto would pick native by its own numerics rule, and whether
+    or not its words carry the TE-only expert all-to-all overlap): the `native` feature is our
+    measured runs only, which name their backend."""
+    refs = references.load()
+    oss = [r for r in refs if r.ref["family"] == "gpt_oss"]
+    assert any("PRECISION=bf16" in r.ref["words"] for r in oss)
+    assert any(any("overlap-moe-expert" in w for w in r.ref["words"]) for r in oss)
+    for r in refs:
+        published = "measured" not in r.ref
+        assert published == (r.ref["id"].split("-")[0] != "ours")
+        native = efficiency.features(r.run)["native"]
+        if published:
+            assert (native, r.run.backend) == (0.0, "transformer_engine"), r.id
+        else:
+            assert f"TRANSFORMER_IMPL={r.run.backend}" in r.ref["words"], r.id
+    assert any(efficiency.features(r.run)["native"] for r in refs)

@@ -33,7 +33,8 @@ step's efficiency on real machines:
   log_mbs           log2 of the micro-batch (larger GEMMs, fewer launches: MBS 4-8 earns)
   log_tp, log_cp    log2 of TP and CP (GEMMs at their split shapes; attention split by CP)
   fsdp              FSDP's per-layer gathers contending with compute
-  native            our native backend (measured runs) against Transformer Engine
+  native            our native backend (our measured runs; a published row is resolved on
+                    the Transformer Engine its recipe ran) against Transformer Engine
 
 The attention scores and the logits of a low-precision recipe, which stay in bf16, are counted
 against the bf16 peak (project.compute_peak), not through a feature. No software date is a
