@@ -899,8 +899,8 @@ def load_checkpoint(ctx: LaunchContext) -> None:
     if point is not None and point.scan.has_checkpoint:
         _check_resume_point(ctx, point)
         return
-    half = ("" if point is None or not point.scan.incomplete else
-            " (only half-written ones: " + "; ".join(point.scan.skipped()) + ")")
+    half = f" ({point.scan.nothing_to_resume()})" if point is not None else \
+        f" (no {CHECKPOINT_TRACKER})"
     if s["RESUME"] == "auto":
         s.info("load_checkpoint", f"LOAD={load} holds no complete checkpoint yet{half}: "
                                   "RESUME=auto starts fresh and will resume from it next time.")
@@ -911,9 +911,9 @@ def load_checkpoint(ctx: LaunchContext) -> None:
                                   "holds one.")
         return
     raise Refusal("load_checkpoint",
-                  f"LOAD={load} holds no complete checkpoint ({CHECKPOINT_TRACKER} missing"
-                  f"{half}), so training would silently start from scratch. Point LOAD at a "
-                  "checkpoint directory, or set RESUME=auto to start fresh when none exists yet.")
+                  f"LOAD={load} holds no complete checkpoint{half}, so training would silently "
+                  "start from scratch. Point LOAD at a checkpoint directory, or set RESUME=auto "
+                  "to start fresh when none exists yet.")
 
 
 def _check_resume_point(ctx: LaunchContext, point) -> None:

@@ -120,6 +120,22 @@ class Scan:
         return [f"{iteration_folder(i)}: {why}" for i, why in sorted(self.incomplete.items())
                 if i > last]
 
+    def nothing_to_resume(self) -> str:
+        """Why the folder holds no checkpoint to resume (when has_checkpoint is False)."""
+        if self.marker is None:
+            what = f"no {TRACKER}"
+        elif self.marker_problem:
+            what = f"{TRACKER} {self.marker_problem}"
+        elif self.marker_iteration in self.incomplete:
+            what = (f"{TRACKER} names {iteration_folder(self.marker_iteration)}/, which is "
+                    f"incomplete ({self.incomplete[self.marker_iteration]})")
+        else:
+            what = f"{TRACKER} names {iteration_folder(self.marker_iteration)}/, which is not there"
+        skipped = [line for line in self.skipped() if not line.startswith(
+            f"{iteration_folder(self.marker_iteration)}:")] if self.marker_iteration is not None \
+            else self.skipped()
+        return what + (f"; half-written: {'; '.join(skipped)}" if skipped else "")
+
     def redirect(self) -> str | None:
         """Why a resume must not take the marker's iteration (and takes last_complete
         instead), or None when the marker names the last complete checkpoint."""
