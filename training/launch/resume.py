@@ -243,7 +243,10 @@ def saved_run(folder: Path) -> SavedRun:
                                    "arguments are not read before torchrun")
     try:
         common = _load_common(folder)
-    except Exception as err:   # a foreign or damaged file: said in one line, not a traceback
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as err:   # a foreign or damaged file (torch DCP's CheckpointException
+        # is a BaseException): said in one line, not a traceback
         raise UnreadableCheckpoint(f"{folder.name}/'s saved state cannot be read "
                                    f"({type(err).__name__}: {str(err)[:200]})") from None
     if not isinstance(common, dict):
@@ -272,7 +275,7 @@ def _load_common(folder: Path) -> Any:
 
     with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
-        logging.disable(logging.WARNING)
+        logging.disable(logging.CRITICAL)
         try:
             from megatron.core.dist_checkpointing.serialization import load_common_state_dict
 

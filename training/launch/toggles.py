@@ -718,8 +718,9 @@ REGISTRY: tuple[Toggle, ...] = (
           "persistent checkpoint worker and megatron-core's own async strategy): a save costs "
           "the step only its copy to host memory; the latest-checkpoint marker moves once the "
           "write is finished. torch_dist format only (CKPT_FORMAT).",
-          on=("--async-save", "--use-persistent-ckpt-worker", "--async-strategy", "mcore"),
-          group="output"),
+          group="output", emit=_by_value({True: ("--async-save", "--use-persistent-ckpt-worker",
+                                                 "--async-strategy", "mcore")}),
+          owns=("--async-save", "--use-persistent-ckpt-worker", "--async-strategy")),
     _bool("TEE_OUTPUT", True, LAUNCHER,
           "1: the run's output goes to the console and to the run folder's log; 0: to the log "
           "only.", group="output"),
