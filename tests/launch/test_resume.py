@@ -258,3 +258,14 @@ def test_completeness_rules(tmp_path):
     data = (legacy / "model_optim_rng.pt").read_bytes()
     (legacy / "model_optim_rng.pt").write_bytes(data[:len(data) // 2])
     assert "cut short" in incomplete_reason(legacy.parent)
+
+
+def test_async_save_builds_megatrons_flags_and_refuses_other_formats(base_env, tmp_path):
+    result = launch(base_env, SAVE=tmp_path / "s", ASYNC_SAVE=1)
+    words = result.buckets["OUTPUT_ARGS"]
+    assert "--async-save" in words and "--use-persistent-ckpt-worker" in words
+    args = megatron_args(result)   # without the persistent worker Megatron drops --async-save
+    assert args.async_save and args.async_strategy == "mcore"
+    msg = refused(base_env, "async_save", SAVE=tmp_path / "s", ASYNC_SAVE=1,
+                  CKPT_FORMAT="torch", PREFLIGHT_MEMORY="off")
+    assert "CKPT_FORMAT=torch_dist" in msg

@@ -865,6 +865,23 @@ def checkpoint_format(ctx: LaunchContext) -> None:
 
 
 @guard
+def async_save(ctx: LaunchContext) -> None:
+    """ASYNC_SAVE=1 writes torch_dist checkpoints (megatron-core's own async strategy) and
+    needs SAVE."""
+    s = ctx.settings
+    if not s["ASYNC_SAVE"]:
+        return
+    fmt = s.get("CKPT_FORMAT") or "torch_dist"
+    if fmt != "torch_dist":
+        raise Refusal("async_save", f"ASYNC_SAVE=1 with CKPT_FORMAT={fmt}: megatron-core's own "
+                                    "async save writes torch_dist only (its torch_dcp and "
+                                    "fsdp_dtensor async paths need nvidia-resiliency-ext). Use "
+                                    "CKPT_FORMAT=torch_dist, or ASYNC_SAVE=0.")
+    if not s.get("SAVE"):
+        s.warn("async_save", "ASYNC_SAVE=1 without SAVE: nothing is saved, so it does nothing.")
+
+
+@guard
 def wandb_logging(ctx: LaunchContext) -> None:
     """W&B logging (WANDB_PROJECT, or the fork's WANDB_API_KEY) needs wandb installed."""
     import importlib.util
