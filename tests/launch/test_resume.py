@@ -269,3 +269,14 @@ def test_async_save_builds_megatrons_flags_and_refuses_other_formats(base_env, t
     msg = refused(base_env, "async_save", SAVE=tmp_path / "s", ASYNC_SAVE=1,
                   CKPT_FORMAT="torch", PREFLIGHT_MEMORY="off")
     assert "CKPT_FORMAT=torch_dist" in msg
+
+
+def test_an_unreadable_saved_state_takes_the_checkpoints_schedule(base_env, load):
+    """Saved arguments the launcher cannot read (a foreign pickle, a damaged object): the
+    checkpoint's schedule, said, rather than Megatron's assert after torchrun."""
+    for data in (load / "iter_0000010").glob("*.distcp"):
+        data.write_bytes(b"\0" * 64)
+    result = launch(base_env, MODEL_SIZE="tiny", LOAD=load, TOTAL_ITERS=20)
+    assert result.settings["RESUME_SCHEDULE"] == "checkpoint"
+    reason = result.settings.setting("RESUME_SCHEDULE").reason
+    assert "not read here" in reason and "cannot be read" in reason

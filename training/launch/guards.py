@@ -984,12 +984,16 @@ def resume_schedule(ctx: LaunchContext) -> None:
                                          f"Set TOTAL_ITERS above {iteration} to continue it.")
     head = (f"resume: LOAD={load} at iteration {iteration} "
             f"({iteration_folder(iteration)}/, complete)")
-    if saved is None:
+    if saved is None:   # never Megatron's assert after torchrun: the checkpoint's, said
+        if s["RESUME_SCHEDULE"] == "auto":
+            s.correct("RESUME_SCHEDULE", "checkpoint", "resume_schedule",
+                      f"LOAD's saved schedule is not read here ({point.unread}): the "
+                      "checkpoint's continues, whatever changed (RESUME_SCHEDULE=new takes "
+                      "this launch's)")
+        whose = "this launch" if s["RESUME_SCHEDULE"] == "new" else "the checkpoint"
         s.info("resume_schedule", f"{head}; trains iterations {iteration + 1}-"
-                                  f"{s['TOTAL_ITERS']}. Its saved arguments are not read here "
-                                  f"({point.unread}): Megatron compares the LR schedule at "
-                                  "load; if TOTAL_ITERS, BS or the schedule changed, set "
-                                  "RESUME_SCHEDULE=checkpoint or new.")
+                                  f"{s['TOTAL_ITERS']}; schedule: {whose}'s (its saved "
+                                  "arguments not read before torchrun).")
         return
     values = s.as_values()
     changes = schedule_changes(saved, values)
