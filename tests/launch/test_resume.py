@@ -187,8 +187,8 @@ def test_a_kill_at_every_point_of_a_save_resumes_the_last_complete(base_env, loa
         else:            # the marker names 10, complete: Megatron's own choice
             assert found.redirect() is None and "--ckpt-step" not in words, label
         seen.add(label)
-        write_marker(folder / TRACKER, "20") if every_file else None
-        if every_file:
+        if every_file:   # then the marker moves (atomically): 20 is the marker's own choice
+            write_marker(folder / TRACKER, "20")
             assert scan(folder).redirect() is None
     assert len(seen) >= 10
 
