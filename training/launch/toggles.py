@@ -720,7 +720,8 @@ REGISTRY: tuple[Toggle, ...] = (
           "write is finished. torch_dist format only (CKPT_FORMAT).",
           group="output", emit=_by_value({True: ("--async-save", "--use-persistent-ckpt-worker",
                                                  "--async-strategy", "mcore")}),
-          owns=("--async-save", "--use-persistent-ckpt-worker", "--async-strategy")),
+          owns=("--async-save", "--use-persistent-ckpt-worker", "--async-strategy"),
+          levers=True),
     _bool("TEE_OUTPUT", True, LAUNCHER,
           "1: the run's output goes to the console and to the run folder's log; 0: to the log "
           "only.", group="output"),
