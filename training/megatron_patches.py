@@ -330,6 +330,13 @@ PATCHES: tuple[Patch, ...] = (
           "MoE models: the aux losses Megatron's tracker reduces for its log line, kept for "
           "metrics.jsonl (training.router_stats)", SIG_MOE_AGGREGATE, when=_moe,
           key=_this_run),
+    Patch("atomic_marker", "megatron.training.checkpointing:maybe_msc",
+          "training.checkpoint_marker:atomic_marker_storage",
+          "Megatron writes latest_checkpointed_iteration.txt with a plain open('w'): a kill "
+          "between its truncation and its write left an empty marker, on which the next load "
+          "exits. Written to a temp file, fsynced and renamed instead (after a save is "
+          "finalized, an async save's too), so the marker always names a complete checkpoint",
+          None, what="atomic: temp file, fsync, rename (training.checkpoint_marker)"),
     Patch("torch_adam_state_dict", f"{DIST_OPT}.state_dict",
           "training.native.optimizer:state_filled_before_state_dict",
           "a resume reads every parameter's Adam step before any step ran: a torch "

@@ -80,6 +80,11 @@ def test_te_checkpoint_resume_continues_the_loss_curve(tmp_path):
     check_resume_continues_the_loss_curve(tmp_path, TRANSFORMER_IMPL="transformer_engine")
 
 
+def test_te_moe_checkpoint_resume_continues_the_loss_curve(tmp_path):
+    check_resume_continues_the_loss_curve(tmp_path, script="examples/moe/train_qwen3_moe.sh",
+                                          TRANSFORMER_IMPL="transformer_engine")
+
+
 @pytest.mark.parametrize("precision", ["fp8", "fp8_tensorwise", "fp8_blockwise"])
 def test_each_hopper_fp8_recipe_trains(tmp_path, precision):
     run = _train(tmp_path, f"te-{precision}", TRANSFORMER_IMPL="transformer_engine",

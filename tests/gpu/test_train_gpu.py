@@ -47,7 +47,10 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _train(tmp_path: Path, name: str, *words: str, script: str = "examples/llama/train_llama3.sh",
+SCRIPT = "examples/llama/train_llama3.sh"
+
+
+def _train(tmp_path: Path, name: str, *words: str, script: str = SCRIPT,
            timeout_s: float = TIMEOUT_S, **toggles) -> Path:
     if not (SAMPLE / "train.bin").exists():
         pytest.skip("the shipped corpus is not built: run `make data-sample` first")
@@ -198,19 +201,66 @@ def test_checkpoint_resume_continues_the_loss_curve(tmp_path):
     check_resume_continues_the_loss_curve(tmp_path)
 
 
-def check_resume_continues_the_loss_curve(tmp_path: Path, **toggles) -> None:
-    """20 iterations saved at 10, against a resume from 10: the same losses for 11-20."""
+def test_moe_checkpoint_resume_continues_the_loss_curve(tmp_path):
+    check_resume_continues_the_loss_curve(tmp_path, script="examples/moe/train_qwen3_moe.sh",
+                                          TRANSFORMER_IMPL="native")
+
+
+def check_resume_continues_the_loss_curve(tmp_path: Path, script: str = SCRIPT, **toggles
+                                          ) -> None:
+    """20 iterations saved at 10 and 20, against a resume from 10 (saved at 20 elsewhere): the
+    same losses for 11-20 and the same final weights and optimizer state, bit for bit; then an
+    extension: a run of TOTAL_ITERS=10 on the 20-iteration schedule (WARMUP_ITERS and
+    LR_DECAY_ITERS of the straight run), continued to TOTAL_ITERS=20 from its own folder (the
+    launcher takes the checkpoint's schedule: RESUME_SCHEDULE=auto, no Megatron assert), again
+    the straight run's losses and weights."""
     ckpt = tmp_path / "ckpt"
-    full = _train(tmp_path, "full", TOTAL_ITERS=20, SAVE=ckpt, SAVE_INTERVAL=10, **toggles)
-    assert (ckpt / "latest_checkpointed_iteration.txt").exists()
-    resumed = _train(tmp_path, "resumed", "--ckpt-step", "10", TOTAL_ITERS=20, LOAD=ckpt,
-                     **toggles)
+    full = _train(tmp_path, "full", script=script, TOTAL_ITERS=20, SAVE=ckpt, SAVE_INTERVAL=10,
+                  **toggles)
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "20"
+    resumed = _train(tmp_path, "resumed", "--ckpt-step", "10", script=script, TOTAL_ITERS=20,
+                     LOAD=ckpt, SAVE=tmp_path / "resumed-ckpt", SAVE_INTERVAL=10, **toggles)
     a, b = _losses(full), _losses(resumed)
     assert sorted(b) == list(range(11, 21)), sorted(b)
     worst = max(abs(a[i] - b[i]) / a[i] for i in range(11, 21))
     print(f"\nresume {toggles}: worst relative loss difference over iterations 11-20: "
           f"{worst:.2e}")
-    assert worst < 1e-3
+    assert [a[i] for i in range(11, 21)] == [b[i] for i in range(11, 21)], (a, b)
+    check_same_weights(ckpt / "iter_0000020", tmp_path / "resumed-ckpt" / "iter_0000020")
+
+    ext = tmp_path / "ext"
+    first = _train(tmp_path, "ext-first", script=script, TOTAL_ITERS=10, WARMUP_ITERS=2,
+                   LR_DECAY_ITERS=20, SAVE=ext, SAVE_INTERVAL=10, **toggles)
+    rest = _train(tmp_path, "ext-rest", script=script, TOTAL_ITERS=20, LOAD=ext, SAVE=ext,
+                  SAVE_INTERVAL=10, **toggles)
+    manifest = json.loads((rest / "manifest.json").read_text())
+    assert manifest["values"]["RESUME_SCHEDULE"] == "checkpoint"
+    c, d = _losses(first), _losses(rest)
+    assert sorted(c) == list(range(1, 11)) and sorted(d) == list(range(11, 21))
+    assert [a[i] for i in range(1, 21)] == [c[i] for i in range(1, 11)] + \
+        [d[i] for i in range(11, 21)], (a, c, d)
+    check_same_weights(ckpt / "iter_0000020", ext / "iter_0000020")
+
+
+def check_same_weights(one: Path, other: Path) -> None:
+    """Every tensor of two torch_dist checkpoints (weights, optimizer state) equal, bit for
+    bit; read on the CPU with torch.distributed.checkpoint."""
+    import torch
+    from torch.distributed.checkpoint import FileSystemReader, load
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    def tensors(folder: Path) -> dict:
+        meta = FileSystemReader(str(folder)).read_metadata().state_dict_metadata
+        state = {key: torch.empty(m.size, dtype=m.properties.dtype) for key, m in meta.items()
+                 if isinstance(m, TensorStorageMetadata)}
+        load(state, storage_reader=FileSystemReader(str(folder)), no_dist=True)
+        return state
+
+    a, b = tensors(one), tensors(other)
+    assert sorted(a) == sorted(b) and a
+    differ = [k for k in a if not torch.equal(a[k], b[k])]
+    print(f"{len(a)} tensors compared, {len(differ)} differ: {differ[:5]}")
+    assert not differ
 
 
 def test_empty_load_is_refused_before_training(tmp_path):

@@ -114,7 +114,7 @@ LAUNCHES: list[tuple[str, str, dict[str, str], list[str]]] = [
     ("refused_profile_window", "llama3", {"PROFILE": "torch", "PROFILE_STEP_END": "50"}, []),
     ("schedule_lr_extra_args", "llama3",
      {"LR": "1e-3", "WARMUP_ITERS": "5", "TOTAL_ITERS": "40", "EXP_NAME": "mine",
-      "EXTRA_MEGATRON_ARGS": "--ckpt-step 25", "LOAD": "{root}/ckpt", "RESUME": "auto",
+      "EXTRA_MEGATRON_ARGS": "--exit-duration-in-mins 25", "LOAD": "{root}/ckpt", "RESUME": "auto",
       "SAVE": "{root}/ckpt", "SAVE_INTERVAL": "10", "RUN_ID": "r1"},
      ["SEED=7", "--log-params-norm"]),
     ("save_without_interval", "llama3", {"SAVE": "{root}/ckpt", "RUN_ID": "r1"}, []),

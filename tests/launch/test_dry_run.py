@@ -55,11 +55,11 @@ def test_key_value_words_act_like_env_and_flags_pass_through(tmp_path):
 
 
 def test_megatron_flags_may_come_first(tmp_path):
-    # `train_llama3.sh --ckpt-step 10`: no KEY=VALUE word before the first --flag
-    proc = run(tmp_path, "--ckpt-step", "10", MODEL_SIZE="tiny")
+    # `train_llama3.sh --exit-duration-in-mins 10`: no KEY=VALUE word before the first --flag
+    proc = run(tmp_path, "--exit-duration-in-mins", "10", MODEL_SIZE="tiny")
     assert proc.returncode == 0, proc.stderr
     line = next(x for x in proc.stdout.splitlines() if x.startswith("torchrun "))
-    assert shlex.split(line)[-2:] == ["--ckpt-step", "10"]
+    assert shlex.split(line)[-2:] == ["--exit-duration-in-mins", "10"]
 
 
 def test_local_backend_without_the_softmax_kernel_turns_megatron_fusion_off(tmp_path):

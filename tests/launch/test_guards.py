@@ -417,7 +417,11 @@ def test_empty_load_is_refused_unless_resume_auto(base_env, tmp_path):
     assert notices(result, "load_checkpoint")
     (empty / CHECKPOINT_TRACKER).write_text("10")
     assert "iter_0000010/" in refused(base_env, "load_checkpoint", LOAD=empty)  # named, not there
-    (empty / "iter_0000010").mkdir()
+    (empty / "iter_0000010").mkdir()      # begun, nothing written: no checkpoint yet
+    assert "iter_0000010/, which is incomplete" in refused(base_env, "load_checkpoint",
+                                                           LOAD=empty)
+    (empty / "iter_0000010" / ".metadata").write_bytes(b"index")
+    (empty / "iter_0000010" / "metadata.json").write_text('{"sharded_backend": "torch_dist"}')
     assert "--load" in launch(base_env, LOAD=empty).buckets["OUTPUT_ARGS"]
 
 

@@ -126,8 +126,8 @@ def test_the_guards_see_a_mapped_flag(base_env):
 
 
 def test_flags_inside_extra_megatron_args_are_mapped_too(base_env):
-    result = launch(base_env, EXTRA_MEGATRON_ARGS="--micro-batch-size 2 --ckpt-step 3")
-    assert result.settings["MBS"] == 2 and result.ctx.extra_args == ["--ckpt-step", "3"]
+    result = launch(base_env, EXTRA_MEGATRON_ARGS="--micro-batch-size 2 --exit-duration-in-mins 3")
+    assert result.settings["MBS"] == 2 and result.ctx.extra_args == ["--exit-duration-in-mins", "3"]
 
 
 def test_a_flag_that_contradicts_the_toggle_is_refused(base_env):

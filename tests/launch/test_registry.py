@@ -113,9 +113,9 @@ def test_megatron_alone_has_no_fused_single_qkv_rope_flag_and_ours_adds_it():
 
 
 def test_extra_megatron_args_from_the_environment(base_env):
-    result = launch(base_env, EXTRA_MEGATRON_ARGS="--ckpt-step 25 --log-num-zeros-in-grad",
+    result = launch(base_env, EXTRA_MEGATRON_ARGS="--exit-duration-in-mins 25 --log-num-zeros-in-grad",
                     words=["--log-params-norm"])
-    words = ["--ckpt-step", "25", "--log-num-zeros-in-grad", "--log-params-norm"]
+    words = ["--exit-duration-in-mins", "25", "--log-num-zeros-in-grad", "--log-params-norm"]
     assert result.user_args == words and result.command[-4:] == words
 
 

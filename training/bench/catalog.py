@@ -23,7 +23,7 @@ from .shape import BenchShape
 
 # levers.json kinds (agreed with the advisor)
 KINDS = ("toggle", "backend", "kernels", "recompute", "mbs", "seq", "flce", "dist_opt",
-         "overlap", "precision", "optimizer", "peer")
+         "overlap", "precision", "optimizer", "peer", "checkpoint")
 
 
 @dataclass(frozen=True)
@@ -280,14 +280,23 @@ def documents_levers() -> list[Lever]:
                        "plain causal attention across them")]
 
 
+def checkpoint_levers() -> list[Lever]:
+    """A checkpoint's cost to the training step: the async save against the sync one (at a
+    shape that saves inside the measured steps: SAVE_SHAPE)."""
+    return [Lever("ASYNC_SAVE=1", "ASYNC_SAVE", "checkpoint", "checkpoint",
+                  {"ASYNC_SAVE": "1"}, "ASYNC_SAVE=1", "ASYNC_SAVE=0", False,
+                  note="Megatron's --async-save (persistent worker, megatron-core's strategy): "
+                       "the step after a save waits for the copy to host memory only")]
+
+
 def all_levers(shape: BenchShape) -> list[Lever]:
     return (toggle_levers() + precision_levers() + other_levers(shape) + moe_levers()
-            + dispatcher_levers() + documents_levers())
+            + dispatcher_levers() + documents_levers() + checkpoint_levers())
 
 
 GROUPS = ("toggles", "flce", "flce_chunk", "nan_check", "gc", "bda", "precision", "backend",
           "kernels", "recompute", "mbs", "seq", "dist_opt", "dp1_ddp", "overlap",
-          "optimizer_state", "moe", "documents")
+          "optimizer_state", "moe", "documents", "checkpoint")
 
 # Peers: sides of `bench peers` (levers.json kind "peer"; native vs local is also the
 # TRANSFORMER_IMPL=local backend lever).
@@ -391,7 +400,7 @@ def select(shape: BenchShape, only: list[str] | None, groups: list[str] | None,
     if groups is None:
         groups = ["precision"]
     if "all" in groups:
-        groups = [g for g in GROUPS if g not in ("toggles", "flce", "moe")]
+        groups = [g for g in GROUPS if g not in ("toggles", "flce", "moe", "checkpoint")]
     if "none" in groups:
         groups = []
     bad = [g for g in groups if g not in GROUPS]
@@ -457,6 +466,16 @@ def _scale_state() -> tuple[tuple[str, str], ...]:
     return tuple(lever.env.items())
 
 
+# Issue 52: a checkpoint's cost to the step, sync against async, on the full Llama3-8B on one
+# H200 (the lean optimizer state of scale-x1). 8 iterations, saved at 4 (inside the measured
+# steps 3-8: the wall time from iteration 4's record to 5's holds the save) and at 8 (the
+# last). The weights only (--no-save-optim --no-save-rng): the full state (~64 GB a save) does
+# not fit the machine's disk twice; each run's SAVE is its own folder, removed after the run
+# (bench/ours.py). One repeat: two launches of the 8B in one ~8-minute call.
+SAVE_SHAPE = replace(full_shape(1, repeats=1, backend="native",
+                                toggles=(*_scale_state(), ("SAVE_INTERVAL", "4"),
+                                         ("EXTRA_MEGATRON_ARGS",
+                                          "--no-save-optim --no-save-rng"))), steps=6)
 # The DP-communication toggles at 8 GPUs, where they matter most: the full model at the MLPerf
 # global batch of 32 (4 micro-batches per GPU, as the dp2-* parts at 2 GPUs), two levers and
 # 2 repeats a part (6 launches). With the distributed optimizer off the fp32 state of the full
@@ -480,7 +499,7 @@ PARTS_X2 = (
 )
 # The 1-GPU point of the scaling series (`bench all --gpus 1 --parts scale-x1`; on the 2-GPU
 # machine, alone on GPU 0): the launcher default but for the optimizer state.
-PARTS_X1 = (("scale-x1", "toggles", ("default",)),)
+PARTS_X1 = (("scale-x1", "toggles", ("default",)), ("save-async", "toggles", ("ASYNC_SAVE=1",)))
 # Transformer Engine at 2 and 8 GPUs (`bench all --te --gpus N`, after the TE carry): the TE
 # bf16 default, the best fp8 recipe on one H200 (fp8 delayed scaling, 1.29x TE bf16 in session
 # 7) and the native backend, in one invocation.
@@ -632,6 +651,7 @@ PART_SHAPES: dict[str, BenchShape] = {
     "moe-te-native-te-cost-mixtral": replace(MIXTRAL_SHAPE, backend="native"),
     "gpt-oss-peers": GPT_OSS_SHAPE,
     "scale-x1": full_shape(1, backend="native", toggles=_scale_state()),
+    "save-async": SAVE_SHAPE,
     "full-x2": full_shape(2, backend="native"),
     "full-x8": full_shape(8, backend="native"),
     "full-x2-te": full_shape(2, backend="transformer_engine"),

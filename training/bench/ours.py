@@ -154,11 +154,20 @@ def run_point(label: str, toggles: dict[str, str], experiment_dir: Path, log_dir
     from training.launch.presets import SCRIPTS
 
     script = REPO_ROOT / SCRIPTS[family]
+    save = None
+    if env.get("SAVE_INTERVAL") and not env.get("SAVE"):   # a part that measures saves: its
+        save = experiment_dir / label / f"ckpt-{run_id}"  # own folder, removed after the run
+        env["SAVE"] = str(save)
     started = time.time()
     returncode, timed_out = run_logged(["bash", str(script)], env, log, timeout_s)
     ended = time.time()
     point = {"label": label, "side": "ours", "toggles": toggles, "returncode": returncode,
              "wall_s": ended - started, "started": started, "ended": ended, "log": str(log)}
+    if save is not None:
+        import shutil
+
+        point["save_dir"] = str(save)
+        shutil.rmtree(save, ignore_errors=True)   # a full model's checkpoints fill the disk
     runs = sorted((experiment_dir / label).glob(f"*/{run_id}/manifest.json"))
     if returncode == 2 and not timed_out:
         # The launcher refused (a guard or a bad value) before any GPU work.
@@ -214,15 +223,39 @@ def read_run(run: Path) -> dict:
         "samples": {"iteration": [m["iteration"] for m in steps],
                     "step_time_s": [m["step_time_s"] for m in steps],
                     "warmup": [m["warmup"] for m in steps],
-                    "loss": [m["loss"] for m in steps]},
+                    "loss": [m["loss"] for m in steps],
+                    "time": [m.get("time") for m in steps]},
         "tokens_per_s_per_gpu": summary.get("tokens_per_s_per_gpu"),
         "model_tflops_per_gpu": summary.get("model_tflops_per_gpu"),
         "peak_memory_gib": summary.get("peak_allocated_gib_max_over_ranks"),
         "optimizer_state": optimizer_state(described),
     }
+    interval = described.get("SAVE_INTERVAL") if described.get("SAVE") else None
+    if interval:
+        out["save_cost"] = save_cost(out["samples"], int(interval))
     if not summary.get("measured", bool(summary)):
         out["error"] = f"no steady-state figure: {summary.get('reason', 'summary missing')}"
     return out
+
+
+def save_cost(samples: dict, interval: int) -> dict:
+    """What a checkpoint costs the step, from a run's per-iteration records: the wall time
+    from iteration k's record to k+1's holds step k+1 and, where k was saved (k a multiple of
+    SAVE_INTERVAL), the save. `extra_s`: each such interval after a save less the median of
+    the measured intervals after no save (the last iteration's save is after the last record:
+    not seen here)."""
+    import statistics
+
+    its, times, warm = samples["iteration"], samples["time"], samples["warmup"]
+    gaps = {b: tb - ta for a, b, ta, tb in zip(its, its[1:], times, times[1:])
+            if ta is not None and tb is not None and b == a + 1}
+    after = {b: gap for b, gap in gaps.items() if (b - 1) % interval == 0}
+    plain = [gap for b, gap in gaps.items() if b not in after
+             and not warm[its.index(b)] and not warm[its.index(b - 1)]]
+    base = statistics.median(plain) if plain else None
+    return {"interval": interval, "iterations": list(gaps), "wall_gap_s": list(gaps.values()),
+            "after_a_save": sorted(after), "plain_gap_median_s": base,
+            "extra_s": [after[b] - base for b in sorted(after)] if base is not None else []}
 
 
 MASTER_TEXT = {"fp32": "fp32 main params", "remainder": "fp32 master as 16-bit remainders",

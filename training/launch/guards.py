@@ -30,6 +30,7 @@ from .capabilities import Capabilities
 from .presets import FAMILIES, ModelPreset
 from .recipes import (RECIPES, Recipe, hardware_rule, platforms_supporting, recipe_args,
                       spelling_conflict)
+from .resume import TRACKER as CHECKPOINT_TRACKER   # Megatron's latest-checkpoint marker
 from .settings import LaunchError, Refusal, Settings, fmt_value
 from .toggles import REGISTRY, Toggle, fused_linear_ce, step_host_reads
 
@@ -63,6 +64,7 @@ class LaunchContext:
     recipe_values: list = field(default_factory=list)    # what the recipe layers set
     megatron: Any = None    # megatron_info.RunningMegatron: the Megatron that runs the launch
     model_config: Any = None  # model_config.ModelConfig: the shape's checkpoint, or None (preset)
+    resume: Any = None      # resume.ResumePoint: LOAD's checkpoint as a resume takes it, or None
 
     @property
     def layout(self) -> Layout:
@@ -961,7 +963,6 @@ def profile_window(ctx: LaunchContext) -> None:
 
 # -- checkpoints and data --------------------------------------------------------------------------
 
-CHECKPOINT_TRACKER = "latest_checkpointed_iteration.txt"  # written by Megatron on save
 IMPORT_RECORD = "hf_import.json"   # written by `python -m training.checkpoint import`
 # The record's "format": 2 also writes the final norm's `_extra_state` (Transformer Engine's
 # final norm asks a load for it; format 1 lacked it, and Megatron's load raised in torch DCP);
@@ -986,6 +987,23 @@ def checkpoint_format(ctx: LaunchContext) -> None:
     if fmt == "torch_dcp" and not s["FSDP"]:
         raise Refusal("checkpoint_format", "CKPT_FORMAT=torch_dcp is only tested with FSDP=1 "
                                            "(megatron-core asserts): use torch_dist.")
+
+
+@guard
+def async_save(ctx: LaunchContext) -> None:
+    """ASYNC_SAVE=1 writes torch_dist checkpoints (megatron-core's own async strategy) and
+    needs SAVE."""
+    s = ctx.settings
+    if not s["ASYNC_SAVE"]:
+        return
+    fmt = s.get("CKPT_FORMAT") or "torch_dist"
+    if fmt != "torch_dist":
+        raise Refusal("async_save", f"ASYNC_SAVE=1 with CKPT_FORMAT={fmt}: megatron-core's own "
+                                    "async save writes torch_dist only (its torch_dcp and "
+                                    "fsdp_dtensor async paths need nvidia-resiliency-ext). Use "
+                                    "CKPT_FORMAT=torch_dist, or ASYNC_SAVE=0.")
+    if not s.get("SAVE"):
+        s.warn("async_save", "ASYNC_SAVE=1 without SAVE: nothing is saved, so it does nothing.")
 
 
 @guard
@@ -1019,26 +1037,124 @@ def load_checkpoint(ctx: LaunchContext) -> None:
     if Path(load).exists() and not Path(load).is_dir():
         raise Refusal("load_checkpoint", f"LOAD={load} is a file: point LOAD at the checkpoint "
                                          "folder (the SAVE of an earlier run).")
-    has_checkpoint = (Path(load) / CHECKPOINT_TRACKER).is_file()
-    if has_checkpoint:
-        problem = tracker_problem(Path(load))
-        if problem:
-            raise Refusal("load_checkpoint", f"LOAD={load}: {problem}, so Megatron's load would "
-                                             "stop after torchrun started. Point LOAD at a "
-                                             "complete checkpoint folder.")
+    point = ctx.resume
+    if point is not None and point.scan.has_checkpoint:
+        _check_resume_point(ctx, point)
         return
+    half = f" ({point.scan.nothing_to_resume()})" if point is not None else \
+        f" (no {CHECKPOINT_TRACKER})"
     if s["RESUME"] == "auto":
-        s.info("load_checkpoint", f"LOAD={load} holds no checkpoint yet: RESUME=auto starts "
-                                  "fresh and will resume from it next time.")
+        s.info("load_checkpoint", f"LOAD={load} holds no complete checkpoint yet{half}: "
+                                  "RESUME=auto starts fresh and will resume from it next time.")
         return
     if s.get("PRETRAINED_CHECKPOINT"):
-        s.info("load_checkpoint", f"LOAD={load} holds no checkpoint yet: the run starts from "
-                                  "PRETRAINED_CHECKPOINT and resumes from LOAD once it holds one.")
+        s.info("load_checkpoint", f"LOAD={load} holds no checkpoint yet{half}: the run starts "
+                                  "from PRETRAINED_CHECKPOINT and resumes from LOAD once it "
+                                  "holds one.")
         return
     raise Refusal("load_checkpoint",
-                  f"LOAD={load} holds no checkpoint ({CHECKPOINT_TRACKER} missing), so training "
-                  "would silently start from scratch. Point LOAD at a checkpoint directory, or "
-                  "set RESUME=auto to start fresh when none exists yet.")
+                  f"LOAD={load} holds no complete checkpoint{half}, so training would silently "
+                  "start from scratch. Point LOAD at a checkpoint directory, or set RESUME=auto "
+                  "to start fresh when none exists yet.")
+
+
+def _check_resume_point(ctx: LaunchContext, point) -> None:
+    """The iteration a resume loads is a complete checkpoint that Megatron's load reaches."""
+    from .resume import checkpoint_format, iteration_folder
+
+    s, load, found = ctx.settings, ctx.settings["LOAD"], point.scan
+    done = ", ".join(iteration_folder(i) for i in found.complete) or "none"
+    if s.is_explicit("CKPT_STEP") and s["CKPT_STEP"] not in found.complete:
+        why = found.incomplete.get(s["CKPT_STEP"], "not there")
+        raise Refusal("load_checkpoint", f"CKPT_STEP={s['CKPT_STEP']}: LOAD={load}'s "
+                                         f"{iteration_folder(s['CKPT_STEP'])}/ is {why}. The "
+                                         f"complete checkpoints there: {done}.")
+    redirect = found.redirect()
+    if redirect is None or s.is_explicit("CKPT_STEP"):
+        return
+    fix = (f"write the last complete iteration into the marker (printf {found.last_complete} "
+           f"> {Path(load) / CHECKPOINT_TRACKER}) and launch again")
+    if found.marker_problem:   # Megatron's read_metadata exits on it before --ckpt-step counts
+        raise Refusal("load_checkpoint", f"LOAD={load}: {redirect}, and Megatron's load stops on "
+                                         f"such a marker: {fix}.")
+    if checkpoint_format(Path(load) / iteration_folder(found.last_complete)) == "torch" \
+            and s["DISTRIBUTED_OPTIMIZER"]:
+        raise Refusal("load_checkpoint", f"LOAD={load}: {redirect}; a torch-format checkpoint's "
+                                         "distributed-optimizer state is read from the marker's "
+                                         f"iteration whatever --ckpt-step says: {fix}.")
+    skipped = found.skipped()
+    s.warn("load_checkpoint", f"LOAD={load}: {redirect}; the resume takes "
+                              f"{iteration_folder(found.last_complete)}/, the last complete "
+                              "checkpoint (CKPT_STEP)"
+           + (f"; skipped: {'; '.join(skipped)}" if skipped else "") + ".")
+
+
+@guard
+def resume_schedule(ctx: LaunchContext) -> None:
+    """A resume's LR schedule: the checkpoint's or this launch's, said, never a mismatch
+    Megatron's load asserts on after torchrun (RESUME_SCHEDULE); the plan in the notices."""
+    from .resume import describe_schedule, iteration_folder, launch_schedule, schedule_changes
+
+    s, point = ctx.settings, ctx.resume
+    if point is None or not point.scan.has_checkpoint or point.iteration not in \
+            point.scan.complete:
+        if s.is_explicit("RESUME_SCHEDULE") and not s.get("LOAD"):
+            s.info("resume_schedule", f"RESUME_SCHEDULE={s['RESUME_SCHEDULE']} has no effect "
+                                      "without LOAD (nothing is resumed).")
+        return
+    load, saved, iteration = s["LOAD"], point.saved, point.iteration
+    if s["TOTAL_ITERS"] <= iteration:
+        raise Refusal("resume_schedule", f"TOTAL_ITERS={s['TOTAL_ITERS']}, and LOAD={load} is "
+                                         f"at iteration {iteration}: nothing is left to train. "
+                                         f"Set TOTAL_ITERS above {iteration} to continue it.")
+    head = (f"resume: LOAD={load} at iteration {iteration} "
+            f"({iteration_folder(iteration)}/, complete)")
+    if saved is None:   # never Megatron's assert after torchrun: the checkpoint's, said
+        if s["RESUME_SCHEDULE"] == "auto":
+            s.correct("RESUME_SCHEDULE", "checkpoint", "resume_schedule",
+                      f"LOAD's saved schedule is not read here ({point.unread}): the "
+                      "checkpoint's continues, whatever changed (RESUME_SCHEDULE=new takes "
+                      "this launch's)")
+        whose = "this launch" if s["RESUME_SCHEDULE"] == "new" else "the checkpoint"
+        s.info("resume_schedule", f"{head}; trains iterations {iteration + 1}-"
+                                  f"{s['TOTAL_ITERS']}; schedule: {whose}'s (its saved "
+                                  "arguments not read before torchrun).")
+        return
+    values = s.as_values()
+    changes = schedule_changes(saved, values)
+    mine = ("LR", "MIN_LR", "WARMUP_ITERS", "LR_DECAY_ITERS", "LR_DECAY_STYLE", "WEIGHT_DECAY")
+    yours = [c for c in changes if not c.inert
+             and any(n in mine and s.is_explicit(n) for n in c.settings)]
+    said = "; ".join(c.text(saved, s["BS"]) for c in changes)
+    if s["RESUME_SCHEDULE"] == "auto" and yours:
+        raise Refusal("resume_schedule",
+                      f"LOAD={load}'s checkpoint (iteration {iteration}) was saved with another "
+                      f"LR schedule than the one you set: {said}. RESUME_SCHEDULE=new applies "
+                      "yours from its consumed samples on (Megatron's "
+                      "--override-opt_param-scheduler); RESUME_SCHEDULE=checkpoint keeps the "
+                      "checkpoint's (--use-checkpoint-opt_param-scheduler).")
+    if s["RESUME_SCHEDULE"] == "auto" and changes:
+        s.correct("RESUME_SCHEDULE", "checkpoint", "resume_schedule",
+                  f"LOAD's checkpoint has another schedule than this launch derives ({said}); "
+                  "the checkpoint's continues (RESUME_SCHEDULE=new takes this launch's)")
+    which = s["RESUME_SCHEDULE"]
+    follows = (launch_schedule(values), s["BS"]) if which == "new" else \
+        (saved.schedule, saved.global_batch_size)
+    changed = [f"{name} {old} -> {s[name]}" for name, old in
+               (("TOTAL_ITERS", saved.train_iters), ("BS", saved.global_batch_size),
+                ("SEQ_LENGTH", saved.seq_length)) if old is not None and old != s[name]]
+    s.info("resume_schedule",
+           f"{head}, {saved.consumed_samples} samples consumed; trains iterations "
+           f"{iteration + 1}-{s['TOTAL_ITERS']}. Schedule: "
+           f"{'this launch' if which == 'new' else 'the checkpoint'}'s "
+           f"({describe_schedule(follows[0], follows[1])})"
+           + (f"; changed against the checkpoint: {', '.join(changed)}" if changed else "")
+           + (f"; schedule differences: {said}" if changes else "; schedule unchanged") + ".")
+    if saved.global_batch_size and saved.global_batch_size != s["BS"]:
+        s.warn("resume_schedule",
+               f"BS {saved.global_batch_size} -> {s['BS']} on resume: Megatron's schedule "
+               "counts samples, so the checkpoint's warm-up and decay keep their sample counts "
+               f"({saved.consumed_samples} consumed); the data continues from that sample.")
 
 
 @guard

@@ -309,6 +309,23 @@ def _derive_schedule(settings: Settings) -> None:
               "20% of TOTAL_ITERS, between 2 and 10")
 
 
+def _derive_resume(settings: Settings):
+    """LOAD's checkpoint as a resume takes it (training.launch.resume): read once here, judged
+    by the guard load_checkpoint. Where the marker names a half-written (or missing) folder,
+    CKPT_STEP takes the last complete checkpoint."""
+    from .resume import resume_point
+
+    load = settings.get("LOAD")
+    if not load or not Path(load).is_dir():
+        return None
+    point = resume_point(Path(load), settings.get("CKPT_FORMAT"), settings.get("CKPT_STEP"))
+    why = point.scan.redirect()
+    if settings.get("CKPT_STEP") is None and why and point.iteration is not None:
+        settings.put("CKPT_STEP", point.iteration, "derived",
+                     f"the last complete checkpoint in LOAD: {why}")
+    return point
+
+
 def _derive_tokenizer(settings: Settings, datasets) -> list[str] | Exception | None:
     """Megatron's tokenizer words for TOKENIZER_MODEL (a folder, tokenizer.json or a hub id,
     resolved to a local folder here), or the error the guard tokenizer_model refuses."""
@@ -516,6 +533,7 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
     applied += apply_layers(layers, settings, toggles, stage="derived")
     _derive_schedule(settings)
     _derive_preemption(settings)
+    resume = _derive_resume(settings)
     datasets = _derive_datasets(settings)
     tokenizer = _derive_tokenizer(settings, datasets)
     _derive_wandb(settings, user.fork)
@@ -539,7 +557,8 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
                          log_dir=log_dir, run_folder_problem=folder, datasets=datasets,
                          tokenizer=tokenizer,
                          lookalikes=user.lookalikes, passthrough=user.passthrough,
-                         recipe_values=applied, megatron=megatron, model_config=model_config)
+                         recipe_values=applied, megatron=megatron, model_config=model_config,
+                         resume=resume)
 
 
 def assemble(ctx: LaunchContext) -> Launch:

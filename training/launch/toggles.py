@@ -737,6 +737,15 @@ REGISTRY: tuple[Toggle, ...] = (
            "Checkpoint format (Megatron's default: torch_dist; FSDP=1 needs torch_dist or "
            "torch_dcp).", flag="--ckpt-format",
            choices=("torch", "torch_dist", "torch_dcp", "fsdp_dtensor"), group="output"),
+    _bool("ASYNC_SAVE", False, OUTPUT_ARGS,
+          "1: checkpoints are written in the background (Megatron's --async-save, on its "
+          "persistent checkpoint worker and megatron-core's own async strategy): a save costs "
+          "the step only its copy to host memory; the latest-checkpoint marker moves once the "
+          "write is finished. torch_dist format only (CKPT_FORMAT).",
+          group="output", emit=_by_value({True: ("--async-save", "--use-persistent-ckpt-worker",
+                                                 "--async-strategy", "mcore")}),
+          owns=("--async-save", "--use-persistent-ckpt-worker", "--async-strategy"),
+          levers=True),
     _bool("TEE_OUTPUT", True, LAUNCHER,
           "1: the run's output goes to the console and to the run folder's log; 0: to the log "
           "only.", group="output"),
@@ -748,6 +757,22 @@ REGISTRY: tuple[Toggle, ...] = (
     Toggle("RESUME", "choice", "require", LAUNCHER,
            "require: LOAD must hold a checkpoint; auto: start fresh when it holds none.",
            choices=("require", "auto"), group="output"),
+    Toggle("RESUME_SCHEDULE", "choice", "auto", TRAIN_ARGS,
+           "Which LR schedule a resume follows when this launch's differs from LOAD's "
+           "checkpoint (a longer TOTAL_ITERS, another BS or LR). checkpoint: the saved one "
+           "(Megatron's --use-checkpoint-opt_param-scheduler); new: this launch's, from the "
+           "checkpoint's consumed samples on (--override-opt_param-scheduler); auto: the "
+           "checkpoint's where only derived values changed, a refusal where a schedule "
+           "setting you gave differs. DRY_RUN shows the plan.",
+           choices=("auto", "checkpoint", "new"), group="output",
+           emit=_by_value({"checkpoint": ("--use-checkpoint-opt_param-scheduler",),
+                           "new": ("--override-opt_param-scheduler",)}),
+           owns=("--use-checkpoint-opt_param-scheduler", "--use-checkpoint-opt-param-scheduler",
+                 "--override-opt_param-scheduler")),
+    Toggle("CKPT_STEP", "int", None, OUTPUT_ARGS,
+           "The iteration a resume loads from LOAD (Megatron's --ckpt-step; default: the "
+           "marker's, or the last complete checkpoint where the marker names a half-written "
+           "one, shown as derived).", flag="--ckpt-step", group="output", check=AT_LEAST_1),
     Toggle("PRETRAINED_CHECKPOINT", "path", None, OUTPUT_ARGS,
            "Start from this checkpoint's weights (fresh optimizer, iteration 0): a Hugging Face "
            "import of `python -m training.checkpoint import` whose preset and layers are the "
