@@ -437,11 +437,16 @@ def _same_kind(family: str, found) -> None:
     one (its recipe layer and guards): BadInput naming the script to use otherwise."""
     from .presets import PRESETS, SCRIPTS
 
+    from .model_config import READERS
+
     sizes, default = FAMILIES[family]
     moe = bool(found.shape.num_experts)
+    kind = found.hf_config.get("model_type")
+    if kind in READERS and kind in SCRIPTS and kind != family:
+        raise BadInput(f"MODEL_CONFIG={found.path} is {kind}, whose own layers and guards its "
+                       f"entry script adds: launch it with {SCRIPTS[kind]}.")
     if moe == bool(PRESETS[sizes[default]].num_experts):
         return
-    kind = found.hf_config.get("model_type")
     script = (SCRIPTS.get(kind) or "examples/moe/train_qwen3_moe.sh") if moe \
         else SCRIPTS.get("llama3", "examples/llama/train_llama3.sh")
     raise BadInput(f"MODEL_CONFIG={found.path} is {'a mixture of experts' if moe else 'a dense model'} "

@@ -443,7 +443,8 @@ REGISTRY: tuple[Toggle, ...] = (
     Toggle("MODEL_CONFIG", "path", None, GPT_ARGS,
            "The model's shape from a checkpoint instead of a preset: a Hugging Face folder, its "
            "config.json, or an import of `python -m training.checkpoint import` (Llama, "
-           "Mistral, Qwen2/2.5, Qwen3, Qwen3-MoE, Mixtral). Every architecture field comes from "
+           "Mistral, Qwen2/2.5, Qwen3, Qwen3-MoE, Mixtral; gpt-oss through "
+           "examples/moe/train_gpt_oss.sh). Every architecture field comes from "
            "it (source checkpoint); unset with PRETRAINED_CHECKPOINT and no MODEL_SIZE: that "
            "import's shape.", group="model", emitted_by="MODEL_SIZE"),
     Toggle("NUM_LAYERS", "int", None, GPT_ARGS, "Override the preset's layer count.",
