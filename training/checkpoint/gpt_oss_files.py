@@ -137,22 +137,19 @@ def matching_preset(config: dict, presets: dict, name: str | None):
 
 
 def _hf_layer_names(config: dict, layer: int, quantized: bool) -> dict[str, tuple]:
-    """Layer `layer`'s Hugging Face tensors and shapes, the experts as stored."""
-    n = gpt_oss._shape(config)
-    e, f, h = n["experts"], n["ffn"], n["hidden"]
-    prefix = f"model.layers.{layer}."
+    """Layer `layer`'s Hugging Face tensors and shapes, the experts as stored: through
+    gpt_oss.VIEWS (x @ W) in bf16/fp32, or as MXFP4 blocks and scales of the rows the table
+    reads ([E, out, in] -> [E, out, in / 32, 16] and [E, out, in / 32])."""
     shapes = {}
     for _key, _shape, _blocks, reads in _layer_rows(config, layer):
-        shapes.update(reads)
-    # as stored (the table reads them through gpt_oss.VIEWS: x @ W, transposed)
-    shapes[f"{prefix}mlp.experts.gate_up_proj"] = (e, h, 2 * f)
-    shapes[f"{prefix}mlp.experts.down_proj"] = (e, f, h)
-    if quantized:
-        for proj, (rows, width) in zip(QUANTIZED, ((2 * f, h), (h, f))):
-            del shapes[f"{prefix}mlp.experts.{proj}"]
-            groups = width // BLOCK_VALUES
-            shapes[f"{prefix}mlp.experts.{proj}_blocks"] = (e, rows, groups, BLOCK_VALUES // 2)
-            shapes[f"{prefix}mlp.experts.{proj}_scales"] = (e, rows, groups)
+        for name, read in reads.items():
+            if quantized and name.endswith(QUANTIZED):
+                experts, rows, width = read
+                shapes[f"{name}_blocks"] = (experts, rows, width // BLOCK_VALUES,
+                                            BLOCK_VALUES // 2)
+                shapes[f"{name}_scales"] = (experts, rows, width // BLOCK_VALUES)
+            else:
+                shapes[name] = gpt_oss.stored_shape(name, read)
     return shapes
 
 
