@@ -619,7 +619,10 @@ REGISTRY: tuple[Toggle, ...] = (
            emitted_by="ADAM_MOMENTS_DTYPE", check=Range(0, 1, low_open=True)),
 
     # -- training loop ------------------------------------------------------------------------
-    Toggle("MBS", "int", 1, TRAIN_ARGS, "Micro-batch size per GPU.",
+    Toggle("MBS", "int", 1, TRAIN_ARGS, "Micro-batch size per GPU. Unset, the example "
+           "scripts' pre-flight may choose a larger one that docs/levers.json measured faster "
+           "for this GPU, backend and kind of model and that fits (source preflight; "
+           "docs/optimize.md).",
            flag="--micro-batch-size", levers=True, check=Range(1, 4096)),
     Toggle("BS", "int", 128, TRAIN_ARGS, "Global batch size (sequences per optimizer step).",
            flag="--global-batch-size", check=Range(1, 2 ** 24)),
