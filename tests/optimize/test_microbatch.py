@@ -63,15 +63,31 @@ def _book(tmp_path, rows):
     return levers.load(path)
 
 
-@pytest.mark.parametrize("family, layers", [("qwen3_moe", 8), ("mixtral", 4), ("gpt_oss", 8)])
-def test_moe_on_the_h200_gets_the_measured_faster_micro_batch(base_env, family, layers):
-    """Every MoE family, native backend on the H200: MBS 2 (the row measured 1.12x), source
-    preflight, the reason naming the row and the estimate; Megatron's words and the run
-    folder's name carry it; the memory check is at MBS 2."""
-    launch = run(base_env, family, NUM_LAYERS=layers)
+@pytest.mark.parametrize("family, layers, model", [("qwen3_moe", 8, "qwen3-30B-A3B"),
+                                                   ("mixtral", 4, "mixtral-8x7B"),
+                                                   ("gpt_oss", 8, "gpt-oss-20b")])
+def test_moe_on_the_h200_gets_its_measured_faster_micro_batch(base_env, tmp_path, monkeypatch,
+                                                              family, layers, model):
+    """Each MoE family, native backend on the H200, with a row of its own model: MBS 2,
+    source preflight, the reason naming the row and the estimate; Megatron's words and the
+    run folder's name carry it; the memory check is at MBS 2. docs/levers.json's own rows are
+    Qwen3's: they choose for Qwen3 only."""
+    measured = any(e.id == "MBS" and e.shape.get("model") == model
+                   for e in levers.load_default(None, REPO).entries)
+    assert measured is (family == "qwen3_moe")
+    if family == "qwen3_moe":
+        launch = run(base_env, family, NUM_LAYERS=layers)
+        ratio = "1.12x"
+    else:
+        assert mbs(run(base_env, family, NUM_LAYERS=layers)) == (1, "default")
+        book = _book(tmp_path, [(2, 1.2, "native", model)])
+        monkeypatch.setattr(levers, "load_default", lambda *a: book)
+        launch = run(base_env, family, NUM_LAYERS=layers)
+        ratio = "1.20x"
     assert mbs(launch) == (2, "preflight")
     reason = launch.settings.setting("MBS").reason
-    assert "MBS=2 measured 1.12x MBS=1 on NVIDIA H200" in reason and "estimated peak" in reason
+    assert f"MBS=2 measured {ratio} MBS=1 on NVIDIA H200" in reason
+    assert "estimated peak" in reason
     words = launch.buckets["TRAIN_ARGS"]
     assert words[words.index("--micro-batch-size") + 1] == "2"
     assert launch.run.layout.mbs == 2 and launch.run.layout.microbatches == 4
@@ -81,6 +97,13 @@ def test_moe_on_the_h200_gets_the_measured_faster_micro_batch(base_env, family, 
 
 def test_without_the_chooser_the_launch_is_as_before(base_env):
     assert mbs(run(base_env, NUM_LAYERS=8, choosers=())) == (1, "default")
+
+
+@pytest.mark.parametrize("family, size", [("qwen3_moe", "tiny"), ("mixtral", "tiny"),
+                                          ("gpt_oss", "tiny")])
+def test_another_model_of_the_kind_is_not_spoken_for(base_env, family, size):
+    """The tiny MoE presets (the GPU tests' runs) are no Qwen3-30B-A3B: no row, MBS 1."""
+    assert mbs(run(base_env, family, MODEL_SIZE=size)) == (1, "default")
 
 
 def test_dense_keeps_one_where_the_gain_is_noise(base_env):
@@ -110,7 +133,7 @@ def test_the_mlperf_recipe_keeps_its_reference_micro_batch(mlperf_env):
                                                "GPUS_PER_NODE": "8"}, [])
     assert mbs(launch) == (1, "default")       # the reference's (Megatron's default)
     book = _book(Path(mlperf_env["EXPERIMENT_DIR"]).parent,
-                 [(2, 1.5, launch.run.backend, "llama3-8B")])
+                 [(2, 1.5, launch.run.backend, launch.run.model.name)])
     assert microbatch.measured_faster(launch.run, book)      # a row that would apply ...
     assert microbatch.choose(launch, book) == {}              # ... and the recipe's stands
 

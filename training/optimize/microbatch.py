@@ -5,8 +5,10 @@ the user's, not a recipe's, e.g. the MLPerf references', not a preset's), the pr
 the largest micro-batch that both
 
   was measured faster    a docs/levers.json row of MBS=N against the run's own micro-batch, on
-                         this GPU, this backend and precision, for a model of the same kind
-                         (mixture of experts or dense), verdict `faster` by at least MIN_GAIN;
+                         this GPU, this backend and precision, for this model (its preset, at
+                         any depth: a row of Qwen3-30B-A3B 8L speaks for Qwen3-30B-A3B, not for
+                         Mixtral nor the tiny test presets), verdict `faster` by at least
+                         MIN_GAIN;
   fits                   the memory estimate (training/optimize/memory.py) at N is at most
                          MEMORY_BOUND_FRACTION of the GPU's memory;
 
@@ -42,23 +44,15 @@ class Candidate:
     entry: Any          # levers.LeverEntry
 
 
-def _is_moe(model_name: str) -> bool | None:
-    from training.launch.presets import PRESETS
-
-    preset = PRESETS.get(model_name)
-    return None if preset is None else bool(preset.num_experts)
-
-
 def measured_faster(run, book) -> list[Candidate]:
     """The micro-batches docs/levers.json measured faster than this run's own, for a run like
-    it (same GPU, backend, precision, kind of model), largest first; the closest row (same
-    model, then most shape fields equal) speaks for each."""
+    it (same GPU, backend, precision and model), largest first; the closest row (most shape
+    fields equal) speaks for each."""
     from training.platforms import platform_for_device_name
 
     from .config import shape_key
 
     shape = shape_key(run)
-    moe = bool(run.model.num_experts)
     best: dict[int, tuple[int, Any]] = {}
     for entry in book.entries:
         sets, base = entry.assignments, entry.baseline_assignments
@@ -72,11 +66,10 @@ def measured_faster(run, book) -> list[Candidate]:
         if (was != run.layout.mbs or mbs <= was or hw is None or hw.name != run.platform
                 or entry.shape.get("backend") != run.backend
                 or entry.shape.get("precision") != run.precision
-                or _is_moe(str(entry.shape.get("model"))) is not moe
+                or entry.shape.get("model") != run.model.name
                 or entry.verdict != "faster" or (entry.ratio or 0) < MIN_GAIN):
             continue
-        score = sum(1 for k, v in shape.items() if entry.shape.get(k) == v) \
-            + 100 * (entry.shape.get("model") == shape["model"])
+        score = sum(1 for k, v in shape.items() if entry.shape.get(k) == v)
         if mbs not in best or score > best[mbs][0]:
             best[mbs] = (score, entry)
     return [Candidate(m, best[m][1]) for m in sorted(best, reverse=True)]
