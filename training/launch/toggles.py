@@ -606,6 +606,15 @@ REGISTRY: tuple[Toggle, ...] = (
            "the precision-aware optimizer, as ADAM_MOMENTS_DTYPE.",
            choices=("fp32", "remainder", "stochastic"), group="optimizer",
            emitted_by="ADAM_MOMENTS_DTYPE", levers=True),
+    Toggle("ADAM_IMPL", "choice", "auto", TRAIN_ARGS,
+           "Which AdamW runs the precision-aware optimizer (ADAM_MOMENTS_DTYPE or "
+           "MASTER_WEIGHTS not fp32: the MoE lean step's default). auto: Transformer Engine's "
+           "FusedAdam where TE imports, the native MixedPrecisionAdamW otherwise; native: "
+           "MixedPrecisionAdamW in place of TE's FusedAdam too (bf16 only; the recorded traces "
+           "put TE's step at over twice ours at the Qwen3 MoE shape, docs/moe.md: measured by "
+           "the bench part moe-te-adam before it becomes the default). Megatron's default optimizer "
+           "(fp32 moments and masters) is TE's FusedAdam either way.",
+           flag="--adam-impl", choices=("auto", "native"), group="optimizer"),
     _bool("OPTIMIZER_CPU_OFFLOAD", False, TRAIN_ARGS,
           "Megatron's HybridDeviceOptimizer: the optimizer state and step of "
           "OPTIMIZER_OFFLOAD_FRACTION of the parameters on the CPU (fp32 master and moments in "
@@ -621,7 +630,7 @@ REGISTRY: tuple[Toggle, ...] = (
     # -- training loop ------------------------------------------------------------------------
     Toggle("MBS", "int", 1, TRAIN_ARGS, "Micro-batch size per GPU. Unset, the example "
            "scripts' pre-flight may choose a larger one that docs/levers.json measured faster "
-           "for this GPU, backend and kind of model and that fits (source preflight; "
+           "for this GPU, backend and model and that fits (source preflight; "
            "docs/optimize.md).",
            flag="--micro-batch-size", levers=True, check=Range(1, 4096)),
     Toggle("BS", "int", 128, TRAIN_ARGS, "Global batch size (sequences per optimizer step).",
