@@ -232,11 +232,6 @@ def moe_levers() -> list[Lever]:
               note="fp8 (delayed scaling, the native experts in bf16) against bf16, both at "
                    "micro-batch 2: the baseline is the same part's MBS run (issue 37: MoE fp8 "
                    "at MBS 1 and 2)"),
-        Lever("ADAM_IMPL=native", "ADAM_IMPL", "toggle", "moe", {"ADAM_IMPL": "native"},
-              "ADAM_IMPL=native", "ADAM_IMPL=auto", False,
-              note="with TE on the path: the lean step's precision-aware optimizer in the "
-                   "native MixedPrecisionAdamW vs TE's FusedAdam (what Megatron builds where TE "
-                   "imports; the recorded traces put TE's step at over twice ours)"),
         Lever("MOE_SYNC_FREE", "MOE_DEVICE_COUNTS", "toggle", "moe", _SYNC_FREE,
               _words(_SYNC_FREE), "MOE_DEVICE_COUNTS=0 CROSS_ENTROPY_LOSS_FUSION=1", False,
               needs_backend="native",
@@ -248,6 +243,11 @@ def moe_levers() -> list[Lever]:
               "the default", False, needs_backend="native",
               note="the sync-free step with bf16 moments and 16-bit-remainder masters (the "
                    "configuration of session 11's CUDA-graph try)"),
+        Lever("ADAM_IMPL=native", "ADAM_IMPL", "toggle", "moe", {"ADAM_IMPL": "native"},
+              "ADAM_IMPL=native", "ADAM_IMPL=auto", False,
+              note="with TE on the path: the lean step's precision-aware optimizer in the "
+                   "native MixedPrecisionAdamW vs TE's FusedAdam (what Megatron builds where TE "
+                   "imports; the recorded traces put TE's step at over twice ours)"),
     ]
 
 

@@ -614,7 +614,7 @@ REGISTRY: tuple[Toggle, ...] = (
            "put TE's step at over twice ours at the Qwen3 MoE shape, docs/moe.md: measured by "
            "the bench part moe-te-adam before it becomes the default). Megatron's default optimizer "
            "(fp32 moments and masters) is TE's FusedAdam either way.",
-           flag="--adam-impl", choices=("auto", "native"), group="optimizer"),
+           flag="--adam-impl", choices=("auto", "native"), group="optimizer", levers=True),
     _bool("OPTIMIZER_CPU_OFFLOAD", False, TRAIN_ARGS,
           "Megatron's HybridDeviceOptimizer: the optimizer state and step of "
           "OPTIMIZER_OFFLOAD_FRACTION of the parameters on the CPU (fp32 master and moments in "
