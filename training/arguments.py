@@ -30,6 +30,7 @@ TOGGLE_OF = {
     "metrics_warmup_iters": "METRICS_WARMUP_ITERS",
     "master_weights": "MASTER_WEIGHTS",
     "hang_timeout": "HANG_TIMEOUT",
+    "adam_impl": "ADAM_IMPL",
 }
 # Set by the MoE recipe layer's MOE_PERMUTE_FUSION (training/moe/layer.py: the run imports no
 # family, so its default is repeated here; tests/moe/test_moe_launch.py holds the two equal).
@@ -108,6 +109,11 @@ def add_training_args(parser: argparse.ArgumentParser) -> argparse.ArgumentParse
                             "(remainder, exact), or none, the bf16 weights updated with "
                             "stochastic rounding (stochastic; the native backend's optimizer).")
     parser.set_defaults(store_param_remainders=False)
+    train.add_argument("--adam-impl", choices=_choices("adam_impl"),
+                       default=_default("adam_impl"),
+                       help="The precision-aware optimizer's AdamW: auto (TE's FusedAdam where "
+                            "TE imports, else the native MixedPrecisionAdamW) or native "
+                            "(MixedPrecisionAdamW in place of TE's FusedAdam too; bf16).")
 
     run = parser.add_argument_group(title="launcher: run")
     run.add_argument("--run-dir", type=str, default=None,

@@ -191,6 +191,15 @@ def _native_without_te_adam(run) -> bool:
     return _native(run) and bool(getattr(optimizer.Adam, "native", False))
 
 
+def _te_fused_adam(original) -> bool:
+    """Megatron's Adam is Transformer Engine's FusedAdam (TE imports)."""
+    return str(getattr(original, "__module__", "")).startswith("transformer_engine.")
+
+
+def _native_adam_over_te(run) -> bool:
+    return getattr(run.args, "adam_impl", "auto") == "native"
+
+
 def _moe(run) -> bool:
     return bool(getattr(run.args, "num_experts", None))
 
@@ -381,6 +390,12 @@ PATCHES: tuple[Patch, ...] = (
           "under --use-precision-aware-optimizer (the optimizer-state toggles) the native "
           "MixedPrecisionAdamW, which takes the keywords Megatron gives TE's FusedAdam there",
           None, group="native", when=_native, over=_torch_adamw, key=_adam_key),
+    Patch("native_adam_over_te", "megatron.core.optimizer:Adam",
+          "training.native.optimizer:native_adam_over_te",
+          "ADAM_IMPL=native: where TE imports, Megatron builds TE's FusedAdam; under the "
+          "precision-aware optimizer the native MixedPrecisionAdamW instead (the recorded "
+          "traces put TE's step at over twice ours at the Qwen3 MoE shape, docs/moe.md)",
+          None, group="native", when=_native_adam_over_te, over=_te_fused_adam, key=_adam_key),
     Patch("native_precision_aware", "megatron.core.optimizer.optimizer_config:"
           "OptimizerConfig.__post_init__", "training.native.optimizer:precision_aware_without_te",
           "Megatron checks for TE's FusedAdam under --use-precision-aware-optimizer; where its "

@@ -28,6 +28,23 @@ def test_round_trip_is_bit_for_bit():
                        gate_up[3][:, 0::2].T)
 
 
+def test_each_view_is_declared_once_and_inverted():
+    """The experts' views are declared one way (stored -> read), as steps; the way back and
+    the stored shape follow from them: read then written back is the stored tensor, and the
+    read tensor has the table's shape for the stored one."""
+    hf_model = hf_gpt_oss(TINY_GPT_OSS, 1)
+    theirs = hf_model.state_dict()
+    reads = {name: shape for *_, r in table.table(hf_model.config) for name, shape in r.items()}
+    viewed = [n for n in theirs if table._steps(n)]
+    assert len(viewed) == 3
+    for name in viewed:
+        read = table._view(name, theirs[name], 0)
+        assert tuple(read.shape) == reads[name], name
+        assert table.stored_shape(name, reads[name]) == tuple(theirs[name].shape), name
+        assert torch.equal(table._view(name, read, 1), theirs[name]), name
+        assert not torch.equal(read.flatten(), theirs[name].flatten()), name   # it rearranges
+
+
 def test_export_loads_in_transformers_and_gives_our_logits(tmp_path):
     from transformers import GptOssForCausalLM
 

@@ -31,12 +31,16 @@ def _tools(monkeypatch, tmp_path, runner):
 
 def test_moe_parts_come_last_at_one_gpu_with_their_own_shape():
     names = [part for _kind, part, _keys in cli.parts_for(1)]
-    assert names[-15:] == ["moe-peers", "moe-levers", "moe-peers-torchtitan",
+    assert names[-17:] == ["moe-peers", "moe-levers", "moe-peers-torchtitan",
                            "moe-levers-permute", "moe-levers-host", "moe-levers-sync",
                            "moe-levers-syncfree", "moe-levers-lean", "moe-levers-graph",
                            "moe-levers-lean-mixtral", "moe-peers-compile", "moe-levers-ce",
-                           "moe-levers-wgrad", "moe-peers-compile-mixtral", "gpt-oss-peers"]
+                           "moe-levers-wgrad", "moe-peers-compile-mixtral", "gpt-oss-peers",
+                           "gpt-oss-levers-mbs", "moe-levers-mbs-mixtral"]
     assert catalog.PART_SHAPES["moe-peers-compile-mixtral"] == catalog.MIXTRAL_SHAPE
+    # the micro-batch rows the pre-flight's choice needs, at each family's own bench shape
+    assert catalog.PART_SHAPES["moe-levers-mbs-mixtral"] == catalog.MIXTRAL_SHAPE
+    assert catalog.PART_SHAPES["gpt-oss-levers-mbs"] == catalog.GPT_OSS_SHAPE
     assert "moe-peers" not in [part for _k, part, _ks in cli.parts_for(2)]
     shape = catalog.MOE_SHAPE
     assert shape.preset == "qwen3-30B-A3B" and shape.tag() == TAG

@@ -238,3 +238,101 @@ def test_the_native_adam_builds_the_right_optimizer_for_each_call():
     params[0].grad = torch.ones(4)
     offload_gpu.step()
     assert bool((params[0] < 0).all())
+
+
+# -- ADAM_IMPL=native: MixedPrecisionAdamW in place of TE's FusedAdam (where TE imports) --------
+
+class StandInFusedAdam(torch.optim.AdamW):
+    """Transformer Engine's FusedAdam as Megatron meets it (its module, its keywords), on the
+    CPU: torch's AdamW under TE's name, its step in the param groups as TE keeps it."""
+
+    def __init__(self, params, adam_w_mode=True, capturable=False, **kwargs):
+        for key in (*native_optimizer.PRECISION_AWARE_KEYWORDS, "store_param_remainders"):
+            self.precision_keywords = {**getattr(self, "precision_keywords", {}),
+                                       key: kwargs.pop(key, None)}
+        super().__init__(params, **kwargs)
+
+    def step(self, closure=None):
+        loss = super().step(closure)
+        for group in self.param_groups:
+            group["step"] = group.get("step", 0) + 1
+        return loss
+
+
+StandInFusedAdam.__module__ = "transformer_engine.pytorch.optimizers.fused_adam"
+
+
+@pytest.fixture
+def te_imports(monkeypatch):
+    """Megatron as it is where TE imports: its Adam TE's FusedAdam (the stand-in), its
+    keywords TE's, its distributed optimizer's step in the groups, its precision-aware check
+    passed (TE's FusedAdam takes the keywords); the patch table's optimizer entries installed
+    with ADAM_IMPL's value, taken out before Megatron's own come back."""
+    from argparse import Namespace
+
+    import megatron.core.optimizer as mcore_optimizer
+    import megatron.core.optimizer.distrib_optimizer as distrib_optimizer
+    from megatron.core.optimizer.optimizer_config import OptimizerConfig
+
+    from training import megatron_patches
+    from training.run import Run
+
+    names = (*NATIVE_OPTIMIZER, "native_adam_over_te")
+    megatron_patches.restore(names=names)
+    monkeypatch.setattr(mcore_optimizer, "Adam", StandInFusedAdam)
+    monkeypatch.setattr(mcore_optimizer, "USING_PYTORCH_OPTIMIZER", False)
+    monkeypatch.setattr(distrib_optimizer, "HAVE_APEX_OR_TE", True)
+    monkeypatch.setattr(distrib_optimizer, "USING_TE_OPTIMIZER", True)
+    monkeypatch.setattr(OptimizerConfig, "__post_init__",
+                        native_optimizer.precision_aware_without_te(OptimizerConfig.__post_init__))
+    impl = {}
+
+    def install(master_weights):
+        run = Run(args=Namespace(transformer_backend="native", native_kernels="torch",
+                                 master_weights=master_weights, adam_impl=impl["value"]))
+        return megatron_patches.apply(run, names=names)
+
+    def with_impl(value):
+        impl["value"] = value
+        return install
+    yield with_impl
+    megatron_patches.restore(names=names)
+
+
+@pytest.mark.parametrize("adam_impl, state, built", [
+    ("native", LEAN_STATE, MixedPrecisionAdamW),      # the swap
+    ("auto", LEAN_STATE, StandInFusedAdam),           # today's default: TE's
+    ("native", DEFAULT_STATE, StandInFusedAdam),      # Megatron's default state: TE's stays
+])
+def test_adam_impl_native_builds_ours_in_place_of_te_fused_adam(te_imports, adam_impl, state,
+                                                                 built):
+    install = te_imports(adam_impl)
+    applied = install(state[0])
+    assert ("native_adam_over_te" in applied) == (adam_impl == "native")
+    assert "native_adam" not in applied          # its entry replaces torch's AdamW only
+    with on_cpu():
+        ddp, opt = _build(0, state[1])
+        inner = _inner(opt)
+        assert type(inner) is built
+        if built is StandInFusedAdam:
+            assert (inner.precision_keywords["exp_avg_dtype"] is not None) == state[1]
+            return                   # a stand-in: it names what Megatron built, no more
+        ok, grad_norm, _ = _step(ddp, opt, 0)
+        assert ok and grad_norm > 0
+        if built is MixedPrecisionAdamW:
+            assert inner.main_params == state[0]
+            assert [g["step"] for g in inner.param_groups] == [1, 1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sharding", ["dp_reshardable", "fully_reshardable"])
+def test_adam_impl_native_resumes_bit_for_bit_where_te_imports(te_imports, tmp_path, sharding):
+    """The swap's save and resume through Megatron's dist checkpoint with TE's flags: the Adam
+    step is saved from and restored into the param groups (Megatron's TE path), and the resumed
+    run matches the uninterrupted one bit for bit."""
+    with on_cpu():
+        same, steps, inner = _resume_same_state(te_imports("native"), tmp_path, sharding,
+                                                LEAN_STATE)
+    assert isinstance(inner, MixedPrecisionAdamW)
+    assert same and {float(t) for t in steps} == {6.0}
+    assert [g["step"] for g in inner.param_groups] == [6, 6]

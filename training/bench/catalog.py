@@ -243,6 +243,11 @@ def moe_levers() -> list[Lever]:
               "the default", False, needs_backend="native",
               note="the sync-free step with bf16 moments and 16-bit-remainder masters (the "
                    "configuration of session 11's CUDA-graph try)"),
+        Lever("ADAM_IMPL=native", "ADAM_IMPL", "toggle", "moe", {"ADAM_IMPL": "native"},
+              "ADAM_IMPL=native", "ADAM_IMPL=auto", False,
+              note="with TE on the path: the lean step's precision-aware optimizer in the "
+                   "native MixedPrecisionAdamW vs TE's FusedAdam (what Megatron builds where TE "
+                   "imports; the recorded traces put TE's step at over twice ours)"),
     ]
 
 
@@ -547,6 +552,10 @@ MOE_TE_PARTS = (
     # 15-18 saw it ~4% slower with TE on the path, in separate calls (docs/moe.md "Session 18")
     ("peers", "moe-te-native-te-cost", ("native", "native_no_te")),
     ("peers", "moe-te-native-te-cost-mixtral", ("native", "native_no_te")),
+    # TE's FusedAdam against the native MixedPrecisionAdamW in its place (ADAM_IMPL=native), on
+    # the native backend with TE on the path (the TE image's MoE default) and on the TE backend
+    ("toggles", "moe-te-adam", ("ADAM_IMPL=native",)),
+    ("toggles", "moe-te-adam-te", ("ADAM_IMPL=native",)),
 )
 PART_BACKEND = {"te-recipes": "transformer_engine", "te-toggles-a": "transformer_engine",
                 "te-toggles-b": "transformer_engine", "te-documents": "transformer_engine"}
@@ -610,7 +619,11 @@ MOE_PARTS = (
 # layer torch.compile'd: the hf_compile side, training/bench/hf_peer.py), issue 41's bar.
 GPT_OSS_SHAPE = BenchShape(family="gpt_oss", model_size="20b", num_layers=8, seq_length=8192,
                            mbs=1, global_batch=8, warmup=2, steps=3, repeats=2, backend="native")
-MOE_PARTS = MOE_PARTS + (("gpt-oss-peers", "peers", ("native", "hf_compile")),)
+MOE_PARTS = MOE_PARTS + (("gpt-oss-peers", "peers", ("native", "hf_compile")),
+                         # the micro-batch the pre-flight may choose (training/optimize/
+                         # microbatch.py: a model's own MBS row only) for gpt-oss and Mixtral
+                         ("gpt-oss-levers-mbs", "toggles", ("MBS",)),
+                         ("moe-levers-mbs-mixtral", "toggles", ("MBS",)))
 
 # Mixtral-8x7B cut to 4 layers (same width, 8 experts, top-2; the core defaults' estimate
 # 114 GiB on one H200, the lean step's smaller), the MoE shape's sequence and batch.
@@ -648,8 +661,11 @@ PART_SHAPES: dict[str, BenchShape] = {
        for _kind, name, keys in MOE_TE_PARTS},
     "moe-te-peers-mbs2": replace(MOE_SHAPE, mbs=2, backend="transformer_engine"),
     "moe-te-native-te-cost": replace(MOE_SHAPE, backend="native"),
+    "moe-te-adam": replace(MOE_SHAPE, backend="native"),
     "moe-te-native-te-cost-mixtral": replace(MIXTRAL_SHAPE, backend="native"),
     "gpt-oss-peers": GPT_OSS_SHAPE,
+    "gpt-oss-levers-mbs": GPT_OSS_SHAPE,
+    "moe-levers-mbs-mixtral": MIXTRAL_SHAPE,
     "scale-x1": full_shape(1, backend="native", toggles=_scale_state()),
     "save-async": SAVE_SHAPE,
     "full-x2": full_shape(2, backend="native"),

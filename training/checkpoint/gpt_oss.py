@@ -4,8 +4,8 @@ One conversion table (`table`), both directions, in the row model of the other f
 (training/checkpoint/layout.py: every row of one of our tensors is one row of one Hugging Face
 tensor; layout.table_to_megatron and table_to_hf apply a table to state dicts either way). The
 experts, which Hugging Face multiplies as x @ W with gate and up interleaved, are read through
-VIEWS: one pair of inverse functions per tensor, turning the stored tensor into the rows the
-table reads and back. Beside the table: the copy into a built model (the parity tests,
+VIEWS: per tensor, the steps (each an invertible rearrangement, Step) that turn the stored
+tensor into the rows the table reads; the way back and the stored shape follow from them. Beside the table: the copy into a built model (the parity tests,
 whichever experts module the backend built) and an export to a Hugging Face folder.
 
 Where the layouts differ (per layer; Megatron's names are the native/local spec's modules):
@@ -30,7 +30,9 @@ tests/moe/test_gpt_oss_import.py (the CLI's folders, MXFP4) and tests/moe/test_g
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -52,31 +54,61 @@ def _shape(config) -> dict:
             "ffn": get("intermediate_size"), "vocab": get("vocab_size")}
 
 
-def _deinterleave(t):
+@dataclass(frozen=True)
+class Step:
+    """One rearrangement of a stored tensor into the rows the table reads: `read` turns the
+    stored tensor into them, `write` is its inverse, `shape` the stored shape -> the read one
+    (and, the steps here being their own shape's inverse, back)."""
+    read: Callable
+    write: Callable
+    shape: Callable
+
+
+def _halves(t):
     """[..., 2F] gate/up interleaved -> [..., 2F] gate half then up half."""
     return torch.cat([t[..., 0::2], t[..., 1::2]], dim=-1)
 
 
-def _interleave(t):
+def _pairs(t):
     gate, up = t.chunk(2, dim=-1)
     return torch.stack([gate, up], dim=-1).flatten(-2)
 
 
-# Hugging Face tensors the table reads in another form than stored, by name suffix: (stored ->
-# the rows the table reads, and back). The experts multiply x @ W where Megatron's do W x.
+# gate and up interleaved in the last axis (Hugging Face) <-> gate half then up half (Megatron's
+# GLU chunks halves); x @ W ([E, in, out]) <-> W x ([E, out, in])
+DEINTERLEAVE = Step(_halves, _pairs, lambda shape: tuple(shape))
+TRANSPOSE = Step(lambda t: t.transpose(1, 2), lambda t: t.transpose(1, 2),
+                 lambda shape: (shape[0], shape[2], shape[1], *shape[3:]))
+
+# Hugging Face tensors the table reads in another form than stored, by name suffix: the steps
+# from stored to read, in order; the way back is the same steps inverted, in reverse.
 VIEWS = {
-    "mlp.experts.gate_up_proj": (lambda t: _deinterleave(t).transpose(1, 2),
-                                 lambda r: _interleave(r.transpose(1, 2))),
-    "mlp.experts.gate_up_proj_bias": (_deinterleave, _interleave),
-    "mlp.experts.down_proj": (lambda t: t.transpose(1, 2), lambda r: r.transpose(1, 2)),
+    "mlp.experts.gate_up_proj": (DEINTERLEAVE, TRANSPOSE),
+    "mlp.experts.gate_up_proj_bias": (DEINTERLEAVE,),
+    "mlp.experts.down_proj": (TRANSPOSE,),
 }
 
 
+def _steps(name: str) -> tuple[Step, ...]:
+    return next((steps for suffix, steps in VIEWS.items() if name.endswith(suffix)), ())
+
+
 def _view(name: str, tensor, way: int):
-    for suffix, pair in VIEWS.items():
-        if name.endswith(suffix):
-            return pair[way](tensor).contiguous()
-    return tensor
+    """`name`'s tensor as stored -> as the table reads it (way 0), or back (way 1)."""
+    steps = _steps(name)
+    if not steps:
+        return tensor
+    for step in (steps if way == 0 else reversed(steps)):
+        tensor = step.read(tensor) if way == 0 else step.write(tensor)
+    return tensor.contiguous()
+
+
+def stored_shape(name: str, read_shape: tuple) -> tuple:
+    """The shape `name` has as stored, from the shape the table reads (its steps' shapes back,
+    in reverse)."""
+    for step in reversed(_steps(name)):
+        read_shape = step.shape(read_shape)
+    return tuple(read_shape)
 
 
 def table(config) -> list[tuple[str, tuple, tuple, dict]]:

@@ -87,62 +87,28 @@ def is_gpt_oss(config: dict) -> bool:
     return config.get("model_type") == "gpt_oss"
 
 
-def _rope(config: dict) -> dict:
-    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
-    if "rope_theta" not in rope and "rope_theta" in config:
-        rope = dict(rope, rope_theta=config["rope_theta"])
-    return rope
-
-
 def check_config(config: dict) -> dict:
     """The shape of a gpt-oss config.json (gpt_oss._shape's), refusing in one line what our
-    GptOssPreset cannot build: Megatron's gpt-oss is YaRN RoPE, alternating banded and full
-    layers (the first banded), the clamped SwiGLU, biased attention, untied embeddings."""
-    need = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
-            "num_local_experts", "intermediate_size", "vocab_size", "num_experts_per_tok")
-    missing = [k for k in need if not isinstance(config.get(k), int)]
-    if missing:
-        raise GptOssFolderError(f"gpt-oss config.json lacks integer {', '.join(missing)}")
-    n = config["num_hidden_layers"]
-    types = config.get("layer_types")
-    alternate = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
-    if types is not None and list(types) != alternate:
-        raise GptOssFolderError("gpt-oss config.json's layer_types are not banded and full "
-                                "layers in turn from a banded first: Megatron's window "
-                                "(--window-attn-skip-freq 2) cannot express them")
-    if not isinstance(config.get("sliding_window"), int) or config["sliding_window"] < 1:
-        raise GptOssFolderError("gpt-oss config.json has no sliding_window (a positive integer)")
-    rope = _rope(config)
-    if rope.get("rope_type", rope.get("type")) != "yarn":
-        raise GptOssFolderError(f"gpt-oss config.json's RoPE is {rope.get('rope_type')!r}; "
-                                "this converts YaRN (the preset's --position-embedding-type yarn)")
-    if config.get("tie_word_embeddings"):
-        raise GptOssFolderError("gpt-oss config.json ties the embeddings; gpt-oss's are untied "
-                                "and the preset builds them so")
-    if config.get("attention_bias") is False:
-        raise GptOssFolderError("gpt-oss config.json has attention_bias false; the preset's "
-                                "attention is biased")
-    for key, want in (("swiglu_limit", 7.0), ("hidden_act", "silu")):
-        if key in config and config[key] != want:
-            raise GptOssFolderError(f"gpt-oss config.json's {key} is {config[key]!r}; "
-                                    f"Megatron's gpt-oss experts run {want!r}")
+    GptOssPreset cannot build: the launcher's own reading of it (MODEL_CONFIG), so what the
+    import converts is what a launch of it builds."""
+    from training.launch.model_config import ConfigError
+    from training.moe.gpt_oss import shape_from_hf_config
+
+    try:
+        shape_from_hf_config(config, "import")
+    except ConfigError as err:
+        raise GptOssFolderError(str(err)) from None
     return gpt_oss._shape(config)
 
 
 def architecture(config: dict) -> Architecture:
-    """The import record's shape (the launcher's pretrained_checkpoint guard compares it)."""
-    n = gpt_oss._shape(config)
-    rope = _rope(config)
-    return Architecture(
-        num_layers=n["layers"], hidden_size=n["hidden"], ffn_hidden_size=n["ffn"],
-        num_attention_heads=n["heads"], num_query_groups=n["groups"], vocab_size=n["vocab"],
-        max_position_embeddings=config.get("max_position_embeddings", 131072),
-        rotary_base=float(rope.get("rope_theta", 150000.0)),
-        norm_epsilon=config.get("rms_norm_eps", 1e-5), head_dim=n["head_dim"],
-        # gpt-oss's biases (every linear) are the preset's linear_bias, not Qwen2's qkv_bias
-        # field: the record's shape is the preset's, which the launcher's guard compares
-        num_experts=n["experts"], router_topk=config["num_experts_per_tok"],
-        moe_ffn_hidden_size=n["ffn"], family="gpt_oss", architecture=ARCHITECTURE)
+    """The import record's shape (the launcher's pretrained_checkpoint guard compares it): the
+    launcher's reading of the config (gpt-oss's biases on every linear are the preset's
+    linear_bias, not Qwen2's qkv_bias field)."""
+    from training.moe.gpt_oss import shape_from_hf_config
+
+    return Architecture.from_model(shape_from_hf_config(config, "import"), family="gpt_oss",
+                                   architecture=ARCHITECTURE)
 
 
 def matching_preset(config: dict, presets: dict, name: str | None):
@@ -171,22 +137,19 @@ def matching_preset(config: dict, presets: dict, name: str | None):
 
 
 def _hf_layer_names(config: dict, layer: int, quantized: bool) -> dict[str, tuple]:
-    """Layer `layer`'s Hugging Face tensors and shapes, the experts as stored."""
-    n = gpt_oss._shape(config)
-    e, f, h = n["experts"], n["ffn"], n["hidden"]
-    prefix = f"model.layers.{layer}."
+    """Layer `layer`'s Hugging Face tensors and shapes, the experts as stored: through
+    gpt_oss.VIEWS (x @ W) in bf16/fp32, or as MXFP4 blocks and scales of the rows the table
+    reads ([E, out, in] -> [E, out, in / 32, 16] and [E, out, in / 32])."""
     shapes = {}
     for _key, _shape, _blocks, reads in _layer_rows(config, layer):
-        shapes.update(reads)
-    # as stored (the table reads them through gpt_oss.VIEWS: x @ W, transposed)
-    shapes[f"{prefix}mlp.experts.gate_up_proj"] = (e, h, 2 * f)
-    shapes[f"{prefix}mlp.experts.down_proj"] = (e, f, h)
-    if quantized:
-        for proj, (rows, width) in zip(QUANTIZED, ((2 * f, h), (h, f))):
-            del shapes[f"{prefix}mlp.experts.{proj}"]
-            groups = width // BLOCK_VALUES
-            shapes[f"{prefix}mlp.experts.{proj}_blocks"] = (e, rows, groups, BLOCK_VALUES // 2)
-            shapes[f"{prefix}mlp.experts.{proj}_scales"] = (e, rows, groups)
+        for name, read in reads.items():
+            if quantized and name.endswith(QUANTIZED):
+                experts, rows, width = read
+                shapes[f"{name}_blocks"] = (experts, rows, width // BLOCK_VALUES,
+                                            BLOCK_VALUES // 2)
+                shapes[f"{name}_scales"] = (experts, rows, width // BLOCK_VALUES)
+            else:
+                shapes[name] = gpt_oss.stored_shape(name, read)
     return shapes
 
 

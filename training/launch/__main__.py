@@ -80,12 +80,13 @@ def _split_argv(argv: list[str]) -> tuple[list[str], list[str]]:
     return own, argv[i:]
 
 
-def main(argv: list[str] | None = None, layers=(), checks=(),
+def main(argv: list[str] | None = None, layers=(), checks=(), choosers=(),
          prog: str = "python -m training.launch") -> int:
     """`layers`: a family's recipe layers (training/launch/layers.py), passed by its own entry
     point (training.moe.launch); the core knows none. `checks`: functions of the resolved
     Launch run before anything is printed or written (a refusal is a LaunchError): how a reader
-    plugs a check in from above (the memory pre-flight: python -m training.optimize.preflight)."""
+    plugs a check in from above (the memory pre-flight: python -m training.optimize.preflight).
+    `choosers`: resolve's, values nobody set chosen from above (the pre-flight's micro-batch)."""
     parser = ArgumentParser(prog=prog,
                             description=__doc__.split("\n\n")[0])
     parser.add_argument("--family", required=True, help="model family: llama3 | llama2")
@@ -99,7 +100,8 @@ def main(argv: list[str] | None = None, layers=(), checks=(),
     from .resolve import resolve
 
     try:
-        launch = resolve(args.family, dict(os.environ), words, layers=layers)
+        launch = resolve(args.family, dict(os.environ), words, layers=layers,
+                         choosers=choosers)
         for check in checks:
             check(launch)
         shell_text = shell_assignments(launch)

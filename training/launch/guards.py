@@ -771,6 +771,35 @@ _MCORE_KEEPS_MAIN_PARAMS = ("fp8_tensorwise", "mxfp8", "mxfp4", "nvfp4")
 
 
 @guard
+def adam_impl(ctx: LaunchContext) -> None:
+    """ADAM_IMPL=native: MixedPrecisionAdamW in place of TE's FusedAdam under the precision-aware optimizer; bf16 recipes only; said where it changes nothing."""
+    from .optimizer_state import precision_aware
+
+    s = ctx.settings
+    if s["ADAM_IMPL"] != "native":
+        return
+    if ctx.recipe.kind != "bf16":
+        raise Refusal("adam_impl",
+                      f"ADAM_IMPL=native with PRECISION={ctx.recipe.name}: the native "
+                      "MixedPrecisionAdamW updates bf16 weights, and an fp8 or fp4 recipe's "
+                      "quantised weights keep their masters through TE's FusedAdam. Use "
+                      "ADAM_IMPL=auto, or PRECISION=bf16.")
+    if not precision_aware(s):        # a setting that would change nothing: said, not run
+        raise Refusal("adam_impl", "ADAM_IMPL=native would change nothing here: it replaces TE's "
+                                   "FusedAdam under the precision-aware optimizer only "
+                                   "(ADAM_MOMENTS_DTYPE or MASTER_WEIGHTS not fp32, as the MoE "
+                                   "lean step sets them); Megatron's default optimizer stays. "
+                                   "Set those, or leave ADAM_IMPL=auto.")
+    if not ctx.caps.transformer_engine and ctx.backend != "transformer_engine":
+        raise Refusal("adam_impl", "ADAM_IMPL=native would change nothing here: Transformer "
+                                   "Engine does not import, so Megatron's Adam is the native "
+                                   "MixedPrecisionAdamW already. Leave ADAM_IMPL=auto.")
+    s.info("adam_impl", "ADAM_IMPL=native: the native MixedPrecisionAdamW in place of TE's "
+                        "FusedAdam (its speed against TE's is measured by the bench part "
+                        "moe-te-adam; the default stays auto until then).")
+
+
+@guard
 def optimizer_state(ctx: LaunchContext) -> None:
     """Low-precision optimizer state and CPU offload: the distributed optimizer, a backend whose Adam takes them, no stochastic rounding under TE, an offload that keeps the fp32 state."""
     from .optimizer_state import precision_aware

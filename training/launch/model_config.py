@@ -21,6 +21,7 @@ import json
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Callable
 
 from .guards import IMPORT_RECORD
 from .presets import ModelPreset
@@ -53,6 +54,18 @@ HF_FAMILIES: dict[str, HFFamily] = {f.model_type: f for f in (
     HFFamily("qwen3_moe", "Qwen3MoeForCausalLM", moe=True, qk_norm=True),
     HFFamily("mixtral", "MixtralForCausalLM", moe=True),
 )}
+# model_type -> the function that reads its config.json into a shape, for a family that plugs
+# in from above with a shape class of its own (training/moe/gpt_oss.py): its entry script
+# imports it, which registers it here (register_reader). The families above read through
+# shape_from_hf_config's own fields.
+READERS: dict[str, Callable[[dict, str, int], ModelPreset]] = {}
+
+
+def register_reader(family: HFFamily, reader: Callable[[dict, str, int], ModelPreset]) -> None:
+    """A family plugged in from above reads its own config.json (reader(config, name,
+    seq_length) -> its shape, ConfigError for what its preset cannot build). Idempotent."""
+    HF_FAMILIES[family.model_type] = family
+    READERS[family.model_type] = reader
 
 
 class ConfigError(BadInput):
@@ -63,7 +76,9 @@ def hf_family(config: dict) -> HFFamily:
     kind = config.get("model_type")
     if kind not in HF_FAMILIES:
         raise ConfigError(f"config.json has model_type {kind!r}: this converts "
-                          f"{', '.join(repr(k) for k in HF_FAMILIES)}")
+                          f"{', '.join(repr(k) for k in HF_FAMILIES)}"
+                          + ("" if READERS else " (examples/moe/'s entry scripts add their "
+                             "families' own, gpt_oss among them)"))
     return HF_FAMILIES[kind]
 
 
@@ -146,6 +161,8 @@ def shape_from_hf_config(config: dict, name: str, seq_length: int = 4096) -> Mod
         validate(config, HFConfig, "config.json")
     except RecordError as err:
         raise ConfigError(str(err)) from None
+    if family.model_type in READERS:
+        return READERS[family.model_type](config, name, seq_length)
     _refuse_unexpressible(config, family)
     theta, scaling, factor = _rope(config)
     if theta != int(theta):
@@ -256,7 +273,8 @@ def shape_name(path: Path) -> str:
 
 
 # What a shape's name does not decide: a preset of the same fields is the same model
-_NOT_SHAPE = ("name", "num_layers", "seq_length", "preset_layers", "train_defaults")
+_NOT_SHAPE = ("name", "num_layers", "seq_length", "preset_layers", "train_defaults",
+              "aux_loss_coeff")      # the router's loss coefficient: a training default
 
 
 def published(shape: ModelPreset) -> ModelPreset:
@@ -267,11 +285,14 @@ def published(shape: ModelPreset) -> ModelPreset:
 
     from .presets import PRESETS
 
-    def key(model) -> tuple:
-        return tuple(getattr(model, f.name, None) for f in fields(ModelPreset)
-                     if f.name not in _NOT_SHAPE and f.name in shape.__dataclass_fields__)
+    def key(model, names) -> tuple:
+        return tuple(getattr(model, name, None) for name in names)
 
-    match = next((p for p in PRESETS.values() if key(p) == key(shape)), None)
+    def same(preset) -> bool:   # the fields of either's class (a family's own too: gpt-oss's)
+        names = sorted({f.name for f in fields(shape) + fields(preset)} - set(_NOT_SHAPE))
+        return key(preset, names) == key(shape, names)
+
+    match = next((p for p in PRESETS.values() if same(p)), None)
     return shape if match is None else replace(shape, name=match.name,
                                                preset_layers=match.num_layers)
 

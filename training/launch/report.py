@@ -29,7 +29,7 @@ from .settings import USER_SOURCES, fmt_value
 _SOURCE_STYLE = {"default": "dim", "preset": "cyan", "checkpoint": "cyan", "recipe": "magenta",
                  "platform": "blue",
                  "env": "bold green", "cli": "bold green", "derived": "yellow",
-                 "guard": "bold red"}
+                 "preflight": "yellow", "guard": "bold red"}
 _NOTICE_STYLE = {"warning": "bold yellow", "correction": "bold red", "info": "cyan"}
 TABLE_FILE = "launch.txt"
 # the summary leaves out values that only follow from the model's preset (its name is on the

@@ -33,7 +33,7 @@ from .presets import FAMILIES, preset_for
 from .recipes import Recipe, derive_precision
 from .runfolder import (default_run_name, folder_problem, holds_run, is_system_folder, new_run_id,
                         ownership_problem, run_dir)
-from .settings import USER_SOURCES, BadInput, Setting, Settings, fmt_value
+from .settings import USER_SOURCES, BadInput, LaunchError, Setting, Settings, fmt_value
 from .toggles import (CLOSING_WORDS, DISTRIBUTED_ARGS, MEGATRON_BUCKETS, OUTPUT_ARGS, Toggle,
                       auto_backend, auto_native_kernels, closest_toggle,
                       default_metrics_warmup_iters, parse_value, te_moe_blocker)
@@ -476,11 +476,16 @@ def _same_kind(family: str, found) -> None:
     one (its recipe layer and guards): BadInput naming the script to use otherwise."""
     from .presets import PRESETS, SCRIPTS
 
+    from .model_config import READERS
+
     sizes, default = FAMILIES[family]
     moe = bool(found.shape.num_experts)
+    kind = found.hf_config.get("model_type")
+    if kind in READERS and kind in SCRIPTS and kind != family:
+        raise BadInput(f"MODEL_CONFIG={found.path} is {kind}, whose own layers and guards its "
+                       f"entry script adds: launch it with {SCRIPTS[kind]}.")
     if moe == bool(PRESETS[sizes[default]].num_experts):
         return
-    kind = found.hf_config.get("model_type")
     script = (SCRIPTS.get(kind) or "examples/moe/train_qwen3_moe.sh") if moe \
         else SCRIPTS.get("llama3", "examples/llama/train_llama3.sh")
     raise BadInput(f"MODEL_CONFIG={found.path} is {'a mixture of experts' if moe else 'a dense model'} "
@@ -489,7 +494,8 @@ def _same_kind(family: str, found) -> None:
 
 
 def prepare(family: str, environ: dict[str, str], words: list[str] | None = None,
-            layers: Sequence[RecipeLayer] = ()) -> LaunchContext:
+            layers: Sequence[RecipeLayer] = (), chosen: dict[str, Setting] | None = None
+            ) -> LaunchContext:
     """The user's input, the layers' values and everything derived from them: what the guards
     look at. Raises BadInput only for input that cannot be read (a value of the wrong type, an
     unknown family or MODEL_SIZE, a stray word); every refusal is a guard's."""
@@ -512,6 +518,8 @@ def prepare(family: str, environ: dict[str, str], words: list[str] | None = None
     settings = user.settings
     _refuse_credentials_on_the_command_line(settings, extra.kept + after.kept)
     applied = apply_layers(layers, settings, toggles)
+    for name, setting in (chosen or {}).items():   # a chooser's (resolve): never over a user's
+        settings.put(name, setting.value, setting.source, setting.reason)
 
     preset, model_config = _derive_model(family, settings)
     source = "checkpoint" if model_config is not None else "preset"
@@ -585,12 +593,33 @@ def assemble(ctx: LaunchContext) -> Launch:
 
 
 def resolve(family: str, environ: dict[str, str], words: list[str] | None = None,
-            layers: Sequence[RecipeLayer] = ()) -> Launch:
+            layers: Sequence[RecipeLayer] = (), choosers: Sequence = ()) -> Launch:
     """prepare -> every guard (core and layers') -> assemble. Raises LaunchError (BadInput,
-    or Refusals with every guard's refusal) with one message for the user."""
+    or Refusals with every guard's refusal) with one message for the user.
+
+    choosers: functions of the resolved Launch that choose values nobody set (a reader above
+    the launcher's floor plugs them in: the pre-flight's micro-batch), returning {name: (value,
+    source, reason)}; the launch is then resolved again with them, each shown with its source
+    and reason, and a user's or recipe's value is never replaced. Where the second resolve
+    refuses, the first launch stands, with the refusal as an info line."""
     ctx = prepare(family, environ, words, layers)
     run_guards(ctx, ctx.guards)
-    return assemble(ctx)
+    launch = assemble(ctx)
+    chosen: dict[str, Setting] = {}
+    for choose in choosers:
+        chosen.update({name: Setting(name, value, source, reason)
+                       for name, (value, source, reason) in choose(launch).items()})
+    if not chosen:
+        return launch
+    try:
+        again = prepare(family, environ, words, layers, chosen=chosen)
+        run_guards(again, again.guards)
+    except LaunchError as err:
+        for name, setting in chosen.items():
+            launch.settings.info(setting.source, f"{name}={fmt_value(setting.value)} was not "
+                                 f"chosen: with it the launch is refused ({err})")
+        return launch
+    return assemble(again)
 
 
 def build_buckets(ctx: LaunchContext, log_dir: Path) -> tuple[dict[str, list[str]],

@@ -450,7 +450,8 @@ REGISTRY: tuple[Toggle, ...] = (
     Toggle("MODEL_CONFIG", "path", None, GPT_ARGS,
            "The model's shape from a checkpoint instead of a preset: a Hugging Face folder, its "
            "config.json, or an import of `python -m training.checkpoint import` (Llama, "
-           "Mistral, Qwen2/2.5, Qwen3, Qwen3-MoE, Mixtral). Every architecture field comes from "
+           "Mistral, Qwen2/2.5, Qwen3, Qwen3-MoE, Mixtral; gpt-oss through "
+           "examples/moe/train_gpt_oss.sh). Every architecture field comes from "
            "it (source checkpoint); unset with PRETRAINED_CHECKPOINT and no MODEL_SIZE: that "
            "import's shape.", group="model", emitted_by="MODEL_SIZE"),
     Toggle("NUM_LAYERS", "int", None, GPT_ARGS, "Override the preset's layer count.",
@@ -614,6 +615,15 @@ REGISTRY: tuple[Toggle, ...] = (
            choices=("fp32", "remainder", "stochastic"), group="optimizer",
            emitted_by="ADAM_MOMENTS_DTYPE", levers=True,
            owns=("--main-params-dtype", "--master-weights")),
+    Toggle("ADAM_IMPL", "choice", "auto", TRAIN_ARGS,
+           "Which AdamW runs the precision-aware optimizer (ADAM_MOMENTS_DTYPE or "
+           "MASTER_WEIGHTS not fp32: the MoE lean step's default). auto: Transformer Engine's "
+           "FusedAdam where TE imports, the native MixedPrecisionAdamW otherwise; native: "
+           "MixedPrecisionAdamW in place of TE's FusedAdam too (bf16 only; the recorded traces "
+           "put TE's step at over twice ours at the Qwen3 MoE shape, docs/moe.md: measured by "
+           "the bench part moe-te-adam before it becomes the default). Megatron's default optimizer "
+           "(fp32 moments and masters) is TE's FusedAdam either way.",
+           flag="--adam-impl", choices=("auto", "native"), group="optimizer", levers=True),
     _bool("OPTIMIZER_CPU_OFFLOAD", False, TRAIN_ARGS,
           "Megatron's HybridDeviceOptimizer: the optimizer state and step of "
           "OPTIMIZER_OFFLOAD_FRACTION of the parameters on the CPU (fp32 master and moments in "
@@ -628,7 +638,10 @@ REGISTRY: tuple[Toggle, ...] = (
            emitted_by="ADAM_MOMENTS_DTYPE", check=Range(0, 1, low_open=True)),
 
     # -- training loop ------------------------------------------------------------------------
-    Toggle("MBS", "int", 1, TRAIN_ARGS, "Micro-batch size per GPU.",
+    Toggle("MBS", "int", 1, TRAIN_ARGS, "Micro-batch size per GPU. Unset, the example "
+           "scripts' pre-flight may choose a larger one that docs/levers.json measured faster "
+           "for this GPU, backend and model and that fits (source preflight; "
+           "docs/optimize.md).",
            flag="--micro-batch-size", levers=True, check=Range(1, 4096)),
     Toggle("BS", "int", 128, TRAIN_ARGS, "Global batch size (sequences per optimizer step).",
            flag="--global-batch-size", check=Range(1, 2 ** 24)),

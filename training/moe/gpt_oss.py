@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from training.launch.guards import LaunchContext, _off_or_refuse
 from training.launch.layers import RecipeLayer
+from training.launch.model_config import ConfigError, HFFamily, register_reader
 from training.launch.presets import register_family
 from training.launch.settings import Refusal
 from training.launch.toggles import te_moe_blocker
@@ -161,8 +162,100 @@ def hf_config(preset: GptOssPreset, num_layers: int | None = None, seq_length: i
                          "original_max_position_embeddings": preset.yarn_original_max_positions})
 
 
+# -- MODEL_CONFIG: a gpt-oss config.json (or an import of one) as a shape ------------------
+
+def _rope(config: dict) -> dict:
+    """The RoPE parameters of transformers 4 (rope_theta, rope_scaling) or 5 (rope_parameters)."""
+    rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
+    if not isinstance(rope, dict):
+        raise ConfigError("gpt-oss config.json's rope_scaling is not an object")
+    if "rope_theta" not in rope and "rope_theta" in config:
+        rope = dict(rope, rope_theta=config["rope_theta"])
+    return rope
+
+
+def _number(table: dict, key: str, default, what: str) -> float:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 \
+            or value != value or value == float("inf"):
+        raise ConfigError(f"gpt-oss config.json's {what}{key} is {value!r}: a positive number "
+                          "is needed")
+    return value
+
+
+def shape_from_hf_config(config: dict, name: str, seq_length: int = 4096) -> GptOssPreset:
+    """A gpt-oss config.json as the GptOssPreset that builds it (MODEL_CONFIG, and the
+    checkpoint import's check: what it converts is what a launch builds); ConfigError, one
+    line, naming what Megatron's gpt-oss cannot express: YaRN RoPE (its correction range not
+    truncated), banded and full layers in turn from a banded first, the clamped SwiGLU at 7,
+    biased attention, untied embeddings. `seq_length` is the launch's default, capped at the
+    config's max_position_embeddings."""
+    need = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
+            "num_local_experts", "intermediate_size", "vocab_size", "num_experts_per_tok")
+    missing = [k for k in need if isinstance(config.get(k), bool)
+               or not isinstance(config.get(k), int) or config[k] < 1]
+    if missing:
+        raise ConfigError(f"gpt-oss config.json lacks positive integer {', '.join(missing)}")
+    layers, heads, groups = (config[k] for k in ("num_hidden_layers", "num_attention_heads",
+                                                 "num_key_value_heads"))
+    if heads % groups:
+        raise ConfigError(f"{heads} attention heads do not divide into {groups} key/value groups")
+    types = config.get("layer_types")
+    alternate = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
+    if types is not None and list(types) != alternate:
+        raise ConfigError("gpt-oss config.json's layer_types are not banded and full layers in "
+                          "turn from a banded first: Megatron's window (--window-attn-skip-freq "
+                          "2) cannot express them")
+    window = config.get("sliding_window")
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise ConfigError("gpt-oss config.json has no sliding_window (a positive integer)")
+    rope = _rope(config)
+    if rope.get("rope_type", rope.get("type")) != "yarn":
+        raise ConfigError(f"gpt-oss config.json's RoPE is {rope.get('rope_type')!r}; this "
+                          "converts YaRN (the preset's --position-embedding-type yarn)")
+    if rope.get("truncate", False):
+        raise ConfigError("gpt-oss config.json's YaRN truncates its correction range "
+                          "(truncate true); gpt-oss's does not (--no-yarn-correction-range-"
+                          "round-to-int)")
+    theta = _number(rope, "rope_theta", 150000.0, "rope ")
+    if theta != int(theta):
+        raise ConfigError(f"rope_theta is {theta:g}: Megatron's --rotary-base is an integer")
+    if config.get("tie_word_embeddings"):
+        raise ConfigError("gpt-oss config.json ties the embeddings; gpt-oss's are untied and "
+                          "the preset builds them so")
+    if config.get("attention_bias") is False:
+        raise ConfigError("gpt-oss config.json has attention_bias false; the preset's attention "
+                          "is biased")
+    for key, want in (("swiglu_limit", 7.0), ("hidden_act", "silu")):
+        if key in config and config[key] != want:
+            raise ConfigError(f"gpt-oss config.json's {key} is {config[key]!r}; Megatron's "
+                              f"gpt-oss experts run {want!r}")
+    max_pos = config.get("max_position_embeddings", 131072)
+    if isinstance(max_pos, bool) or not isinstance(max_pos, int) or max_pos < 1:
+        raise ConfigError(f"gpt-oss config.json's max_position_embeddings is {max_pos!r}: a "
+                          "positive integer is needed")
+    hidden, ffn = config["hidden_size"], config["intermediate_size"]
+    aux = config.get("router_aux_loss_coef", 0.001)
+    if aux != 0:
+        aux = _number(config, "router_aux_loss_coef", 0.001, "")
+    return GptOssPreset(
+        name, layers, hidden, ffn, heads, groups, config["vocab_size"], max_pos,
+        min(seq_length, max_pos), int(theta),
+        norm_epsilon=float(_number(config, "rms_norm_eps", 1e-5, "")),
+        num_experts=config["num_local_experts"], router_topk=config["num_experts_per_tok"],
+        moe_ffn_hidden_size=ffn, kv_channels=config.get("head_dim") or None,
+        aux_loss_coeff=float(aux), sliding_window=window,
+        yarn_factor=float(_number(rope, "factor", 32.0, "rope ")),
+        yarn_original_max_positions=int(_number(rope, "original_max_position_embeddings", 4096,
+                                                "rope ")),
+        yarn_beta_fast=float(_number(rope, "beta_fast", 32.0, "rope ")),
+        yarn_beta_slow=float(_number(rope, "beta_slow", 1.0, "rope ")),
+        init_std=float(_number(config, "initializer_range", 0.02, "")))
+
+
 def register() -> None:
     register_family(FAMILY, SIZES, "20b", PRESETS, SCRIPT)
+    register_reader(HFFamily(FAMILY, "GptOssForCausalLM", moe=True), shape_from_hf_config)
 
 
 register()

@@ -18,9 +18,10 @@ from .layer import MOE
 
 def main(argv: list[str] | None = None) -> int:
     from training.launch.__main__ import main as launch
+    from training.optimize.preflight import CHOOSERS
     from training.optimize.preflight import check as memory_preflight
 
-    return launch(argv, layers=[MOE, GPT_OSS], checks=(memory_preflight,),
+    return launch(argv, layers=[MOE, GPT_OSS], checks=(memory_preflight,), choosers=CHOOSERS,
                   prog="python -m training.moe.launch")
 
 

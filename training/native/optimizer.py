@@ -76,6 +76,28 @@ def native_adam(original, run):
     return adam_builder(getattr(run.args, "master_weights", "fp32"), kernels)
 
 
+def native_adam_over_te(original, run):
+    """The patch table's factory for megatron.core.optimizer:Adam where it is Transformer
+    Engine's FusedAdam and ADAM_IMPL=native: under the precision-aware optimizer (Megatron's
+    call carries exp_avg_dtype and the rest) MixedPrecisionAdamW, which takes the same keywords
+    and keeps the Adam step in its param groups, where Megatron's distributed optimizer saves
+    and restores it when TE imports (USING_TE_OPTIMIZER); any other call (Megatron's default
+    fp32 state, the CPU offload's GPU part) TE's FusedAdam as before."""
+    ours = native_adam(original, run)
+
+    def adam(params, **kwargs) -> torch.optim.Optimizer:
+        if any(k in kwargs for k in PRECISION_AWARE_KEYWORDS):
+            return ours(params, **kwargs)
+        return original(params, **kwargs)
+
+    from training.megatron_patches import describe
+
+    adam.description = (f"under the precision-aware optimizer {describe(MixedPrecisionAdamW)} "
+                         f"(master weights: {getattr(run.args, 'master_weights', 'fp32')}) in "
+                         f"place of {describe(original)}; otherwise {describe(original)}")
+    return adam
+
+
 def precision_aware_without_te(original, run=None):
     """OptimizerConfig.__post_init__ where Megatron's Adam is ours. Megatron 0.19.2 checks, for
     --use-precision-aware-optimizer, that Transformer Engine's FusedAdam imports and takes the

@@ -5,7 +5,9 @@
 is the launcher's command line (`python -m training.launch`, what examples/lib/launch.sh
 runs) with this check added after the launch is resolved and before anything is printed or
 written: the launcher sits on the floor below the readers (docs/architecture.md), so the
-check plugs in from here. It takes the launch's run description, estimates the per-GPU peak
+check plugs in from here. Before it, the micro-batch where nobody set it: the largest measured
+faster that fits (training/optimize/microbatch.py, source `preflight` in the table). It takes
+the launch's run description, estimates the per-GPU peak
 (training/optimize/memory.py) and compares it with the GPU's memory (training/platforms.py: the
 node's GPU, or PLATFORM=<name>):
 
@@ -34,6 +36,16 @@ from .config import device_gib
 from .memory import MEMORY_BOUND_FRACTION, Estimate
 
 GUARD = "preflight_memory"
+
+
+def _choose_micro_batch(launch) -> dict:
+    from .microbatch import choose
+
+    return choose(launch)
+
+
+# what the pre-flight chooses where nobody did (training.launch.resolve's choosers)
+CHOOSERS = (_choose_micro_batch,)
 # The estimator's peak phases and the term phases that make each up (memory.py).
 _PHASE_TERMS = {"forward/backward": ("static", "persistent", "activations", "loss", "backward"),
                 "optimizer step": ("static", "persistent", "step")}
@@ -176,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--recommend" not in argv:
-        return launcher.main(argv, checks=(check,), prog="python -m training.optimize.preflight")
+        return launcher.main(argv, checks=(check,), choosers=CHOOSERS,
+                             prog="python -m training.optimize.preflight")
     argv.remove("--recommend")
     own, words = launcher._split_argv(argv)
     parser = ArgumentParser(prog="python -m training.optimize.preflight --recommend")
