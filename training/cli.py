@@ -77,11 +77,13 @@ class BadFile(ValueError):
 def read_json(path: str | Path, what: str) -> Any:
     """The JSON document at `path`, or BadFile saying why not (missing, a folder, unreadable,
     empty, cut short, not JSON) and naming `what` was expected."""
+    from training.safe_files import read_text
+
     path = Path(path)
     if path.is_dir():
         raise BadFile(f"{path}: is a folder; give the {what} file")
     try:
-        text = path.read_text()
+        text = read_text(path, what)   # a FIFO or device is refused, not waited on
     except FileNotFoundError:
         raise BadFile(f"{path}: no such file (give the {what})") from None
     except (OSError, UnicodeDecodeError) as err:
@@ -102,9 +104,12 @@ def loads(text: str, path: str | Path, what: str) -> Any:
 
 
 def write_text(path: str | Path, text: str, what: str) -> None:
-    """Write an output file; BadFile (one line, what to do) when it cannot be written."""
+    """Write an output file (never through a link, nor into a FIFO or device:
+    training.safe_files); BadFile (one line, what to do) when it cannot be written."""
+    from training import safe_files
+
     try:
-        Path(path).write_text(text)
+        safe_files.write_text(path, text, what)
     except OSError as err:
         raise BadFile(f"{path}: cannot write the {what} ({err.strerror or err}); "
                       "check that its folder exists and is writable") from None
