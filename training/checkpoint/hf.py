@@ -285,6 +285,16 @@ def _write(path: Path, what: str, binary: bool = False):
     return open_write(path, what, binary=binary)
 
 
+def dtype_name(dtype: torch.dtype) -> str:
+    """The safetensors spelling of a dtype this converts (BF16, F16, F32, U8)."""
+    return next(name for name, d in DTYPES.items() if d == dtype)
+
+
+def write_config(folder: Path, config: dict) -> None:
+    with _write(folder / CONFIG, CONFIG) as out:
+        out.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
 def shard_groups(sizes: dict[str, int], max_bytes: int) -> list[list[str]]:
     """Consecutive tensors grouped into shards of at most max_bytes (one tensor may exceed it)."""
     groups, current, used = [], [], 0

@@ -133,7 +133,7 @@ def read_header(path: Path, fd: int | None = None) -> dict[str, Entry]:
                       "must start where the previous one ends)")
         end = stop
     if base + end != size:
-        what = "beyond the end of the file (cut short?)" if base + end > size else \
+        what = "beyond the end of the file (truncated download?)" if base + end > size else \
             f"{size - base - end} bytes after the last tensor"
         raise bad(f"the tensors' bytes end at {base + end} of a file of {size} bytes: {what}")
     return entries
