@@ -99,9 +99,15 @@ def check_config(config: dict) -> dict:
     layers (the first banded), the clamped SwiGLU, biased attention, untied embeddings."""
     need = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads",
             "num_local_experts", "intermediate_size", "vocab_size", "num_experts_per_tok")
-    missing = [k for k in need if not isinstance(config.get(k), int)]
+    missing = [k for k in need if k not in config]
     if missing:
         raise GptOssFolderError(f"gpt-oss config.json lacks integer {', '.join(missing)}")
+    from training.records import HFConfig, RecordError, validate
+
+    try:   # JSON's own types, finite numbers, top-k within the experts: as any config.json
+        validate(config, HFConfig, "config.json")
+    except RecordError as err:
+        raise GptOssFolderError(str(err)) from None
     n = config["num_hidden_layers"]
     types = config.get("layer_types")
     alternate = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]

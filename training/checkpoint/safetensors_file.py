@@ -68,7 +68,7 @@ def read_header(path: Path, fd: int | None = None) -> dict[str, Entry]:
     """Every tensor of a safetensors file, after checking the header (the rules above);
     HeaderError, naming the file and the first rule broken, otherwise."""
     def bad(why: str) -> HeaderError:
-        return HeaderError(f"{path} is not a valid safetensors file: {why}")
+        return HeaderError(f"{path} is not a safetensors file: {why}")
 
     own = fd is None
     if own:
