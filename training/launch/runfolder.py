@@ -39,6 +39,17 @@ def new_run_id(now: _dt.datetime | None = None) -> str:
     return (now or _dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
 
 
+def _read_manifest_file(folder: Path):
+    """manifest.json's JSON, or None where there is none or it is unreadable (a FIFO or device
+    of that name too: never waited on; ownership_problem refuses it)."""
+    from training.safe_files import UnsafeFile, read_text
+
+    try:
+        return json.loads(read_text(folder / "manifest.json", "manifest.json"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError, UnsafeFile):
+        return None
+
+
 def holds_run(folder: Path, nnodes: int, node_rank: int) -> str | None:
     """What in `folder` shows that a launch already ran there (not a DRY_RUN), or None.
     Node k>0 of a multi-node run shares node 0's folder: only its own log counts for it."""
@@ -51,10 +62,7 @@ def holds_run(folder: Path, nnodes: int, node_rank: int) -> str | None:
         return None
     if (folder / "metrics.jsonl").exists():
         return "metrics.jsonl is there"
-    try:
-        manifest = json.loads((folder / "manifest.json").read_text())
-    except (OSError, ValueError, RecursionError):
-        return None
+    manifest = _read_manifest_file(folder)
     if isinstance(manifest, dict) and manifest.get("dry_run") is False:
         return f"manifest.json of a launch at {manifest.get('created', 'an unknown time')}"
     return None
@@ -71,12 +79,9 @@ SYSTEM_ALLOWED = ("/var/tmp",)
 
 def is_ours(folder: Path) -> bool:
     """The folder holds our marker, or a manifest.json an earlier launcher wrote (its sections)."""
-    if (folder / MARKER).is_file():
+    if (folder / MARKER).is_file() and not (folder / MARKER).is_symlink():
         return True
-    try:
-        manifest = json.loads((folder / "manifest.json").read_text())
-    except (OSError, ValueError, RecursionError):
-        return False
+    manifest = _read_manifest_file(folder)
     return isinstance(manifest, dict) and {"schema", "toggles", "command"} <= set(manifest)
 
 
@@ -89,11 +94,38 @@ def is_system_folder(folder: Path) -> bool:
         and not any(text == d or text.startswith(d + "/") for d in SYSTEM_ALLOWED))
 
 
+# What a launch writes into its run folder (the launcher, the run and the script's tee), each of
+# which must be a plain file or absent: never written through a link, nor into a FIFO or device.
+WRITTEN = (MARKER, "manifest.json", "launch.txt", "metrics.jsonl", "train.log")
+
+
+def unsafe_entry(folder: Path, names=WRITTEN) -> str | None:
+    """Why one of the files a launch writes in `folder` cannot be written (a link, a FIFO, a
+    device, a folder), or None. train.node<N>.log counts as train.log does."""
+    from training.safe_files import UnsafeFile, check_write_target
+
+    try:
+        extra = sorted(p.name for p in folder.glob("train.node*.log"))
+    except OSError:
+        extra = []
+    for name in (*names, *extra):
+        try:
+            check_write_target(folder / name, name)
+        except UnsafeFile as err:
+            return str(err)
+    return None
+
+
 def ownership_problem(folder: Path) -> str | None:
-    """Why the launcher may not write into `folder`: it is a system folder, or it holds files
-    and is not a run folder of ours. None: missing, empty, or ours."""
+    """Why the launcher may not write into `folder`: it is a system folder, it holds files
+    and is not a run folder of ours, or a file the launch writes there is a link or a special
+    file. None: missing, empty, or ours."""
     if is_system_folder(folder):
         return f"{folder} is a system folder (or your home folder itself)"
+    if folder.is_dir():
+        unsafe = unsafe_entry(folder)
+        if unsafe:
+            return unsafe
     real = Path(os.path.realpath(folder))
     try:
         entries = next(os.walk(real))[1:] if real.is_dir() else ([], [])
@@ -153,24 +185,29 @@ def git_sha(repo: Path) -> str | None:
 
 def mark_ours(folder: Path) -> None:
     """Leave the marker that makes `folder` a run folder of this launcher."""
+    from training.safe_files import write_text
+
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / MARKER).write_text("a run folder of python -m training.launch (manifest.json)\n")
+    write_text(folder / MARKER, "a run folder of python -m training.launch (manifest.json)\n",
+               "run-folder marker")
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    from training.safe_files import write_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", path.name)
 
 
 def read_manifest(run: Path) -> dict[str, Any]:
-    return json.loads((run / "manifest.json").read_text())
+    from training.safe_files import read_text
+
+    return json.loads(read_text(run / "manifest.json", "manifest.json"))
 
 
 def update_manifest(run: Path, key: str, value: Any) -> None:
     """Add one section to an existing manifest (used by the run, rank 0)."""
     path = run / "manifest.json"
-    data = json.loads(path.read_text()) if path.exists() else {}
+    data = read_manifest(run) if path.exists() else {}
     data[key] = value
     write_json_atomic(path, data)
