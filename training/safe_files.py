@@ -28,9 +28,11 @@ _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
           (stat.S_ISSOCK, "a socket"), (stat.S_ISLNK, "a symbolic link"))
 
 
-class UnsafeFile(BadFile):
+class UnsafeFile(BadFile, OSError):
     """A path that is not a plain file where one is expected (a link, a FIFO, a device, a
-    folder), or a file outside the folder it is to come from."""
+    folder), or a file outside the folder it is to come from. Also an OSError (as
+    io.UnsupportedOperation is both): a writer that reports a file it cannot write reports
+    this one the same way."""
 
 
 def kind(mode: int) -> str:
