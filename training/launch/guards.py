@@ -1193,8 +1193,8 @@ def visible_gpu_count(caps: Capabilities, environ: dict[str, str]) -> int:
 
 def _name_problem(value) -> str | None:
     """Why a folder name or path typed for the run folder is not a visible one, or None."""
-    if value is None:
-        return None
+    if value is None or value == "":
+        return None          # unset (an empty word or variable: the default, shown as such)
     text = str(value)
     if not text.strip():
         return "is blank"
