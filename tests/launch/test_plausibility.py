@@ -146,3 +146,23 @@ def test_a_shm_size_that_is_no_size_is_refused(size):
 def test_image_references_pass(image):
     plan = D.docker_plan({"DRY_RUN": "1", "DOCKER_IMAGE": image}, [], NVIDIA)
     assert image in plan.argv
+
+
+@pytest.mark.parametrize("words", [["--vpp", "4", "PP=1"], ["--vpp", "3", "PP=2"]])
+def test_virtual_stages_need_a_pipeline_that_they_divide(capsys, words):
+    from training.optimize.project import main
+
+    assert main([*words, "PLATFORM=h200", "MODEL_SIZE=8B"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "--vpp" in err, err
+
+
+@pytest.mark.parametrize("word,field", [("MODEL_SIZE=70B", "MODEL_SIZE"),
+                                        ("SEQ_LENGTH=4096", "SEQ_LENGTH"),
+                                        ("NUM_LAYERS=16", "NUM_LAYERS")])
+def test_a_time_to_train_is_the_benchmarks_model_only(capsys, word, field):
+    from training.optimize.time_to_train import main
+
+    assert main(["PLATFORM=h200", word]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"{field}=" in err and "RCPs" in err, err

@@ -120,6 +120,12 @@ def project(run: RunDescription, vpp: int | None = None, root=None) -> dict[str,
     tp, pp, cp, dp = lay.tp, lay.pp, lay.cp, lay.dp
     ep, etp = expert_parallel(run)
     vpp = vpp or vpp_of(run)
+    if vpp > 1 and pp == 1:
+        raise BadInput(f"--vpp {vpp} with PP=1: virtual stages interleave the stages of a "
+                       "pipeline, and this run has one stage; set PP above 1 or leave --vpp out")
+    if vpp > 1 and (m.num_layers // pp) % vpp:
+        raise BadInput(f"--vpp {vpp} does not divide the {m.num_layers // pp} layers of each of "
+                       f"the {pp} pipeline stages (Megatron asserts it): choose a divisor")
     micro = lay.microbatches
     precision = run.precision
     assumptions: list[str] = []
