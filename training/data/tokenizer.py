@@ -97,10 +97,10 @@ def check_tokenizer_json(path: str) -> None:
     try:
         data = read_json(path, TOKENIZER_JSON)
     except BadFile as err:
-        raise InputError(f"tokenizer {err}") from None
+        raise InputError(f"cannot load tokenizer {err}") from None
     if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
-        raise InputError(f"tokenizer {path}: not a Hugging Face {TOKENIZER_JSON} (no `model` "
-                         "object): save the tokenizer again with save_pretrained")
+        raise InputError(f"cannot load tokenizer {path}: not a Hugging Face {TOKENIZER_JSON} "
+                         "(no `model` object): save the tokenizer again with save_pretrained")
 
 
 def locate(path: str) -> tuple[str, bool]:
