@@ -73,9 +73,12 @@ class BadFile(ValueError):
 
 
 def write_text(path: str | Path, text: str, what: str) -> None:
-    """Write an output file; BadFile (one line, what to do) when it cannot be written."""
+    """Write an output file (never through a link, nor into a FIFO or device:
+    training.safe_files); BadFile (one line, what to do) when it cannot be written."""
+    from training import safe_files
+
     try:
-        Path(path).write_text(text)
+        safe_files.write_text(path, text, what)
     except OSError as err:
         raise BadFile(f"{path}: cannot write the {what} ({err.strerror or err}); "
                       "check that its folder exists and is writable") from None

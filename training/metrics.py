@@ -123,7 +123,9 @@ class MetricsWriter:
     def write(self, record: dict) -> None:
         if self.path is None:
             return
-        with self.path.open("a") as f:
+        from training.safe_files import open_write
+
+        with open_write(self.path, "metrics.jsonl", append=True) as f:
             f.write(json.dumps(record, default=str) + "\n")
 
 

@@ -88,14 +88,14 @@ class Quiet:
         if self.log is None:
             self.pending.append(text)
             return
-        with open(self.log, "a", encoding="utf-8") as handle:
+        with _open_log(self.log) as handle:
             handle.write(text)
 
     def set_log(self, path: Path) -> None:
         """Where the lines go from now on (and those taken so far)."""
         path.parent.mkdir(parents=True, exist_ok=True)
         self.log = path
-        with open(path, "a", encoding="utf-8") as handle:
+        with _open_log(path) as handle:
             handle.writelines(self.pending)
         self.pending = []
 
@@ -173,12 +173,18 @@ class _LineFilter(io.TextIOBase):
         return getattr(self._stream, name)
 
 
+def _open_log(path: Path):
+    from training.safe_files import open_write
+
+    return open_write(path, "notices log", append=True)
+
+
 def _append(quiet: Quiet, line: str) -> None:
     """A warning's source line: into the log under its message, not counted again."""
     if quiet.log is None:
         quiet.pending.append(line)
     else:
-        with open(quiet.log, "a", encoding="utf-8") as handle:
+        with _open_log(quiet.log) as handle:
             handle.write(line)
 
 

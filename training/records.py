@@ -17,8 +17,8 @@ import math
 from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, TypeVar, Union
 
-from pydantic import (BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator,
-                      model_validator)
+from pydantic import (BaseModel, ConfigDict, Field, Strict, ValidationError, ValidationInfo,
+                      field_validator, model_validator)
 from pydantic_core import PydanticCustomError
 
 from training.reading import RecordError, read_json, read_jsonl
@@ -87,26 +87,65 @@ class ImportRecord(Record):
     architecture: Optional[dict[str, Any]] = None
 
 
-# -- a Hugging Face Llama config.json, as the import reads it (training/checkpoint/layout.py) ---
+# -- a Hugging Face config.json, as the import and MODEL_CONFIG read it -------------------------
+# (training/launch/model_config.py, training/checkpoint/gpt_oss_files.py). Strict: JSON's own
+# types only ("false" is not a boolean, "4096" and 4096.0 are not whole numbers, true is not 1),
+# every number finite (JSON's NaN and Infinity, which Python's reader accepts, are refused).
+
+Whole = Annotated[int, Field(ge=1, strict=True)]
+Count = Annotated[int, Field(ge=0, strict=True)]
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False, strict=True)]
+NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False, strict=True)]
+Flag = Annotated[bool, Field(strict=True)]
+
+
+class RopeScaling(Record):
+    """rope_scaling (transformers 4) or rope_parameters (5): what the readers take from it."""
+    model_config = ConfigDict(extra="allow", strict=True)
+    rope_type: Optional[str] = None
+    type: Optional[str] = None
+    factor: Optional[Positive] = None
+    low_freq_factor: Optional[Positive] = None
+    high_freq_factor: Optional[Positive] = None
+    original_max_position_embeddings: Optional[Whole] = None
+    rope_theta: Optional[Positive] = None
+
 
 class HFConfig(Record):
-    num_hidden_layers: int = Field(ge=1)
-    hidden_size: int = Field(ge=1)
-    intermediate_size: int = Field(ge=1)
-    num_attention_heads: int = Field(ge=1)
-    vocab_size: int = Field(ge=1)
-    num_key_value_heads: Optional[int] = Field(None, ge=1)
-    max_position_embeddings: Optional[int] = Field(None, ge=1)
-    head_dim: Optional[int] = Field(None, ge=1)
-    rope_theta: Optional[float] = Field(None, gt=0)
-    rms_norm_eps: Optional[float] = Field(None, gt=0)
-    rope_scaling: Optional[dict[str, Any]] = None
-    rope_parameters: Optional[dict[str, Any]] = None
-    tie_word_embeddings: Optional[bool] = None
-    attention_bias: Optional[bool] = None
-    mlp_bias: Optional[bool] = None
+    model_config = ConfigDict(extra="allow", strict=True)
+    model_type: Optional[str] = None
+    num_hidden_layers: Whole
+    hidden_size: Whole
+    intermediate_size: Whole
+    num_attention_heads: Whole
+    vocab_size: Whole
+    num_key_value_heads: Optional[Whole] = None
+    max_position_embeddings: Optional[Whole] = None
+    head_dim: Optional[Whole] = None
+    rope_theta: Optional[Positive] = None
+    rms_norm_eps: Optional[Positive] = None
+    rope_scaling: Optional[RopeScaling] = None
+    rope_parameters: Optional[RopeScaling] = None
+    tie_word_embeddings: Optional[Flag] = None
+    attention_bias: Optional[Flag] = None
+    mlp_bias: Optional[Flag] = None
+    norm_topk_prob: Optional[Flag] = None
+    use_sliding_window: Optional[Flag] = None
+    sliding_window: Optional[Whole] = None
     hidden_act: Optional[str] = None
-    _finite = field_validator("rope_theta", "rms_norm_eps")(classmethod(lambda cls, v: _finite(v)))
+    num_experts: Optional[Count] = None
+    num_local_experts: Optional[Count] = None
+    num_experts_per_tok: Optional[Whole] = None
+    moe_intermediate_size: Optional[Whole] = None
+    router_aux_loss_coef: Optional[NonNegative] = None
+
+    @field_validator("num_experts_per_tok")
+    @classmethod
+    def _routing(cls, v: int | None, info: ValidationInfo) -> int | None:
+        experts = info.data.get("num_experts") or info.data.get("num_local_experts")
+        if experts and v and v > experts:
+            raise ValueError(f"{v} is more than the {experts} experts a token can be routed to")
+        return v
 
 
 # -- a dataset record's document lengths: PREFIX.dataset.json (training/data/doc_lengths.py) ---

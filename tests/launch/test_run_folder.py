@@ -175,3 +175,27 @@ def test_extra_megatron_args_with_an_open_quote_is_one_line(tmp_path):
     proc = run(tmp_path, EXTRA_MEGATRON_ARGS="--ckpt-step '10")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "EXTRA_MEGATRON_ARGS" in proc.stderr
+
+
+@pytest.mark.parametrize("name", [".launcher-run", "launch.txt", "manifest.json",
+                                  "metrics.jsonl", "train.log"])
+@pytest.mark.parametrize("kind", ["link", "fifo"])
+def test_a_run_folder_file_that_is_a_link_or_fifo_is_refused_not_written(tmp_path, name, kind):
+    """A file the launch writes, put there as a link to a file outside the folder or as a FIFO:
+    refused in one line before anything is written (it was written through, or hung the
+    launch for 30 s)."""
+    folder = tmp_path / "logs" / "mine"
+    folder.mkdir(parents=True)
+    if name != ".launcher-run":
+        mark_ours(folder)
+    outside = tmp_path / "outside.txt"
+    outside.write_text("precious\n")
+    if kind == "link":
+        os.symlink(outside, folder / name)
+    else:
+        os.mkfifo(folder / name)
+    proc = run(tmp_path, f"LOG_DIR={folder}")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert name in proc.stderr and "[run_folder]" in proc.stderr   # (a log: "holds a run")
+    assert outside.read_text() == "precious\n"
+    assert name == "manifest.json" or not (folder / "manifest.json").exists()

@@ -124,7 +124,9 @@ def run_logged(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float,
     """Run cmd with its output in `log`; on timeout end its whole process group (torchrun
     and its workers). Returns (returncode, timed_out)."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as out:
+    from training.safe_files import open_write
+
+    with open_write(log, "run log") as out:
         proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         try:

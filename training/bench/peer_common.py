@@ -91,6 +91,8 @@ def write_result(args, times: list[float], losses: list[float] | None, optimizer
         "optimizer_state": optimizer_state,
         **extra,
     }
-    with open(args.json_out, "w") as f:
+    from training.safe_files import open_write
+
+    with open_write(args.json_out, "benchmark JSON") as f:
         json.dump(result, f)
     return result

@@ -81,8 +81,8 @@ def _nccl_version(torch) -> str | None:
 
 def write(result: dict, out: Path) -> Path:
     """Write atomically (a temporary file, then a rename): a reader never sees half a file."""
+    from training.safe_files import write_atomic
+
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(json.dumps(result, indent=1, default=str) + "\n")
-    tmp.replace(out)
+    write_atomic(out, json.dumps(result, indent=1, default=str) + "\n", "benchmark JSON")
     return out

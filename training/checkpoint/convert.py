@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import sys
 import tempfile
 import time
@@ -374,8 +373,7 @@ def _check_fits(arch: Architecture, metadata: dict) -> None:
 def export_checkpoint(ckpt: Path, out: Path, hf_config: Path | None = None,
                       max_shard_bytes: int = DEFAULT_SHARD_BYTES, progress: bool = True) -> Result:
     import torch
-    from safetensors.torch import save_file
-
+    from . import safetensors_file
     from .megatron import DistCheckpointReader, iteration_dir
 
     start = time.perf_counter()
@@ -420,22 +418,25 @@ def export_checkpoint(ckpt: Path, out: Path, hf_config: Path | None = None,
                                      max_shard_bytes)
             with Staging(out, nbytes) as stage:
                 bar = Progress("export", nbytes, progress)
-                cache: dict[tuple[str, int | None], torch.Tensor] = {}
+                chunks = _ChunkCache(reader, sources)
+
+                def produce(name: str) -> torch.Tensor:
+                    tensor = torch.empty(shapes[name], dtype=dtype)
+                    for spec, row, block in sources[name]:
+                        chunk = layout.rows_view(chunks.get(spec))
+                        layout.rows_view(tensor)[block.row:block.row + block.rows].copy_(
+                            chunk[row:row + block.rows])
+                    chunks.done(name)
+                    bar.advance(tensor.nbytes)
+                    return tensor
+
                 weight_map = {}
                 for index, names in enumerate(groups):
-                    shard = {}
-                    for name in names:
-                        tensor = torch.empty(shapes[name], dtype=dtype)
-                        for spec, row, block in sources[name]:
-                            chunk = layout.rows_view(_chunk(reader, cache, spec, arch))
-                            layout.rows_view(tensor)[block.row:block.row + block.rows].copy_(
-                                chunk[row:row + block.rows])
-                        shard[name] = tensor
-                        bar.advance(tensor.nbytes)
                     file_name = hf.shard_file_name(index, len(groups))
-                    save_file(shard, str(stage.path / file_name), metadata={"format": "pt"})
+                    safetensors_file.write(stage.path / file_name,
+                                           [(n, hf.dtype_name(dtype), shapes[n]) for n in names],
+                                           produce, metadata={"format": "pt"})
                     weight_map.update({name: file_name for name in names})
-                    del shard
                 if len(groups) > 1:
                     hf.write_index(stage.path, weight_map, nbytes)
                 _write_side_files(stage.path, side_dir, config, arch, dtype)
@@ -455,19 +456,32 @@ def _numel(shape) -> int:
     return n
 
 
-def _chunk(reader, cache: dict, spec: layout.MegatronTensor, arch: Architecture):
-    """One Megatron chunk; a layer's chunks are read together, and the previous layer's
-    dropped, so one layer (or one whole non-layer tensor) is held at a time."""
-    key = (spec.key, spec.layer)
-    if key not in cache:
-        cache.clear()
-        if spec.layer is None:
-            requests = [key]
-        else:
-            requests = [(k, spec.layer) for k in layout.layer_keys(arch)]
-        for request, tensor in zip(requests, reader.read(requests)):
-            cache[request] = tensor
-    return cache[key]
+class _ChunkCache:
+    """The Megatron chunks the export is copying from: each read when a Hugging Face tensor
+    first needs it and dropped after the last one that does, so one Megatron tensor (one
+    layer's slice of it) and the Hugging Face tensor being filled are what is held, not a layer
+    or a shard. `sources`: each Hugging Face name's chunks, in the order they are written."""
+
+    def __init__(self, reader, sources: dict[str, list]):
+        self.reader = reader
+        self.held: dict[tuple, object] = {}
+        self.last: dict[str, list[tuple]] = {}
+        owner: dict[tuple, str] = {}
+        for name, parts in sources.items():
+            for spec, _row, _block in parts:
+                owner[(spec.key, spec.layer)] = name
+        for key, name in owner.items():
+            self.last.setdefault(name, []).append(key)
+
+    def get(self, spec: layout.MegatronTensor):
+        key = (spec.key, spec.layer)
+        if key not in self.held:
+            self.held[key] = self.reader.read([key])[0]
+        return self.held[key]
+
+    def done(self, name: str) -> None:
+        for key in self.last.get(name, ()):
+            self.held.pop(key, None)
 
 
 def _write_side_files(folder: Path, side_dir: Path | None, config: dict, arch: Architecture,
@@ -479,5 +493,5 @@ def _write_side_files(folder: Path, side_dir: Path | None, config: dict, arch: A
     merged["torch_dtype"] = str(dtype).removeprefix("torch.")
     if "dtype" in merged:
         merged["dtype"] = merged["torch_dtype"]
-    (folder / hf.CONFIG).write_text(json.dumps(merged, indent=2, sort_keys=True) + "\n")
+    hf.write_config(folder, merged)
 

@@ -18,7 +18,6 @@ into the checkpoint's dtype (the folder's other tensors'); the export writes bf1
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from pathlib import Path
@@ -93,10 +92,12 @@ def check_config(config: dict) -> dict:
     import converts is what a launch of it builds."""
     from training.launch.model_config import ConfigError
     from training.moe.gpt_oss import shape_from_hf_config
+    from training.records import HFConfig, RecordError, validate
 
-    try:
+    try:   # JSON's own types, finite numbers, top-k within the experts: as any config.json
+        validate(config, HFConfig, "config.json")
         shape_from_hf_config(config, "import")
-    except ConfigError as err:
+    except (RecordError, ConfigError) as err:
         raise GptOssFolderError(str(err)) from None
     return gpt_oss._shape(config)
 
@@ -318,7 +319,7 @@ def export_reader(reader, config: dict, side_dir: Path | None, out: Path, max_sh
                   progress: bool, bar_class) -> tuple[int, int, int]:
     """A gpt-oss checkpoint (reader: megatron.DistCheckpointReader) -> a Hugging Face folder with
     bf16/fp32 experts. (tensors, bytes, shards)"""
-    from safetensors.torch import save_file
+    from . import safetensors_file
 
     check_config(config)
     n = gpt_oss._shape(config)
@@ -357,19 +358,21 @@ def export_reader(reader, config: dict, side_dir: Path | None, out: Path, max_sh
             cache["layer"] = layer
         return cache.pop(name)
 
+    def produce(name: str) -> torch.Tensor:
+        made = tensor(name).contiguous()
+        bar.advance(made.nbytes)
+        return made
+
     with Staging(out, nbytes) as stage:
         bar = bar_class("export", nbytes, progress)
-        try:
+        try:   # one layer held (its experts' views need it whole), written tensor by tensor
             weight_map = {}
             for index, names in enumerate(groups):
-                shard = {}
-                for name in names:
-                    shard[name] = tensor(name).contiguous()
-                    bar.advance(shard[name].nbytes)
                 file_name = hf.shard_file_name(index, len(groups))
-                save_file(shard, str(stage.path / file_name), metadata={"format": "pt"})
+                safetensors_file.write(stage.path / file_name,
+                                       [(n, hf.dtype_name(dtype), shapes[n]) for n in names],
+                                       produce, metadata={"format": "pt"})
                 weight_map.update({name: file_name for name in names})
-                del shard
         finally:
             bar.close()
         if len(groups) > 1:
@@ -381,6 +384,6 @@ def export_reader(reader, config: dict, side_dir: Path | None, out: Path, max_sh
         if "dtype" in written:
             written["dtype"] = written["torch_dtype"]
         written.setdefault("architectures", [ARCHITECTURE])
-        (stage.path / hf.CONFIG).write_text(json.dumps(written, indent=2, sort_keys=True) + "\n")
+        hf.write_config(stage.path, written)
         stage.commit()
     return len(shapes), nbytes, len(groups)

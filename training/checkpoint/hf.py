@@ -14,7 +14,6 @@ import ctypes
 import json
 import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,8 +116,9 @@ def read_object(path: Path, what: str) -> dict:
 
 def load_config(folder: Path) -> dict:
     path = folder / CONFIG
-    if not path.is_file():
+    if not (path.exists() or path.is_symlink()):
         raise HFError(f"{folder} has no config.json: not a Hugging Face model folder")
+    _source(path, folder, "Hugging Face config.json")   # its text goes into the import's record
     return read_object(path, "Hugging Face config.json")
 
 
@@ -138,42 +138,44 @@ class TensorEntry:
         return self.nbytes // self.shape[0] if self.shape and self.shape[0] else self.nbytes
 
 
+def source_root(folder: Path) -> Path:
+    """The folder a model folder's files may lead into through links: the folder itself, or,
+    for a Hugging Face Hub snapshot (.../models--ORG--NAME/snapshots/<commit>/, whose files are
+    links to ../../blobs/), the repository's cache folder."""
+    folder = Path(os.path.realpath(folder))
+    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+        return folder.parent.parent
+    return folder
+
+
+def _source(path: Path, folder: Path, what: str) -> Path:
+    """A file of the model folder, refused (HFError) when it is a link out of the folder (or
+    its Hub cache) or not a regular file."""
+    from training.safe_files import UnsafeFile, source_file
+
+    try:
+        return source_file(path, source_root(folder), what)
+    except UnsafeFile as err:
+        raise HFError(str(err)) from None
+
+
 def _read_header(path: Path) -> dict[str, TensorEntry]:
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(8)
-        length = int.from_bytes(head, "little") if len(head) == 8 else -1
-        if not 2 <= length <= size - 8:
-            raise HFError(f"{path} is not a safetensors file (bad header length)")
-        try:
-            header = json.loads(f.read(length))
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise HFError(f"{path} is not a safetensors file (header is not JSON)") from None
-    if not isinstance(header, dict):
-        raise HFError(f"{path} is not a safetensors file (header is not a JSON object)")
+    """The file's tensors, its header held to the format's rules (safetensors_file)."""
+    from .safetensors_file import HeaderError, read_header
+
+    try:
+        raw = read_header(path)
+    except HeaderError as err:
+        raise HFError(str(err)) from None
+    except OSError as err:
+        raise HFError(f"{path}: cannot read it ({err.strerror or err})") from None
     entries = {}
-    base = 8 + length
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        if not isinstance(info, dict):
-            raise HFError(f"{path} is not a safetensors file (entry {name} is not an object)")
-        dtype = DTYPES.get(info.get("dtype"))
+    for name, entry in raw.items():
+        dtype = DTYPES.get(entry.dtype)
         if dtype is None:
-            raise HFError(f"{path}: tensor {name} has dtype {info.get('dtype')}; this converts "
+            raise HFError(f"{path}: tensor {name} has dtype {entry.dtype}; this converts "
                           f"{', '.join(DTYPES)}")
-        try:
-            begin, end = (int(x) for x in info["data_offsets"])
-            shape = tuple(int(d) for d in info["shape"])
-        except (KeyError, TypeError, ValueError):
-            raise HFError(f"{path} is not a safetensors file (tensor {name} lacks a valid "
-                          "data_offsets or shape)") from None
-        numel = 1
-        for d in shape:
-            numel *= d
-        if end - begin != numel * dtype.itemsize or base + end > size:
-            raise HFError(f"{path}: tensor {name} does not fit the file (truncated download?)")
-        entries[name] = TensorEntry(path, dtype, shape, base + begin, end - begin)
+        entries[name] = TensorEntry(path, dtype, entry.shape, entry.begin, entry.nbytes)
     return entries
 
 
@@ -182,10 +184,16 @@ class SafetensorsFolder:
 
     def __init__(self, folder: Path):
         index = folder / INDEX
+        weight_map = None
         if index.is_file():
+            _source(index, folder, "safetensors index")
             weight_map = read_object(index, "safetensors index").get("weight_map", {})
             if not isinstance(weight_map, dict) or not all(isinstance(f, str) for f in weight_map.values()):
                 raise HFError(f"{index}: its weight_map is not an object of file names")
+            outside = [f for f in weight_map.values() if Path(f).name != f or f in (".", "..")]
+            if outside:
+                raise HFError(f"{index}: its weight_map names {outside[0]!r}, not a file of the "
+                              "folder: the weights are read from the model folder only")
             files = sorted({folder / f for f in weight_map.values()})
         elif (folder / SINGLE_FILE).is_file():   # as transformers reads a folder
             files = [folder / SINGLE_FILE]
@@ -194,12 +202,27 @@ class SafetensorsFolder:
         if not files:
             raise HFError(f"{folder} holds no *.safetensors files (only safetensors weights "
                           "are read; convert a .bin checkpoint with transformers first)")
-        missing = [f.name for f in files if not f.is_file()]
+        missing = [f.name for f in files if not f.exists()]
         if missing:
             raise HFError(f"{folder}: {INDEX} names missing files: {', '.join(missing)}")
         self.entries: dict[str, TensorEntry] = {}
         for path in files:
-            self.entries.update(_read_header(path))
+            _source(path, folder, "safetensors file")
+            for name, entry in _read_header(path).items():
+                if name in self.entries:   # which one a reader gets would depend on the order
+                    raise HFError(f"{folder}: tensor {name} is in both {self.entries[name].path.name}"
+                                  f" and {path.name}: one tensor, one file")
+                self.entries[name] = entry
+        if weight_map is not None:   # the index and the files say the same
+            for name, entry in self.entries.items():
+                if weight_map.get(name) != entry.path.name:
+                    raise HFError(f"{entry.path} holds {name}, which {INDEX} places "
+                                  f"{'in ' + weight_map[name] if name in weight_map else 'nowhere'}"
+                                  ": the index and the files disagree")
+            absent = [n for n in weight_map if n not in self.entries]
+            if absent:
+                raise HFError(f"{index} places {absent[0]} in {weight_map[absent[0]]}, which "
+                              "does not hold it")
         self._fds: dict[Path, int] = {}
 
     def _fd(self, path: Path) -> int:
@@ -239,14 +262,38 @@ class SafetensorsFolder:
 
 
 def copy_side_files(source: Path, target: Path) -> list[str]:
-    """config, generation config and tokenizer files from one folder to another."""
+    """config, generation config and tokenizer files from one folder to another: only regular
+    files inside the source folder (HFError for a link out of it: a tokenizer.model that leads
+    to a private file is not copied into the output)."""
+    from training.safe_files import read_bytes
+
     copied = []
     for name in SIDE_FILES:
-        if (source / name).is_file():
-            target.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(source / name, target / name)
-            copied.append(name)
+        path = source / name
+        if not (path.exists() or path.is_symlink()):
+            continue
+        _source(path, source, name)
+        target.mkdir(parents=True, exist_ok=True)
+        with _write(target / name, name, binary=True) as out:
+            out.write(read_bytes(path, name))
+        copied.append(name)
     return copied
+
+
+def _write(path: Path, what: str, binary: bool = False):
+    from training.safe_files import open_write
+
+    return open_write(path, what, binary=binary)
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """The safetensors spelling of a dtype this converts (BF16, F16, F32, U8)."""
+    return next(name for name, d in DTYPES.items() if d == dtype)
+
+
+def write_config(folder: Path, config: dict) -> None:
+    with _write(folder / CONFIG, CONFIG) as out:
+        out.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def shard_groups(sizes: dict[str, int], max_bytes: int) -> list[list[str]]:
@@ -270,5 +317,6 @@ def shard_file_name(index: int, count: int) -> str:
 
 
 def write_index(folder: Path, weight_map: dict[str, str], total_size: int) -> None:
-    (folder / INDEX).write_text(json.dumps({"metadata": {"total_size": total_size},
-                                            "weight_map": weight_map}, indent=2) + "\n")
+    with _write(folder / INDEX, "safetensors index") as out:
+        out.write(json.dumps({"metadata": {"total_size": total_size},
+                              "weight_map": weight_map}, indent=2) + "\n")

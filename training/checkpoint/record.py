@@ -34,7 +34,9 @@ def write_record(folder: Path, *, name: str, arch: Architecture, hf_config: dict
               "architecture": dataclasses.asdict(arch), "dtype": dtype, "source": source,
               "tensors": tensors, "bytes": nbytes, "side_files": side_files,
               "versions": versions, "hf_config": hf_config}
-    (folder / RECORD).write_text(json.dumps(record, indent=1) + "\n")
+    from training.safe_files import write_text
+
+    write_text(folder / RECORD, json.dumps(record, indent=1) + "\n", RECORD)
     return record
 
 

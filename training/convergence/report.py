@@ -109,7 +109,9 @@ def write(result: dict[str, Any], out_dir: Path) -> dict[str, Path]:
     name = result["name"]
     paths = {"json": out_dir / f"{name}.json", "md": out_dir / f"{name}.md",
              "png": out_dir / f"{name}.png"}
-    paths["json"].write_text(json.dumps(result, indent=1, default=str) + "\n")
-    paths["md"].write_text(markdown(result))
+    from training.safe_files import write_text
+
+    write_text(paths["json"], json.dumps(result, indent=1, default=str) + "\n", "convergence JSON")
+    write_text(paths["md"], markdown(result), "convergence report")
     plot(result, paths["png"])
     return paths

@@ -87,7 +87,9 @@ def run_cell(grid: Grid, cell: Cell, experiment_dir: Path, *, dry_run: bool = Fa
     result.log = experiment_dir / name / "cell.log"
     cmd = ["bash", str(grid.path(grid.script)), *grid.args]
     started = time.time()
-    with result.log.open("w") as out:
+    from training.safe_files import open_write
+
+    with open_write(result.log, "cell log") as out:
         try:
             proc = subprocess.run(cmd, env=cell_env(grid, cell, experiment_dir, dry_run),
                                   stdout=out, stderr=subprocess.STDOUT, cwd=grid.path("."),

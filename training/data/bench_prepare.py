@@ -234,7 +234,9 @@ def main(argv: list[str] | None = None) -> int:
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
+    from training.safe_files import open_write
+
+    with open_write(args.out, "benchmark JSON") as f:
         json.dump(result, f, indent=2)
         f.write("\n")
     for subset, s in result["summary"].items():

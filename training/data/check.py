@@ -120,6 +120,33 @@ def parse_data_path(value: str) -> list[tuple[float | None, str]]:
     return pairs
 
 
+def same_dataset(a: str, b: str) -> bool:
+    """Two prefixes name one dataset (the same .bin, through any path or link)."""
+    return os.path.realpath(a + ".bin") == os.path.realpath(b + ".bin")
+
+
+def repeated_datasets(train: str, valid: str | None = None) -> str | None:
+    """Why a blend names one dataset twice, or validates on training data; None when neither.
+    A dataset twice in a blend is a weight in disguise (say it once, with the summed weight),
+    and validation on a training dataset measures what the model memorised, not how it
+    generalises."""
+    prefixes = [p for _, p in parse_data_path(train)]
+    for i, p in enumerate(prefixes):
+        twice = next((q for q in prefixes[:i] if same_dataset(p, q)), None)
+        if twice is not None:
+            same = "" if twice == p else f" (as {twice} and {p})"
+            return (f"DATA_PATH names the dataset {p} twice{same}: give it once, with the sum of "
+                    "its weights, so the blend says what it does")
+    if valid:
+        for v in (p for _, p in parse_data_path(valid)):
+            shared = next((p for p in prefixes if same_dataset(v, p)), None)
+            if shared is not None:
+                return (f"VALID_DATA_PATH's {v} is DATA_PATH's {shared}: validation on training "
+                        "data measures what the model memorised. Give a held-out dataset, or "
+                        "leave VALID_DATA_PATH unset (SPLIT then holds out part of DATA_PATH)")
+    return None
+
+
 def parse_split(value: str) -> tuple[float, float, float]:
     """Megatron's --split: 'train,valid,test' proportions, e.g. '949,50,1' or '98,2,0'."""
     parts = [p.strip() for p in str(value).replace("/", ",").split(",")]

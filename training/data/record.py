@@ -47,7 +47,9 @@ def stamp(record: dict[str, Any]) -> dict[str, Any]:
 
 def write_json(path: str, data: dict[str, Any]) -> None:
     """Write `data` to `path` and fsync it."""
-    with open(path, "w") as f:
+    from training.safe_files import open_write
+
+    with open_write(path, "dataset record") as f:
         json.dump(data, f, indent=2)
         f.write("\n")
         f.flush()

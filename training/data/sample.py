@@ -205,7 +205,9 @@ def build(out: str, cache_dir: str, vocab_size: int = VOCAB_SIZE,
         "splits": splits,
         "seconds": round(time.perf_counter() - start, 2),
     }
-    with open(os.path.join(out, "sample.json"), "w") as f:
+    from training.safe_files import open_write
+
+    with open_write(os.path.join(out, "sample.json"), "sample.json") as f:
         json.dump(manifest, f, indent=2)
         f.write("\n")
     return manifest

@@ -88,6 +88,22 @@ class TokenizerInfo:
         return asdict(self)
 
 
+def check_tokenizer_json(path: str) -> None:
+    """InputError unless `path` is a whole tokenizer.json (a JSON object with the `model` the
+    tokenizers library builds from): an empty or cut-short file is refused here, before
+    torchrun, not by AutoTokenizer on every rank."""
+    from training.cli import BadFile
+    from training.reading import read_json
+
+    try:
+        data = read_json(path, TOKENIZER_JSON)
+    except BadFile as err:
+        raise InputError(f"cannot load tokenizer {err}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+        raise InputError(f"cannot load tokenizer {path}: not a Hugging Face {TOKENIZER_JSON} "
+                         "(no `model` object): save the tokenizer again with save_pretrained")
+
+
 def locate(path: str) -> tuple[str, bool]:
     """(directory, loadable) for a tokenizer directory or a tokenizer.json file.
 
@@ -103,7 +119,10 @@ def locate(path: str) -> tuple[str, bool]:
                 extra = (" It has a SentencePiece tokenizer.model; save it as a fast tokenizer "
                          "first (AutoTokenizer.from_pretrained(DIR).save_pretrained(NEW_DIR)).")
             raise InputError(f"tokenizer {path}: the directory has no {TOKENIZER_JSON}.{extra}")
+        check_tokenizer_json(os.path.join(path, TOKENIZER_JSON))
         return path, True
+    if os.path.basename(path) == TOKENIZER_JSON:
+        check_tokenizer_json(path)
     directory = os.path.dirname(os.path.abspath(path))
     if os.path.basename(path) == TOKENIZER_JSON and os.path.isfile(
         os.path.join(directory, CONFIG_FILES[0])
@@ -243,7 +262,9 @@ def wrap(tokenizer_file: str, eod_token: str, out_dir: str, bos_token: str | Non
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": eod_token}
     if bos_token is not None:
         config["bos_token"] = bos_token
-    with open(os.path.join(out_dir, CONFIG_FILES[0]), "w") as f:
+    from training.safe_files import open_write
+
+    with open_write(os.path.join(out_dir, CONFIG_FILES[0]), CONFIG_FILES[0]) as f:
         json.dump(config, f, indent=2)
         f.write("\n")
     return load(out_dir)

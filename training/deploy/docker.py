@@ -30,6 +30,7 @@ that drives docker may have no project environment.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -61,6 +62,15 @@ DEVICE_VARS = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVI
 # Consumed here, never passed inside.
 OUTER_ONLY = ("DRY_RUN",)
 PATH_TOGGLES = ("TOKENIZER_MODEL", "LOAD", "SAVE", "EXPERIMENT_DIR")
+
+# docker's image reference grammar (distribution/reference): an optional registry host[:port],
+# lower-case path components, an optional tag and digest. Nothing else reaches docker's argv
+# where the image goes.
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_REFERENCE = re.compile(
+    rf"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?(?::[0-9]+)?/)?{_COMPONENT}(?:/{_COMPONENT})*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?")
+SHM_SIZE = re.compile(r"[0-9]+[bkmgBKMG]?")
 
 
 @dataclass(frozen=True)
@@ -239,8 +249,15 @@ def docker_plan(environ: dict[str, str], args: list[str], facts: HostFacts,
     mounts = _covering([repo, *_mount_dirs(settings, workdir)])
 
     image = environ.get("DOCKER_IMAGE") or DEFAULT_IMAGES[vendor]
-    argv = ["docker", "run", *COMMON_FLAGS, "--shm-size",
-            environ.get("DOCKER_SHM_SIZE") or DEFAULT_SHM, *VENDOR_FLAGS[vendor]]
+    if not IMAGE_REFERENCE.fullmatch(image):
+        raise BadInput(f"DOCKER_IMAGE={image!r} is not an image reference ([registry/]name"
+                       "[:tag][@sha256:digest], lower-case name): docker would read it as "
+                       "something else (a word starting with '-' is an option of docker run)")
+    shm = environ.get("DOCKER_SHM_SIZE") or DEFAULT_SHM
+    if not SHM_SIZE.fullmatch(shm):
+        raise BadInput(f"DOCKER_SHM_SIZE={shm!r} is not a size (a number and b, k, m or g: "
+                       f"e.g. {DEFAULT_SHM})")
+    argv = ["docker", "run", *COMMON_FLAGS, "--shm-size", shm, *VENDOR_FLAGS[vendor]]
     if facts.infiniband:
         argv += ["--device", "/dev/infiniband"]
     for m in mounts:

@@ -14,7 +14,7 @@ import os
 import shlex
 import sys
 
-from training.cli import ArgumentParser
+from training.cli import ArgumentParser, BadFile
 
 from .environment import SHELL_NAME
 from training.credentials import mask_text
@@ -116,6 +116,9 @@ def main(argv: list[str] | None = None, layers=(), checks=(), choosers=(),
         except OSError as err:   # the guard run_folder checked it; the disk may still refuse
             print(f"error: cannot write {launch.log_dir / 'manifest.json'}: "
                   f"{err.strerror or err}", file=sys.stderr)
+            return 2
+        except BadFile as err:   # a link or FIFO put there since the guard looked
+            print(f"error: {mask_text(str(err))}", file=sys.stderr)
             return 2
     sys.stdout.write(shell_text)
     return 0

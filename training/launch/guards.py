@@ -20,6 +20,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -938,19 +939,33 @@ def schedule(ctx: LaunchContext) -> None:
 
 # Values that parse and that Megatron takes, but that no recipe we know uses: a warning names
 # them (a typo such as WEIGHT_DECAY=1000 for 0.1 trains, badly).
-PLAUSIBLE = {"WEIGHT_DECAY": (0.0, 1.0), "LR": (0.0, 0.1), "MIN_LR": (0.0, 0.1),
-             "ADAM_EPS": (0.0, 1e-3), "CLIP_GRAD": (0.0, 100.0)}
+PLAUSIBLE = {
+    "WEIGHT_DECAY": (0.0, 1.0, "AdamW scales every weight by 1 - LR x WEIGHT_DECAY each step: "
+                               "recipes use 0 to 0.1, and above 1 the decay, not the data, sets "
+                               "the weights"),
+    "LR": (0.0, 0.1, "pretraining recipes peak at 1e-4 to 1e-2; above 0.1 AdamW's steps are "
+                     "the size of the weights themselves"),
+    "MIN_LR": (0.0, 0.1, "the end of the decay is a tenth of a peak of 1e-4 to 1e-2 in recipes"),
+    "ADAM_EPS": (0.0, 1e-3, "epsilon is added to the root of the squared-gradient average, far "
+                            "below 1e-3 for a language model: larger, it outweighs it and AdamW "
+                            "becomes a scaled SGD (recipes use 1e-8 to 1e-5)"),
+    "CLIP_GRAD": (0.0, 100.0, "gradient norms of a healthy run are of order 1: a clip above 100 "
+                              "never acts (0 turns clipping off)")}
 
 
 @guard
 def implausible_values(ctx: LaunchContext) -> None:
     """A value far outside what pretraining recipes use (WEIGHT_DECAY=1000, LR=5) is warned about."""
     s = ctx.settings
-    for name, (low, high) in PLAUSIBLE.items():
+    for name, (low, high, why) in PLAUSIBLE.items():
         value = s.get(name)
         if s.is_explicit(name) and value is not None and not low <= value <= high:
             s.warn("implausible_values", f"{name}={value:g} is outside {low:g}..{high:g}, where "
-                                         "pretraining recipes put it: check for a typo.")
+                                         f"pretraining recipes put it ({why}): check for a typo.")
+
+
+# A device as CUDA/HIP/ROCR_VISIBLE_DEVICES name it: an index, or a UUID (nvidia-smi -L)
+_DEVICE_ID = re.compile(r"\d+|(GPU|MIG)-[0-9A-Za-z-]+(/\d+/\d+)?")
 
 
 @guard
@@ -964,11 +979,49 @@ def visible_devices(ctx: LaunchContext) -> None:
         if "" in ids:
             raise Refusal("visible_devices", f"{var}={value!r} has an empty entry: list device "
                                              "ids separated by single commas, e.g. 0,1,2,3.")
+        bad = [d for d in ids if not _DEVICE_ID.fullmatch(d)]
+        if bad:
+            raise Refusal("visible_devices", f"{var}={value!r} names {bad[0]!r}, not a device: "
+                                             "the runtime stops at the first id it cannot use "
+                                             "and hides it and every device after it (-1 hides "
+                                             "them all). List device indices (0,1,2,3) or UUIDs "
+                                             "(GPU-..., MIG-...), or unset it to use every GPU.")
         twice = sorted({d for d in ids if ids.count(d) > 1})
         if twice:
             raise Refusal("visible_devices", f"{var}={value!r} names device {', '.join(twice)} "
                                              "more than once, so two processes would share one "
                                              "GPU: list each device once.")
+
+
+@guard
+def gpus_per_node(ctx: LaunchContext) -> None:
+    """GPUS_PER_NODE is at most the GPUs a node has (this one's visible ones, or PLATFORM's)."""
+    s = ctx.settings
+    have = visible_gpu_count(ctx.caps, ctx.environ)
+    if not s.is_explicit("GPUS_PER_NODE") or not have or s["GPUS_PER_NODE"] <= have:
+        return
+    where = (f"this node shows {have}" if ctx.caps.source == "detected"
+             else f"{ctx.caps.source} describes nodes of {have}")
+    raise Refusal("gpus_per_node", f"GPUS_PER_NODE={s['GPUS_PER_NODE']} but {where} GPUs: "
+                                   f"torchrun would start {s['GPUS_PER_NODE']} processes for "
+                                   f"{have} GPUs. Set GPUS_PER_NODE={have} or fewer, and NNODES "
+                                   "for more GPUs than one node has.")
+
+
+@guard
+def positions(ctx: LaunchContext) -> None:
+    """A sequence longer than the model's positions is warned about, with what it means."""
+    s = ctx.settings
+    seq, have = s.get("SEQ_LENGTH"), ctx.preset.max_position_embeddings
+    if not seq or not have or seq <= have:
+        return
+    source = ("its config.json (MODEL_CONFIG)" if ctx.model_config is not None
+              else f"preset {ctx.preset.name}")
+    s.warn("positions", f"SEQ_LENGTH={seq} is {seq / have:.3g}x the {have} positions of {source}: "
+                        f"--max-position-embeddings becomes {seq}, and a checkpoint of this "
+                        f"model has never seen RoPE positions past {have} (its long-context "
+                        "quality is not the published one). Train at most at its positions, or "
+                        "extend the context on purpose.")
 
 
 @guard
@@ -1398,6 +1451,11 @@ def data_path(ctx: LaunchContext) -> None:
         return
     if isinstance(ctx.datasets, Exception):       # resolve.prepare read the headers
         raise Refusal("data_path", str(ctx.datasets))
+    from training.data.check import repeated_datasets
+
+    repeated = repeated_datasets(path, valid)
+    if repeated:
+        raise Refusal("data_path", repeated + ".")
     if valid and s.is_explicit("SPLIT"):
         s.warn("data_path", "SPLIT has no effect with VALID_DATA_PATH (separate sets).")
 
@@ -1465,6 +1523,20 @@ def visible_gpu_count(caps: Capabilities, environ: dict[str, str]) -> int:
 
 # -- run folder, training loop, environment ---------------------------------------------------
 
+def _name_problem(value) -> str | None:
+    """Why a folder name or path typed for the run folder is not a visible one, or None."""
+    if value is None or value == "":
+        return None          # unset (an empty word or variable: the default, shown as such)
+    text = str(value)
+    if not text.strip():
+        return "is blank"
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        return "holds a control character (a newline, a tab)"
+    if text != text.strip():
+        return "starts or ends with a space"
+    return None
+
+
 @guard
 def run_folder(ctx: LaunchContext) -> None:
     """EXP_NAME and RUN_ID are single folder names; the run folder can be written and holds no run."""
@@ -1474,6 +1546,12 @@ def run_folder(ctx: LaunchContext) -> None:
             raise Refusal("run_folder", f"{knob}={value!r} must be a single folder name (no "
                                         "'/', not '.' or '..'): the run folder is "
                                         "EXPERIMENT_DIR/EXP_NAME/precision/RUN_ID.")
+    for knob in ("EXP_NAME", "RUN_ID", "EXPERIMENT_DIR", "LOG_DIR"):
+        problem = _name_problem(s.get(knob)) if s.is_explicit(knob) else None
+        if problem:
+            raise Refusal("run_folder", f"{knob}={s.get(knob)!r} {problem}: the run folder's "
+                                        "path is written into logs, manifests and shell "
+                                        "lines; give a visible name.")
     if s.get("LOG_DIR"):
         named = [n for n in ("EXP_NAME", "RUN_ID") if s.is_explicit(n)]
         if named:

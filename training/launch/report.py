@@ -192,8 +192,10 @@ def print_report(launch: Launch, stream: TextIO | None = None) -> None:
 def write_table(launch: Launch, path: Path | None = None) -> Path:
     """The full table and the notices as plain text, into the run folder (launch.txt)."""
     path = path or launch.log_dir / TABLE_FILE
+    from training.safe_files import open_write
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as handle:
+    with open_write(path, TABLE_FILE) as handle:
         console = Console(file=handle, width=200, color_system=None, highlight=False,
                           soft_wrap=False)
         console.print(toggle_table(launch))

@@ -73,7 +73,7 @@ SYSTEM_ALLOWED = ("/var/tmp",)
 
 def is_ours(folder: Path) -> bool:
     """The folder holds our marker, or a manifest.json an earlier launcher wrote (its sections)."""
-    if (folder / MARKER).is_file():
+    if (folder / MARKER).is_file() and not (folder / MARKER).is_symlink():
         return True
     try:
         manifest = read_json(folder / "manifest.json", "launcher manifest")
@@ -91,11 +91,38 @@ def is_system_folder(folder: Path) -> bool:
         and not any(text == d or text.startswith(d + "/") for d in SYSTEM_ALLOWED))
 
 
+# What a launch writes into its run folder (the launcher, the run and the script's tee), each of
+# which must be a plain file or absent: never written through a link, nor into a FIFO or device.
+WRITTEN = (MARKER, "manifest.json", "launch.txt", "metrics.jsonl", "train.log")
+
+
+def unsafe_entry(folder: Path, names=WRITTEN) -> str | None:
+    """Why one of the files a launch writes in `folder` cannot be written (a link, a FIFO, a
+    device, a folder), or None. train.node<N>.log counts as train.log does."""
+    from training.safe_files import UnsafeFile, check_write_target
+
+    try:
+        extra = sorted(p.name for p in folder.glob("train.node*.log"))
+    except OSError:
+        extra = []
+    for name in (*names, *extra):
+        try:
+            check_write_target(folder / name, name)
+        except UnsafeFile as err:
+            return str(err)
+    return None
+
+
 def ownership_problem(folder: Path) -> str | None:
-    """Why the launcher may not write into `folder`: it is a system folder, or it holds files
-    and is not a run folder of ours. None: missing, empty, or ours."""
+    """Why the launcher may not write into `folder`: it is a system folder, it holds files
+    and is not a run folder of ours, or a file the launch writes there is a link or a special
+    file. None: missing, empty, or ours."""
     if is_system_folder(folder):
         return f"{folder} is a system folder (or your home folder itself)"
+    if folder.is_dir():
+        unsafe = unsafe_entry(folder)
+        if unsafe:
+            return unsafe
     real = Path(os.path.realpath(folder))
     try:
         entries = next(os.walk(real))[1:] if real.is_dir() else ([], [])
@@ -155,15 +182,18 @@ def git_sha(repo: Path) -> str | None:
 
 def mark_ours(folder: Path) -> None:
     """Leave the marker that makes `folder` a run folder of this launcher."""
+    from training.safe_files import write_text
+
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / MARKER).write_text("a run folder of python -m training.launch (manifest.json)\n")
+    write_text(folder / MARKER, "a run folder of python -m training.launch (manifest.json)\n",
+               "run-folder marker")
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    from training.safe_files import write_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=False, default=str) + "\n")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=False, default=str) + "\n", path.name)
 
 
 def read_manifest(run: Path) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from training.cli import ArgumentParser, fail, positive_int
 from training.mlperf.rcp import ruleset_arg
 from training.launch.runfolder import read_manifest
 from training.reading import RecordError, read_json
+from training.safe_files import write_text
 
 from . import rules as rules_mod
 
@@ -176,14 +177,15 @@ def assemble(runs: list[Path], out: Path, org: str, platform: str, system: str |
                               [_manifest(log.parent) for log in logs])
     desc.update(extra or {})
     (root / "systems").mkdir(parents=True, exist_ok=True)
-    (root / "systems" / f"{system}.json").write_text(json.dumps(desc, indent=2) + "\n")
+    write_text(root / "systems" / f"{system}.json", json.dumps(desc, indent=2) + "\n",
+               "system description")
     impl = root / "benchmarks" / rules.benchmark / "implementations" / "megatron_launcher"
     impl.mkdir(parents=True, exist_ok=True)
     shas = sorted({_manifest(log.parent).get("git_sha") or "unknown" for log in logs})
-    (impl / "README.md").write_text(
+    write_text(impl / "README.md", what="implementation README", text=(
         f"# {rules.benchmark}: Megatron-core pretraining launcher\n\n"
         f"Logs made by {rules.script} at git {', '.join(shas)};\n"
-        "copy that commit's source tree here before submitting.\n")
+        "copy that commit's source tree here before submitting.\n"))
     return root
 
 
@@ -380,7 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     checks = check(root, args.ruleset)
     print(render(checks))
-    (root.parent / "checks.json").write_text(json.dumps([asdict(c) for c in checks], indent=2) + "\n")
+    write_text(root.parent / "checks.json",
+               json.dumps([asdict(c) for c in checks], indent=2) + "\n", "checks JSON")
     return 0 if all(c.passed for c in checks) else 1
 
 

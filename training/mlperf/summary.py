@@ -187,8 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or run
     try:
         out.mkdir(parents=True, exist_ok=True)
-        (out / "mlperf_summary.json").write_text(json.dumps(s, indent=2) + "\n")
-        (out / "mlperf_summary.md").write_text(markdown(s))
+        from training.safe_files import write_text
+
+        write_text(out / "mlperf_summary.json", json.dumps(s, indent=2) + "\n", "MLPerf summary")
+        write_text(out / "mlperf_summary.md", markdown(s), "MLPerf summary")
         plot(s, out / "eval_loss.png", _train_curve(run, s["global_batch_size"]))
     except OSError as err:
         return fail(f"cannot write the summary into {out}: {err.strerror or err}: give --out a "

@@ -61,8 +61,11 @@ def main(argv: list[str] | None = None) -> int:
             json_path = Path(args.json_path) if args.json_path else inputs.run_dir / "optimize.json"
             report["json"] = str(json_path)
             try:
+                from training.safe_files import write_text
+
                 json_path.parent.mkdir(parents=True, exist_ok=True)
-                json_path.write_text(json.dumps(report, indent=2, default=str) + "\n")
+                write_text(json_path, json.dumps(report, indent=2, default=str) + "\n",
+                           "JSON report")
             except OSError as err:
                 raise BadInput(f"{json_path}: cannot write the JSON report "
                                f"({err.strerror or err}); pass --json PATH or --no-json") from None

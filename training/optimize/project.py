@@ -295,6 +295,12 @@ def other_terms(run: RunDescription, platform, compute: float, vpp: int,
     m, lay = run.model, run.layout
     tp, pp, cp, dp = lay.tp, lay.pp, lay.cp, lay.dp
     ep, etp = _ep(run)
+    if vpp > 1 and pp == 1:
+        raise BadInput(f"--vpp {vpp} with PP=1: virtual stages interleave the stages of a "
+                       "pipeline, and this run has one stage; set PP above 1 or leave --vpp out")
+    if vpp > 1 and (m.num_layers // pp) % vpp:
+        raise BadInput(f"--vpp {vpp} does not divide the {m.num_layers // pp} layers of each of "
+                       f"the {pp} pipeline stages (Megatron asserts it): choose a divisor")
     micro = lay.microbatches
     terms: list[Term] = []
     per_micro = compute / micro   # one micro-batch's forward + backward on one GPU

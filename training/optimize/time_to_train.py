@@ -11,6 +11,7 @@ index step and start-up are not counted (the MLPerf clock includes evaluation: s
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from statistics import mean
@@ -36,6 +37,16 @@ def time_to_train(words: list[str], environ: dict[str, str] | None = None,
     except KeyError as err:
         raise BadInput(str(err).strip("'\"")) from None
     launch, _values, _config = resolve_mlperf(env, words, rules)
+    # the reference convergence points count samples of the benchmark's model at its sequence:
+    # another model's step times the 8B's step count is no time to train of anything
+    values = {name: launch.settings.get(name) for name in rules.model}
+    other = [b for b in rules_mod.rule_breaks(values, dataclasses.replace(rules, closed={}))
+             if b.split("=", 1)[0] in rules.model]
+    if other:
+        raise BadInput(f"{'; '.join(other)}: the samples to converge (the RCPs) are "
+                       f"{rules.model_name}'s, so a time to train needs the benchmark's model "
+                       "and sequence; project another model's step with python -m "
+                       "training.optimize.project")
     run = launch.run
     result = project(run)
     bs = run.layout.global_batch

@@ -108,11 +108,13 @@ def build_report(path: Path, device: str = "gpu", top_n: int = 10) -> dict[str, 
 
 
 def write_report(report: dict[str, Any], out: Path) -> dict[str, Path]:
+    from training.safe_files import write_text
+
     paths = {"markdown": out / "trace_report.md", "json": out / "trace_report.json", "png": out / "trace_breakdown.png"}
     try:
         out.mkdir(parents=True, exist_ok=True)
-        paths["json"].write_text(json.dumps(report, indent=2) + "\n")
-        paths["markdown"].write_text(markdown(report))
+        write_text(paths["json"], json.dumps(report, indent=2) + "\n", "trace report JSON")
+        write_text(paths["markdown"], markdown(report), "trace report")
         chart(report, paths["png"])
     except OSError as e:
         raise TraceReportError(f"cannot write the report into {out}: {e.strerror or e}") from None
