@@ -18,12 +18,9 @@ import training.moe.gpt_oss  # noqa: F401 - registers gpt_oss (GPT_OSS_SHAPE)
 import training.moe.presets  # noqa: F401 - registers the MoE families (the MoE parts' shape)
 from training.launch.recipes import RECIPES
 from training.launch.toggles import LAUNCHER, PERF_TOGGLES, REGISTRY
+from training.optimize.levers import KINDS  # levers.json kinds: the reader's schema, one list
 
 from .shape import BenchShape
-
-# levers.json kinds (agreed with the advisor)
-KINDS = ("toggle", "backend", "kernels", "recompute", "mbs", "seq", "flce", "dist_opt",
-         "overlap", "precision", "optimizer", "peer", "checkpoint")
 
 
 @dataclass(frozen=True)

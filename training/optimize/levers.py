@@ -5,7 +5,7 @@ schema (version 1):
 
   {"schema": 1, "generated": "<iso time>", "sources": ["docs/benchmarks/<file>.json", ...],
    "levers": [{"id": "GRAD_REDUCE_IN_BF16", "kind": "toggle|backend|kernels|recompute|mbs|seq|
-               flce|dist_opt|overlap|precision|optimizer|peer",
+               flce|dist_opt|overlap|precision|optimizer|peer|checkpoint",
                "set": "GRAD_REDUCE_IN_BF16=1", "baseline": "GRAD_REDUCE_IN_BF16=0",
                "effect": {"tokens_per_s_ratio": 1.031, "ratio_spread": 0.012,
                           "verdict": "faster|slower|within noise|not measured|refused",
@@ -33,7 +33,7 @@ from .inputs import BadInput
 SCHEMA = 1
 DEFAULT_PATH = Path("docs/levers.json")
 KINDS = ("toggle", "backend", "kernels", "recompute", "mbs", "seq", "flce", "dist_opt",
-         "overlap", "precision", "optimizer", "peer")
+         "overlap", "precision", "optimizer", "peer", "checkpoint")
 VERDICTS = ("faster", "slower", "within noise", "not measured", "refused",
             "set out of memory", "baseline out of memory")
 SHAPE_KEYS = ("model", "num_layers", "seq_length", "mbs", "global_batch", "gpus", "tp", "pp",
