@@ -6,7 +6,8 @@ one) goes through the model as a run with DOCUMENT_MASK=1 sends it (training/doc
 pack_batch: one packed row and its PackedSeqParams); each document alone goes through the plain
 causal path, its positions from 0. Their logits must agree token for token, and so must the
 gradients of every parameter of the summed token loss (labels: the packed stream's next
-tokens, the same for both)."""
+tokens, the same for both). With MoE layers, over the tokens whose expert choices agree on
+both sides (clean_tokens: bf16 may flip a near-tied top-k choice), most of them."""
 from __future__ import annotations
 
 import contextlib
