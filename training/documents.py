@@ -65,6 +65,21 @@ def pack_batch(batch: dict, eod: int) -> tuple[dict, object]:
     return packed, params
 
 
+def params_to(params, device):
+    """The PackedSeqParams with its cu_seqlens (one tensor for q and kv) on `device`. Built on
+    the host from the loader's tokens, copied from pinned memory without waiting: the step
+    never reads the GPU for the documents (building them from the tokens on the GPU would:
+    nonzero, unique and the longest length each wait for the queued work)."""
+    device = torch.device(device)
+    cu = params.cu_seqlens_q
+    if cu.device != device:
+        if device.type == "cuda":
+            cu = cu.pin_memory()
+        cu = cu.to(device, non_blocking=True)
+    params.cu_seqlens_q = params.cu_seqlens_kv = cu
+    return params
+
+
 def document_ids(cu_seqlens: torch.Tensor, total: int) -> torch.Tensor:
     """[total] the document index of each token of the packed row (int32)."""
     lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()

@@ -133,6 +133,13 @@ def forward_step(run, data_iterator, model, return_schedule_plan: bool = False):
     timers("batch-generator", log_level=2).start()
     with train_range(RANGE_DATA):
         batch = next(data_iterator)
+        packed = None
+        if run.args.reset_attention_mask:   # DOCUMENT_MASK=1: the packed (THD) layout
+            from training.documents import pack_batch, params_to
+
+            # on the loader's host tensors: finding the documents reads no GPU value
+            batch, packed = pack_batch(batch, _eod_token())
+            packed = params_to(packed, "cuda")
         batch = {k: (v.cuda(non_blocking=True) if torch.is_tensor(v) else v)
                  for k, v in batch.items()}
         if parallel_state.get_context_parallel_world_size() > 1:
@@ -141,11 +148,6 @@ def forward_step(run, data_iterator, model, return_schedule_plan: bool = False):
             batch.setdefault("cu_seqlens", None)
             batch = get_batch_on_this_cp_rank(batch, is_hybrid_cp=False,
                                               cp_group=parallel_state.get_context_parallel_group())
-        packed = None
-        if run.args.reset_attention_mask:   # DOCUMENT_MASK=1: the packed (THD) layout
-            from training.documents import pack_batch
-
-            batch, packed = pack_batch(batch, _eod_token())
     timers("batch-generator").stop()
     with train_range(RANGE_FORWARD):
         output = model(batch["tokens"], batch["position_ids"], batch.get("attention_mask"),

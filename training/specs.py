@@ -137,7 +137,8 @@ def install_native(run) -> NativeSetup:
         setup.parts["attention"] += (
             "; documents kept apart (DOCUMENT_MASK=1): block-causal over the packed (THD) "
             f"documents, training.native.document_attention "
-            f"({IMPLEMENTATION['document_attention']}: flex on the GPU, the loop on the CPU)")
+            f"({IMPLEMENTATION['document_attention']}: flex on the GPU, the loop on the CPU); "
+            f"RoPE from each document's start: {in_place('native_document_rope')}")
     setup.parts["qkv_rope"] = (in_place("native_qkv_rope") if args.fused_single_qkv_rope
                                else "Megatron's unfused RoPE (--no-fused-single-qkv-rope)")
     setup.parts["swiglu"] = in_place("native_swiglu")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from training.documents import document_ids, pack_batch, packed_seq_params
+from training.documents import document_ids, pack_batch, packed_seq_params, params_to
 
 EOD = 0
 ROWS = {
@@ -84,3 +84,13 @@ def test_the_rotary_embedding_restarts_at_each_document():
     for start, end in zip(cu[:-1], cu[1:]):
         alone = apply_rotary_pos_emb(x[start:end].unsqueeze(1), freqs[:end - start], config)
         torch.testing.assert_close(packed[start:end], alone.squeeze(1))
+
+
+def test_the_documents_move_to_the_device_as_one_tensor_for_q_and_kv():
+    """forward_step packs the loader's host tokens, then moves the cu_seqlens (the attention
+    and the RoPE cache key on that one object)."""
+    params = packed_seq_params(torch.tensor([ROWS["documents"]]), EOD)
+    host = params.cu_seqlens_q
+    assert params_to(params, "cpu").cu_seqlens_q is host
+    moved = params_to(params, "meta")
+    assert moved.cu_seqlens_q.device.type == "meta" and moved.cu_seqlens_kv is moved.cu_seqlens_q

@@ -28,7 +28,9 @@ NATIVE_PIPELINE = ("the native backend's flex attention keeps one micro-batch's 
                    "or TRANSFORMER_IMPL=transformer_engine")
 FUSED_QKV_ROPE = ("Megatron's fused QKV RoPE does not take the packed (THD) layout (megatron-"
                   "core asserts 'fused_single_qkv_rope requested but not available/supported'); "
-                  "RoPE runs per document on the split query and key")
+                  "RoPE runs on the split query and key, each document from position 0 (the "
+                  "native backend: one gather of the rotary table, training/native/"
+                  "document_rope.py)")
 POSITIONS_ALONE = ("Megatron's rotary embedding takes no position ids (only learned absolute "
                    "position embeddings read them), so restarting them without the mask would "
                    "change nothing: set DOCUMENT_MASK=1 (--reset-attention-mask), which keeps "

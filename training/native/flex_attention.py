@@ -95,6 +95,14 @@ def apply_sinks(out, lse, sinks):
     return (_wide(out) * factor.unsqueeze(-1)).to(out.dtype)
 
 
+# Training runs whole sequences: flex's main (Triton) kernel always. Under BACKEND AUTO torch
+# 2.11 picks its decoding kernel for a query shorter than 128 tokens, whose lowering finds no
+# config (NoValidChoicesError) when the query length x the query heads per group rounds past
+# the block mask's 128-row blocks: e.g. a 96-token document alone with 2 heads per group
+# (BLOCK_M = next_power_of_2(96 * 2) = 256 does not divide 128); issue 51's gpt-oss GPU run.
+KERNEL_OPTIONS = {"BACKEND": "TRITON"}
+
+
 @functools.lru_cache(maxsize=None)
 def _compiled_flex():
     from torch.nn.attention.flex_attention import flex_attention
@@ -129,7 +137,7 @@ def flex_with_sinks(q, k, v, mask, sinks, scale: float):
     kwargs = dict(block_mask=mask, scale=scale, enable_gqa=k.shape[1] != q.shape[1],
                   return_aux=AuxRequest(lse=True))
     if q.is_cuda:
-        out, aux = _compiled_flex()(q, k, v, **kwargs)
+        out, aux = _compiled_flex()(q, k, v, kernel_options=KERNEL_OPTIONS, **kwargs)
     else:
         with warnings.catch_warnings():   # "flex_attention called without torch.compile()"
             warnings.simplefilter("ignore", UserWarning)
