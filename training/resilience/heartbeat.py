@@ -24,6 +24,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from training import safe_files
+
 BEATS_DIR, STACKS_DIR = "heartbeat", "stacks"
 # The order of a rank's phases within one iteration (the rank furthest back is the one with
 # the lowest iteration, then the earliest phase).
@@ -48,15 +50,14 @@ class HeartbeatWriter:
         self.stacks = None
         if self.timeout_s > 0:
             (self.run_dir / STACKS_DIR).mkdir(parents=True, exist_ok=True)
-            self.stacks = open(self.run_dir / STACKS_DIR / f"rank{rank}.txt", "w")
+            self.stacks = safe_files.open_write(self.run_dir / STACKS_DIR / f"rank{rank}.txt",
+                                                "stack dump")
 
     def beat(self, phase: str, iteration: int | None) -> None:
         record = {"rank": self.rank, "world": self.world, "iteration": iteration,
                   "phase": phase, "time": time.time(), "pid": os.getpid(),
                   "main_thread": self.main_thread}
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, self.path)
+        safe_files.write_atomic(self.path, json.dumps(record), "heartbeat")
         if self.stacks is None:
             return
         if phase == "end":

@@ -11,19 +11,19 @@ status a scheduler requeues on (training.resilience.exits.PREEMPTED).
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
+
+from training import safe_files
 
 MARKER = "preemption.json"
 
 
 def write_marker(run_dir: str | Path, iteration: int, save: str | None) -> Path:
     path = Path(run_dir) / MARKER
-    tmp = path.with_name(f".{MARKER}.tmp")
-    tmp.write_text(json.dumps({"iteration": iteration, "saved": bool(save), "save": save,
-                               "time": time.time()}))
-    os.replace(tmp, path)
+    safe_files.write_atomic(path, json.dumps({"iteration": iteration, "saved": bool(save),
+                                              "save": save, "time": time.time()}),
+                            "preemption record")
     return path
 
 

@@ -33,6 +33,7 @@ import threading
 import time
 from pathlib import Path
 
+from training import safe_files
 from training import REPO_ROOT
 from training.resilience import heartbeat
 from training.resilience.checkpoints import DIST_COMPLETE
@@ -250,7 +251,7 @@ def rehearse(out: Path, iters: int, extend: int, save_interval: int, seed: int,
                 "rehearsal": b.get(first_diff)},
                "iters": iters, "extend": extend, "save_interval": save_interval,
                "words": words, "wall_s": time.time() - started}
-    (out / "rehearsal.json").write_text(json.dumps(verdict, indent=1))
+    safe_files.write_text(out / "rehearsal.json", json.dumps(verdict, indent=1), "rehearsal verdict")
     return verdict
 
 

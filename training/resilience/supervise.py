@@ -47,6 +47,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from training import safe_files
 from training.resilience import exits, heartbeat, preemption
 from training.resilience.checkpoints import last_complete_checkpoint
 
@@ -176,7 +177,8 @@ class Supervisor:
                 "restart": not verdict, "resume_from_iteration": resume if not verdict else None,
                 "backoff_s": wait, "why_not": verdict or None}
         try:
-            with open(self.opts.run_dir / "restarts.jsonl", "a") as out:
+            with safe_files.open_write(self.opts.run_dir / "restarts.jsonl", "restart record",
+                                       append=True) as out:
                 out.write(json.dumps(line) + "\n")
         except OSError as err:
             self.say(f"cannot write {self.opts.run_dir / 'restarts.jsonl'}: {err}")
@@ -239,7 +241,7 @@ class Supervisor:
         self._await_stacks(beats)
         text = heartbeat.diagnose(beats, self.opts.run_dir, self.opts.hang_timeout_s)
         try:
-            (self.opts.run_dir / "hang.txt").write_text(text + "\n")
+            safe_files.write_text(self.opts.run_dir / "hang.txt", text + "\n", "hang diagnosis")
         except OSError:
             pass
         self.say(text)
@@ -381,7 +383,8 @@ def record_worker_exit(code) -> None:
     try:
         folder = Path(run_dir) / WORKER_EXITS
         folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"rank{os.environ.get('RANK', '0')}").write_text(str(code))
+        safe_files.write_text(folder / f"rank{os.environ.get('RANK', '0')}", str(code),
+                              "worker exit status")
     except OSError:
         pass
 
