@@ -5,6 +5,7 @@ tests/gpu/test_rehearsal_gpu.py)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -47,7 +48,9 @@ def test_a_torch_format_checkpoint_is_the_trackers(tmp_path):
     assert last_complete_checkpoint(tmp_path) is None
 
 
-def test_a_restart_loads_the_last_complete_checkpoint_in_place_of_the_first_load(tmp_path):
+def test_a_restart_loads_the_last_complete_checkpoint_in_place_of_the_first_load(tmp_path,
+                                                                                monkeypatch):
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))   # this Python's own torchrun
     save = tmp_path / "ckpt"
     command = ["torchrun", "x.py", "--load", "/first", "--ckpt-step=3", "--lr", "1"]
     sup = Supervisor(Options(tmp_path, command, save=str(save)))
@@ -59,6 +62,18 @@ def test_a_restart_loads_the_last_complete_checkpoint_in_place_of_the_first_load
     assert sup.command_for(1)[3:] == ["x.py", "--lr", "1", "--load", str(save),
                                       "--ckpt-step", "8"]
     assert _without(["--a", "1", "--b=2", "--c"], ("--a", "--b")) == ["--c"]
+
+
+def test_another_torchrun_first_on_path_runs_as_it_is(tmp_path, monkeypatch):
+    """A torchrun first on PATH that is not this Python's own (a site's wrapper, a test's
+    stand-in) is the one the launch named: the supervisor runs it, not torch's module."""
+    stand_in = tmp_path / "bin" / "torchrun"
+    stand_in.parent.mkdir()
+    stand_in.write_text("#!/bin/sh\n")
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stand_in.parent}{os.pathsep}{os.path.dirname(sys.executable)}")
+    command = ["torchrun", "x.py"]
+    assert Supervisor(Options(tmp_path, command)).command_for(0) == command
 
 
 def _beat(run: Path, rank: int, iteration, phase: str, t: float, world: int = 2) -> None:

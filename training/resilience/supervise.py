@@ -39,6 +39,7 @@ import argparse
 import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -154,10 +155,11 @@ class Supervisor:
     def command_for(self, attempt: int) -> list[str]:
         """The first attempt runs the command as given; a restart resumes from the last
         complete checkpoint in SAVE (the first attempt's own --load otherwise). The word
-        `torchrun` runs as training.resilience.torchrun: torchrun with a failed worker told in
-        one line, not its traceback."""
+        `torchrun` runs as training.resilience.torchrun (torchrun with a failed worker told in
+        one line, not its traceback) where it names this Python's own torchrun; another
+        torchrun first on PATH (a site's wrapper, a test's stand-in) runs as it is."""
         command = list(self.opts.command)
-        if "torchrun" in command:
+        if "torchrun" in command and _own_torchrun():
             i = command.index("torchrun")
             command[i:i + 1] = [sys.executable, "-m", "training.resilience.torchrun"]
         if attempt == 0 or not self.opts.save:
@@ -384,6 +386,19 @@ def record_worker_exit(code) -> None:
         (folder / f"rank{os.environ.get('RANK', '0')}").write_text(str(code))
     except OSError:
         pass
+
+
+def _own_torchrun() -> bool:
+    """Whether the word `torchrun` names this Python installation's torchrun: the one on PATH
+    sits beside sys.executable (the launcher puts that folder first), or none is on PATH."""
+    found = shutil.which("torchrun")
+    if found is None:
+        return True
+    try:
+        return os.path.samefile(os.path.dirname(os.path.abspath(found)),
+                                os.path.dirname(os.path.abspath(sys.executable)))
+    except OSError:
+        return False
 
 
 def _without(words: list[str], flags: tuple[str, ...]) -> list[str]:
