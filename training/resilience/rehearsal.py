@@ -21,7 +21,6 @@ DIR/rehearsal.json; exit 0 when it passes, 1 when not.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -33,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-from training import REPO_ROOT
+from training import REPO_ROOT, cli
 from training.resilience import heartbeat
 from training.resilience.checkpoints import DIST_COMPLETE
 
@@ -255,7 +254,7 @@ def rehearse(out: Path, iters: int, extend: int, save_interval: int, seed: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.resilience.rehearsal",
+    parser = cli.ArgumentParser(prog="python -m training.resilience.rehearsal",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--iters", type=int, default=40)

@@ -48,6 +48,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from training import cli
 from training.resilience import exits, heartbeat, preemption
 from training.resilience.checkpoints import last_complete_checkpoint
 
@@ -424,11 +425,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return exits.USER_ERROR
     split = argv.index("--")
-    parser = argparse.ArgumentParser(prog="python -m training.resilience.supervise",
+    parser = cli.ArgumentParser(prog="python -m training.resilience.supervise",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--save", default=None)
-    parser.add_argument("--restarts", type=int, default=0)
+    parser.add_argument("--restarts", type=cli.nonnegative_int, default=0)
     parser.add_argument("--backoff", type=float, default=10.0)
     parser.add_argument("--hang-timeout", type=float, default=0.0)
     parser.add_argument("--preemption", choices=("requeue", "stop"), default="stop")
