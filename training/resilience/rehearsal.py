@@ -34,7 +34,7 @@ from pathlib import Path
 
 from training import REPO_ROOT, cli
 from training.resilience import heartbeat
-from training.resilience.checkpoints import DIST_COMPLETE
+from training.checkpoint_scan import incomplete_reason
 
 SCRIPT = REPO_ROOT / "examples" / "llama" / "train_llama3.sh"
 SAMPLE = REPO_ROOT / "data" / "shakespeare" / "train"
@@ -113,7 +113,7 @@ class Killer(threading.Thread):
             return True
         deadline = time.time() + 30
         while time.time() < deadline and not self.stop:
-            if (folder / DIST_COMPLETE).exists():
+            if incomplete_reason(folder) is None:
                 self.missed += 1
                 return False
             if folder.is_dir() and any(folder.iterdir()):
@@ -129,7 +129,7 @@ class Killer(threading.Thread):
                           "save_folder": str(folder) if folder else None,
                           "save_files_at_kill": sorted(p.name for p in folder.iterdir())
                           if folder and folder.is_dir() else [] if folder else None,
-                          "save_complete_at_kill": (folder / DIST_COMPLETE).exists()
+                          "save_complete_at_kill": incomplete_reason(folder) is None
                           if folder else None, "time": time.time()})
 
 

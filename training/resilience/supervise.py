@@ -50,7 +50,7 @@ from pathlib import Path
 
 from training import cli
 from training.resilience import exits, heartbeat, preemption
-from training.resilience.checkpoints import last_complete_checkpoint
+from training.checkpoint_scan import last_complete
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2)
 MAX_BACKOFF_S = 600.0
@@ -116,7 +116,7 @@ class Supervisor:
                 return outcome.status
             failures.append(outcome.reached)
             verdict = self.restart_verdict(attempt, failures)
-            resume = last_complete_checkpoint(self.opts.save)
+            resume = _last_complete(self.opts.save)
             wait = 0.0 if verdict else min(self.opts.backoff_s * 2 ** attempt, MAX_BACKOFF_S)
             self.record(attempt, outcome, resume, wait, verdict)
             if verdict:
@@ -165,7 +165,7 @@ class Supervisor:
             command[i:i + 1] = [sys.executable, "-m", "training.resilience.torchrun"]
         if attempt == 0 or not self.opts.save:
             return command
-        iteration = last_complete_checkpoint(self.opts.save)
+        iteration = _last_complete(self.opts.save)
         if iteration is None:
             return command
         return _without(command, ("--load", "--ckpt-step")) + [
@@ -268,7 +268,7 @@ class Supervisor:
         if marker is not None:
             iteration = marker["iteration"]
             if marker.get("saved"):
-                if last_complete_checkpoint(self.opts.save or marker.get("save")) == iteration:
+                if _last_complete(self.opts.save or marker.get("save")) == iteration:
                     return Outcome(exits.PREEMPTED if self.opts.preemption == "requeue"
                                    else exits.STOPPED, "preempted", reached,
                                    f"preempted: iteration {iteration} saved in "
@@ -387,6 +387,12 @@ def record_worker_exit(code) -> None:
         (folder / f"rank{os.environ.get('RANK', '0')}").write_text(str(code))
     except OSError:
         pass
+
+
+def _last_complete(save: str | Path | None) -> int | None:
+    """The iteration of SAVE's last complete checkpoint (training.checkpoint_scan's rule, the
+    launcher's resume plan's too), or None (no SAVE, nothing complete there)."""
+    return last_complete(Path(save))[0] if save else None
 
 
 def _own_torchrun() -> bool:
