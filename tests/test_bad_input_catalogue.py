@@ -475,6 +475,17 @@ CASES: list[Case] = [
          "MODEL_SIZE", env={"DRY_RUN": "1", "EXPERIMENT_DIR": "{tmp}/exp"}),
     Case("mlperf launch: TP=abc", "training.mlperf.launch", ["TP=abc"], "TP",
          env={"DRY_RUN": "1", "EXPERIMENT_DIR": "{tmp}/exp"}),
+    # -- training.resilience ---------------------------------------------------------------
+    Case("supervise: no -- before the command", "training.resilience.supervise",
+         ["--run-dir", "{tmp}/run", "torchrun"], "-- COMMAND"),
+    Case("supervise: --restarts -1", "training.resilience.supervise",
+         ["--run-dir", "{tmp}/run", "--restarts", "-1", "--", "torchrun"], "--restarts"),
+    Case("supervise: nothing after --", "training.resilience.supervise",
+         ["--run-dir", "{tmp}/run", "--"], "no command after --"),
+    Case("rehearsal: --iters 5", "training.resilience.rehearsal", ["--out", "{tmp}/r", "--iters", "5"],
+         "--iters must be at least 15"),
+    Case("rehearsal: --seed x", "training.resilience.rehearsal", ["--out", "{tmp}/r", "--seed", "x"],
+         "--seed"),
 ]
 
 
@@ -551,6 +562,7 @@ NOT_CATALOGUED = {
     "training.launch.environment": "takes no arguments (prints the preset table)",
     "training.deploy.gpu_check": "takes no arguments (make train's GPU check)",
     "training.launch.megatron_flags": "takes no arguments (rewrites the recorded Megatron parser)",
+    "training.resilience.torchrun": "torch's torchrun (its own parser), run by the supervisor",
     "examples/lib/launch.sh": "sourced by the train scripts, not run",
     "launchers/slurm/train.sbatch": "needs a Slurm allocation; its checks are python -m training.deploy.cluster's",
     "launchers/slurm/node.sh": "run by train.sbatch on each node; python -m training.deploy.cluster checks",

@@ -61,7 +61,7 @@ CASES: list[Case] = [
          setup=write("afile", ""), env=DRY),
     Case("launch: LOAD is a file", LAUNCH, _l3("LOAD={tmp}/afile"), "LOAD=",
          setup=write("afile", ""), env=DRY),
-    Case("launch: LOAD without a checkpoint", LAUNCH, _l3("LOAD={tmp}"), "holds no checkpoint",
+    Case("launch: LOAD without a checkpoint", LAUNCH, _l3("LOAD={tmp}"), "holds no complete checkpoint",
          env=DRY),
     Case("launch: LOG_FILE as a word", LAUNCH, _l3("LOG_FILE=/tmp/x.log"), "LOG_FILE", env=DRY),
     Case("launch: LOG_DIR with RUN_ID", LAUNCH, _l3("LOG_DIR={tmp}/l", "RUN_ID=r"), "LOG_DIR=",

@@ -13,7 +13,7 @@ import pytest
 
 from training import megatron_patches
 from training.checkpoint_marker import AtomicMarkerStorage, write_marker
-from training.launch.resume import TRACKER
+from training.checkpoint_scan import TRACKER
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,10 @@ from __future__ import annotations
 
 from training import floors
 
-GROUND = {"run_description", "platforms", "versions", "data", "cli", "quiet", "credentials"}
+# checkpoint_scan: which checkpoints of a SAVE folder are complete (the standard library only),
+# one rule for the launcher's resume plan, the atomic marker and the supervisor's restarts
+GROUND = {"run_description", "platforms", "versions", "data", "cli", "quiet", "credentials",
+          "checkpoint_scan"}
 FAMILIES = {"mlperf", "checkpoint", "moe"}
 READERS = {"bench", "optimize", "profiling", "convergence"}
 RUN = {"pretrain_gpt", "arguments", "megatron_patches", "run", "specs", "native", "metrics",
@@ -17,6 +20,7 @@ def test_the_architecture_doc_table_is_the_generated_one():
 def test_the_floors_hold():
     edges = floors.graph()
     assert edges["run_description"] == set() and edges["platforms"] == set()
+    assert edges["checkpoint_scan"] == set()      # the supervisor runs it before torchrun
     assert edges["credentials"] == set() and edges["cli"] <= {"credentials"}   # cli masks its errors
     # no family, reader, run or deploy; but the schema layer of the files we read back
     # (records and its bounded reader, reading: they raise the launcher's error type), and the run's parser in the generator of

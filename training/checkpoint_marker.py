@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from training.launch.resume import TRACKER
+from training.checkpoint_scan import TRACKER
 
 
 def write_marker(path: Path, text: str) -> None:

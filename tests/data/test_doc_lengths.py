@@ -126,12 +126,17 @@ def test_the_dry_run_says_it(tmp_path, corpus_texts, tok_dir):
     prep.prepare([_corpus(tmp_path, corpus_texts)], prefix, tok_dir, progress=False)
     env = {"EXPERIMENT_DIR": str(tmp_path / "exp"), "PATH": os.environ.get("PATH", "")}
     notices = {}
-    for seq in (64, 4096):
-        result = launch(env, DATA_PATH=prefix, MODEL_SIZE="tiny", SEQ_LENGTH=seq)
-        notices[seq] = [n.message for n in result.settings.notices
-                        if n.guard == "documents_in_a_sequence"]
+    for seq, mask in ((64, None), (4096, None), (4096, "1")):
+        words = {"DOCUMENT_MASK": mask} if mask else {}
+        result = launch(env, DATA_PATH=prefix, MODEL_SIZE="tiny", SEQ_LENGTH=seq, **words)
+        notices[seq, mask] = [n.message for n in result.settings.notices
+                              if n.guard == "documents_in_a_sequence"]
     lengths = dl.document_lengths(rec.read_record(prefix))
-    assert notices[4096] == [f"{prefix}: " + dl.masking_verdict(lengths, 4096, None)]
-    assert "sequences pack several documents" in notices[4096][0]
-    assert len(notices[64]) == 1 and "boundaries per sequence of SEQ_LENGTH=64" in notices[64][0]
-    assert notices[64] == [f"{prefix}: " + dl.masking_verdict(lengths, 64, None)]
+    # the registry has DOCUMENT_MASK (default 0): the line says what it does for these documents
+    assert notices[4096, None] == [f"{prefix}: " + dl.masking_verdict(lengths, 4096, False)]
+    assert "sequences pack several documents" in notices[4096, None][0]
+    assert "DOCUMENT_MASK=1 keeps them apart" in notices[4096, None][0]
+    assert notices[4096, "1"] == [f"{prefix}: " + dl.masking_verdict(lengths, 4096, True)]
+    assert len(notices[64, None]) == 1
+    assert "boundaries per sequence of SEQ_LENGTH=64" in notices[64, None][0]
+    assert notices[64, None] == [f"{prefix}: " + dl.masking_verdict(lengths, 64, False)]

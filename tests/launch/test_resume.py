@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from training.launch.resume import (TRACKER, incomplete_reason, last_complete, saved_run, scan,
-                                    schedule_changes)
+from training.checkpoint_scan import TRACKER, incomplete_reason, last_complete, scan
+from training.launch.resume import saved_run, schedule_changes
 
 from .helpers import launch, megatron_args
 from .test_guards import notices, refused

@@ -92,7 +92,9 @@ def cue_for(cues_path, rank: int, iteration: int):
 def save(folder: str, iteration: int) -> None:
     it = Path(folder) / f"iter_{iteration:07d}"
     it.mkdir(parents=True, exist_ok=True)
-    (it / "metadata.json").write_text("{}")
+    (it / "__0_0.distcp").write_text("x")
+    (it / ".metadata").write_text("x")                 # DCP's index, then megatron's config
+    (it / "metadata.json").write_text('{"sharded_backend": "torch_dist"}')
     (Path(folder) / "latest_checkpointed_iteration.txt").write_text(str(iteration))
 
 

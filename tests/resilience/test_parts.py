@@ -5,6 +5,7 @@ tests/gpu/test_rehearsal_gpu.py)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +14,7 @@ import pytest
 import torch
 
 from training.resilience import heartbeat, rehearsal
-from training.resilience.checkpoints import last_complete_checkpoint
-from training.resilience.supervise import Options, Supervisor, _without
+from training.resilience.supervise import Options, Supervisor, _last_complete, _without
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -23,31 +23,39 @@ def _iter(save: Path, iteration: int, complete: bool = True) -> None:
     folder = save / f"iter_{iteration:07d}"
     folder.mkdir(parents=True)
     (folder / "__0_0.distcp").write_text("x")
-    if complete:
-        (folder / "metadata.json").write_text("{}")
+    if complete:                       # DCP's index, then megatron's config: the last files
+        (folder / ".metadata").write_text("x")
+        (folder / "metadata.json").write_text('{"sharded_backend": "torch_dist"}')
 
 
 def test_the_last_complete_checkpoint_passes_over_one_cut_short(tmp_path):
-    assert last_complete_checkpoint(tmp_path / "none") is None
-    assert last_complete_checkpoint(None) is None
+    assert _last_complete(tmp_path / "none") is None
+    assert _last_complete(None) is None
     _iter(tmp_path, 10)
     _iter(tmp_path, 20)
     _iter(tmp_path, 30, complete=False)            # SIGKILL during the write
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("20")
-    assert last_complete_checkpoint(tmp_path) == 20
+    assert _last_complete(tmp_path) == 20
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("")   # killed in its write
-    assert last_complete_checkpoint(tmp_path) == 20
+    assert _last_complete(tmp_path) == 20
 
 
-def test_a_torch_format_checkpoint_is_the_trackers(tmp_path):
-    (tmp_path / "iter_0000005" / "mp_rank_00").mkdir(parents=True)
+def test_a_torch_format_checkpoint_is_complete_when_its_archives_are_whole(tmp_path):
+    """The launcher's rule (training.checkpoint_scan), not the marker's word: a torch-format
+    checkpoint whose rank archive was cut short is passed over."""
+    rank = tmp_path / "iter_0000005" / "mp_rank_00"
+    rank.mkdir(parents=True)
+    torch.save({"iteration": 5}, rank / "model_optim_rng.pt")
     (tmp_path / "latest_checkpointed_iteration.txt").write_text("5")
-    assert last_complete_checkpoint(tmp_path) == 5
-    (tmp_path / "latest_checkpointed_iteration.txt").write_text("7")   # no such folder
-    assert last_complete_checkpoint(tmp_path) is None
+    assert _last_complete(tmp_path) == 5
+    data = (rank / "model_optim_rng.pt").read_bytes()
+    (rank / "model_optim_rng.pt").write_bytes(data[:len(data) // 2])    # killed in the write
+    assert _last_complete(tmp_path) is None
 
 
-def test_a_restart_loads_the_last_complete_checkpoint_in_place_of_the_first_load(tmp_path):
+def test_a_restart_loads_the_last_complete_checkpoint_in_place_of_the_first_load(tmp_path,
+                                                                                monkeypatch):
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable))   # this Python's own torchrun
     save = tmp_path / "ckpt"
     command = ["torchrun", "x.py", "--load", "/first", "--ckpt-step=3", "--lr", "1"]
     sup = Supervisor(Options(tmp_path, command, save=str(save)))
@@ -59,6 +67,18 @@ def test_a_restart_loads_the_last_complete_checkpoint_in_place_of_the_first_load
     assert sup.command_for(1)[3:] == ["x.py", "--lr", "1", "--load", str(save),
                                       "--ckpt-step", "8"]
     assert _without(["--a", "1", "--b=2", "--c"], ("--a", "--b")) == ["--c"]
+
+
+def test_another_torchrun_first_on_path_runs_as_it_is(tmp_path, monkeypatch):
+    """A torchrun first on PATH that is not this Python's own (a site's wrapper, a test's
+    stand-in) is the one the launch named: the supervisor runs it, not torch's module."""
+    stand_in = tmp_path / "bin" / "torchrun"
+    stand_in.parent.mkdir()
+    stand_in.write_text("#!/bin/sh\n")
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stand_in.parent}{os.pathsep}{os.path.dirname(sys.executable)}")
+    command = ["torchrun", "x.py"]
+    assert Supervisor(Options(tmp_path, command)).command_for(0) == command
 
 
 def _beat(run: Path, rank: int, iteration, phase: str, t: float, world: int = 2) -> None:

@@ -112,17 +112,23 @@ def test_a_user_error_is_never_restarted(tmp_path):
     assert restarts(run) == [] and "not restarted" in err
 
 
-def _wait_for_beats(run: Path, proc, iteration: int = 2) -> None:
-    """Until rank 0 of this attempt (a beat newer than now) has ended `iteration`."""
-    path = run / "heartbeat" / "rank0.json"
+def _beat_since(path: Path, since: float, iteration: int) -> bool:
+    try:
+        beat = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return beat["time"] >= since and (beat.get("iteration") or 0) >= iteration
+
+
+def _wait_for_beats(run: Path, proc, iteration: int = 2, ranks: int = 2) -> None:
+    """Until every rank of this attempt (a beat newer than now) has ended `iteration`: each has
+    its stop-signal handler by then (a rank still starting up would die of a forwarded SIGTERM,
+    as no trainer can help before it sets its handler)."""
     since = time.time()
-    for _ in range(1500):
-        try:
-            beat = json.loads(path.read_text())
-            if beat["time"] >= since and (beat.get("iteration") or 0) >= iteration:
-                return
-        except (OSError, ValueError):
-            pass
+    for _ in range(6000):          # a bound for a run that never beats, not a speed test
+        if all(_beat_since(run / "heartbeat" / f"rank{r}.json", since, iteration)
+               for r in range(ranks)):
+            return
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.01)
     pytest.fail("no heartbeat")

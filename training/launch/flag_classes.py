@@ -312,9 +312,7 @@ TABLE: tuple[Entry, ...] = (
              "muon-tp-mode muon-extra-scale-factor muon-scalar-optimizer lion-beta1 lion-beta2 "
              "no-weight-decay-cond-type apply-wd-to-qk-layernorm lr-wsd-decay-style "
              "lr-wsd-decay-iters lr-wsd-decay-samples lr-warmup-init decoupled-lr "
-             "decoupled-min-lr freeze-all-layers override-opt_param-scheduler "
-             "override-opt-param-scheduler use-checkpoint-opt_param-scheduler "
-             "use-checkpoint-opt-param-scheduler optimizer-cuda-graph "
+             "decoupled-min-lr freeze-all-layers optimizer-cuda-graph "
              "use-torch-optimizer-for-cpu-offload no-pin-cpu-grads no-pin-cpu-params "
              "dump-param-to-param-group-map moe-use-upcycling moe-upcycling-granularity")),
     Entry("honoured", "the training loop: when to stop, skip, sync, evaluate",
@@ -331,12 +329,12 @@ TABLE: tuple[Entry, ...] = (
              "mid-level-dataset-surplus allow-ambiguous-pad-tokens enable-msc disable-msc")),
     Entry("honoured", "checkpoint I/O: how Megatron saves and loads (SAVE and LOAD say where)",
           _f("persistent-save-interval save-retain-interval load-main-params-from-ckpt finetune "
-             "ckpt-step use-checkpoint-args use-mp-args-from-checkpoint-args "
+             "use-checkpoint-args use-mp-args-from-checkpoint-args "
              "no-use-tokenizer-model-from-checkpoint-args "
              "disable-use-tokenizer-model-from-checkpoint-args exit-on-missing-checkpoint "
              "auto-detect-ckpt-format ckpt-convert-format ckpt-convert-save "
-             "ckpt-convert-update-legacy-dist-opt-format no-ckpt-fully-parallel-save async-save "
-             "async-strategy use-persistent-ckpt-worker async-ckpt-cpu-priority "
+             "ckpt-convert-update-legacy-dist-opt-format no-ckpt-fully-parallel-save "
+             "async-ckpt-cpu-priority "
              "async-ckpt-io-priority async-ckpt-use-cpu-shm ckpt-fully-parallel-load "
              "ckpt-fully-parallel-load-exchange-algo ckpt-fully-parallel-save-process-group "
              "ckpt-fully-parallel-load-process-group ckpt-assume-constant-structure "

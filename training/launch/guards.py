@@ -31,7 +31,7 @@ from .capabilities import Capabilities
 from .presets import FAMILIES, ModelPreset
 from .recipes import (RECIPES, Recipe, hardware_rule, platforms_supporting, recipe_args,
                       spelling_conflict)
-from .resume import TRACKER as CHECKPOINT_TRACKER   # Megatron's latest-checkpoint marker
+from training.checkpoint_scan import TRACKER as CHECKPOINT_TRACKER   # Megatron's latest-checkpoint marker
 from .settings import LaunchError, Refusal, Settings, fmt_value
 from .toggles import REGISTRY, Toggle, fused_linear_ce, step_host_reads
 
@@ -1142,7 +1142,7 @@ def load_checkpoint(ctx: LaunchContext) -> None:
 
 def _check_resume_point(ctx: LaunchContext, point) -> None:
     """The iteration a resume loads is a complete checkpoint that Megatron's load reaches."""
-    from .resume import checkpoint_format, iteration_folder
+    from training.checkpoint_scan import checkpoint_format, iteration_folder
 
     s, load, found = ctx.settings, ctx.settings["LOAD"], point.scan
     done = ", ".join(iteration_folder(i) for i in found.complete) or "none"
@@ -1175,7 +1175,9 @@ def _check_resume_point(ctx: LaunchContext, point) -> None:
 def resume_schedule(ctx: LaunchContext) -> None:
     """A resume's LR schedule: the checkpoint's or this launch's, said, never a mismatch
     Megatron's load asserts on after torchrun (RESUME_SCHEDULE); the plan in the notices."""
-    from .resume import describe_schedule, iteration_folder, launch_schedule, schedule_changes
+    from training.checkpoint_scan import iteration_folder
+
+    from .resume import describe_schedule, launch_schedule, schedule_changes
 
     s, point = ctx.settings, ctx.resume
     if point is None or not point.scan.has_checkpoint or point.iteration not in \

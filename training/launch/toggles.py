@@ -781,7 +781,7 @@ REGISTRY: tuple[Toggle, ...] = (
            emit=_by_value({"checkpoint": ("--use-checkpoint-opt_param-scheduler",),
                            "new": ("--override-opt_param-scheduler",)}),
            owns=("--use-checkpoint-opt_param-scheduler", "--use-checkpoint-opt-param-scheduler",
-                 "--override-opt_param-scheduler")),
+                 "--override-opt_param-scheduler", "--override-opt-param-scheduler")),
     Toggle("CKPT_STEP", "int", None, OUTPUT_ARGS,
            "The iteration a resume loads from LOAD (Megatron's --ckpt-step; default: the "
            "marker's, or the last complete checkpoint where the marker names a half-written "

@@ -9,11 +9,11 @@
                loop hooks, and the faulthandler dump armed with it; the watchdog's reading
                and diagnosis of them
   preemption   the workers' side of a signal: which iteration was saved, in the run folder
-  checkpoints  which checkpoint of a SAVE folder is the last complete one
   exits        the exit statuses a scheduler sees
   torchrun     torchrun with a failed worker told in one line (the supervisor runs it)
   rehearsal    kill, restart, extend, compare: the GPU rehearsal's driver
 
-The supervisor, heartbeats' reading, checkpoints and exits use the standard library only (they
-run above torchrun); `heartbeat.HeartbeatWriter` and `preemption` run in the workers.
+The supervisor, heartbeats' reading and exits use the standard library only (they run above
+torchrun; which checkpoint is the last complete one is training.checkpoint_scan's, the
+launcher's rule, itself the standard library only); `heartbeat.HeartbeatWriter` and `preemption` run in the workers.
 """

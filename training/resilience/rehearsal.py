@@ -21,7 +21,6 @@ DIR/rehearsal.json; exit 0 when it passes, 1 when not.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -33,10 +32,9 @@ import threading
 import time
 from pathlib import Path
 
-from training import safe_files
-from training import REPO_ROOT
+from training import REPO_ROOT, cli, safe_files
 from training.resilience import heartbeat
-from training.resilience.checkpoints import DIST_COMPLETE
+from training.checkpoint_scan import incomplete_reason
 
 SCRIPT = REPO_ROOT / "examples" / "llama" / "train_llama3.sh"
 SAMPLE = REPO_ROOT / "data" / "shakespeare" / "train"
@@ -115,7 +113,7 @@ class Killer(threading.Thread):
             return True
         deadline = time.time() + 30
         while time.time() < deadline and not self.stop:
-            if (folder / DIST_COMPLETE).exists():
+            if incomplete_reason(folder) is None:
                 self.missed += 1
                 return False
             if folder.is_dir() and any(folder.iterdir()):
@@ -131,7 +129,7 @@ class Killer(threading.Thread):
                           "save_folder": str(folder) if folder else None,
                           "save_files_at_kill": sorted(p.name for p in folder.iterdir())
                           if folder and folder.is_dir() else [] if folder else None,
-                          "save_complete_at_kill": (folder / DIST_COMPLETE).exists()
+                          "save_complete_at_kill": incomplete_reason(folder) is None
                           if folder else None, "time": time.time()})
 
 
@@ -256,7 +254,7 @@ def rehearse(out: Path, iters: int, extend: int, save_interval: int, seed: int,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training.resilience.rehearsal",
+    parser = cli.ArgumentParser(prog="python -m training.resilience.rehearsal",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--iters", type=int, default=40)

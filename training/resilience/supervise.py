@@ -39,6 +39,7 @@ import argparse
 import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -47,9 +48,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from training import safe_files
+from training import cli, safe_files
 from training.resilience import exits, heartbeat, preemption
-from training.resilience.checkpoints import last_complete_checkpoint
+from training.checkpoint_scan import last_complete
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2)
 MAX_BACKOFF_S = 600.0
@@ -115,7 +116,7 @@ class Supervisor:
                 return outcome.status
             failures.append(outcome.reached)
             verdict = self.restart_verdict(attempt, failures)
-            resume = last_complete_checkpoint(self.opts.save)
+            resume = _last_complete(self.opts.save)
             wait = 0.0 if verdict else min(self.opts.backoff_s * 2 ** attempt, MAX_BACKOFF_S)
             self.record(attempt, outcome, resume, wait, verdict)
             if verdict:
@@ -155,15 +156,16 @@ class Supervisor:
     def command_for(self, attempt: int) -> list[str]:
         """The first attempt runs the command as given; a restart resumes from the last
         complete checkpoint in SAVE (the first attempt's own --load otherwise). The word
-        `torchrun` runs as training.resilience.torchrun: torchrun with a failed worker told in
-        one line, not its traceback."""
+        `torchrun` runs as training.resilience.torchrun (torchrun with a failed worker told in
+        one line, not its traceback) where it names this Python's own torchrun; another
+        torchrun first on PATH (a site's wrapper, a test's stand-in) runs as it is."""
         command = list(self.opts.command)
-        if "torchrun" in command:
+        if "torchrun" in command and _own_torchrun():
             i = command.index("torchrun")
             command[i:i + 1] = [sys.executable, "-m", "training.resilience.torchrun"]
         if attempt == 0 or not self.opts.save:
             return command
-        iteration = last_complete_checkpoint(self.opts.save)
+        iteration = _last_complete(self.opts.save)
         if iteration is None:
             return command
         return _without(command, ("--load", "--ckpt-step")) + [
@@ -267,7 +269,7 @@ class Supervisor:
         if marker is not None:
             iteration = marker["iteration"]
             if marker.get("saved"):
-                if last_complete_checkpoint(self.opts.save or marker.get("save")) == iteration:
+                if _last_complete(self.opts.save or marker.get("save")) == iteration:
                     return Outcome(exits.PREEMPTED if self.opts.preemption == "requeue"
                                    else exits.STOPPED, "preempted", reached,
                                    f"preempted: iteration {iteration} saved in "
@@ -389,6 +391,25 @@ def record_worker_exit(code) -> None:
         pass
 
 
+def _last_complete(save: str | Path | None) -> int | None:
+    """The iteration of SAVE's last complete checkpoint (training.checkpoint_scan's rule, the
+    launcher's resume plan's too), or None (no SAVE, nothing complete there)."""
+    return last_complete(Path(save))[0] if save else None
+
+
+def _own_torchrun() -> bool:
+    """Whether the word `torchrun` names this Python installation's torchrun: the one on PATH
+    sits beside sys.executable (the launcher puts that folder first), or none is on PATH."""
+    found = shutil.which("torchrun")
+    if found is None:
+        return True
+    try:
+        return os.path.samefile(os.path.dirname(os.path.abspath(found)),
+                                os.path.dirname(os.path.abspath(sys.executable)))
+    except OSError:
+        return False
+
+
 def _without(words: list[str], flags: tuple[str, ...]) -> list[str]:
     """The words without each of `flags` and its value (`--flag V` or `--flag=V`)."""
     out, skip = [], False
@@ -412,11 +433,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return exits.USER_ERROR
     split = argv.index("--")
-    parser = argparse.ArgumentParser(prog="python -m training.resilience.supervise",
+    parser = cli.ArgumentParser(prog="python -m training.resilience.supervise",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--save", default=None)
-    parser.add_argument("--restarts", type=int, default=0)
+    parser.add_argument("--restarts", type=cli.nonnegative_int, default=0)
     parser.add_argument("--backoff", type=float, default=10.0)
     parser.add_argument("--hang-timeout", type=float, default=0.0)
     parser.add_argument("--preemption", choices=("requeue", "stop"), default="stop")
