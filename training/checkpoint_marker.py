@@ -2,7 +2,7 @@
 
 megatron.training.checkpointing writes SAVE/latest_checkpointed_iteration.txt once a save is
 finalized (after the last rank's data and metadata.json; for --async-save in the finalize step
-that runs when the background write has finished) with `open(path, 'w').write(...)`: a SIGKILL
+that runs when the background write has finished) with a plain write-mode open and write: a SIGKILL
 between the truncation and the write leaves an empty marker, on which Megatron's next load
 exits ("Invalid metadata file"), and nothing is flushed to the disk before the marker moves.
 
@@ -38,7 +38,7 @@ def write_marker(path: Path, text: str) -> None:
 
 
 class _MarkerFile:
-    """What `open(marker, 'w')` hands Megatron: collects the text, commits it on a clean close."""
+    """What Megatron's write-mode open of the marker hands it: collects the text, commits it on a clean close."""
 
     def __init__(self, path: Path):
         self.path, self.parts, self.closed = path, [], False
@@ -63,7 +63,7 @@ class _MarkerFile:
 
 
 class AtomicMarkerStorage:
-    """megatron-core's maybe_msc, whose `open(<marker>, 'w')` writes the marker atomically."""
+    """megatron-core's maybe_msc, whose write-mode open of the marker writes it atomically."""
 
     def __init__(self, original):
         self._original = original

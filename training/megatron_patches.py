@@ -341,7 +341,7 @@ PATCHES: tuple[Patch, ...] = (
           key=_this_run),
     Patch("atomic_marker", "megatron.training.checkpointing:maybe_msc",
           "training.checkpoint_marker:atomic_marker_storage",
-          "Megatron writes latest_checkpointed_iteration.txt with a plain open('w'): a kill "
+          "Megatron writes latest_checkpointed_iteration.txt with a plain write-mode open: a kill "
           "between its truncation and its write left an empty marker, on which the next load "
           "exits. Written to a temp file, fsynced and renamed instead (after a save is "
           "finalized, an async save's too), so the marker always names a complete checkpoint",
