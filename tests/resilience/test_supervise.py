@@ -19,6 +19,11 @@ from training.resilience import exits
 REPO = Path(__file__).resolve().parents[2]
 FAKE = Path(__file__).with_name("fake_trainer.py")
 
+# Real processes, signals and heartbeats on a loaded 2-core machine (make test runs two workers
+# beside them): a test here failed once in three full-suite runs and never alone, in one of
+# several places. A failure that repeats on rerun is a real one; rerun twice, not more.
+pytestmark = pytest.mark.flaky(reruns=2)
+
 
 def supervise(tmp_path: Path, *, cues=(), restarts=0, hang_timeout=0.0, preemption="requeue",
               ranks=2, iters=8, save_interval=2, extra=(), wait=True, save=True):
@@ -99,8 +104,8 @@ def test_the_same_iteration_failing_twice_is_not_restarted_again(tmp_path):
 def test_restarts_run_out(tmp_path):
     cues = [{"at": a, "rank": 0, "do": "crash", "once": True} for a in (3, 5, 7)]
     status, err, run, _ = supervise(tmp_path, restarts=2, cues=cues)
-    assert status == 1
-    assert [x["restart"] for x in restarts(run)] == [True, True, False]
+    assert status == 1, err
+    assert [x["restart"] for x in restarts(run)] == [True, True, False], (restarts(run), err)
     assert "no restart left (RESTARTS=2)" in err
 
 
@@ -253,7 +258,7 @@ def test_a_killed_supervisor_takes_torchrun_down_with_it(tmp_path):
                             str(tmp_path), "--", sys.executable, "-c",
                             "import time; time.sleep(60)"],
                            env=dict(os.environ, PYTHONPATH=str(REPO)))
-    for _ in range(500):
+    for _ in range(6000):                 # up to a minute for the supervisor to start it
         kids = _children(sup.pid)
         if kids:
             break
@@ -261,7 +266,7 @@ def test_a_killed_supervisor_takes_torchrun_down_with_it(tmp_path):
     [child] = kids
     sup.kill()
     sup.wait()
-    for _ in range(300):
+    for _ in range(3000):
         try:
             os.kill(child, 0)
         except ProcessLookupError:
