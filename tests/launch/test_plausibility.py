@@ -54,7 +54,8 @@ def test_a_device_list_entry_that_is_no_device_is_refused(base_env, var, value):
 @pytest.mark.parametrize("value", ["0", "0,1,2,3", "GPU-8a4f1c2e-0b7d-4e51-9f0a-1234567890ab",
                                    "MIG-8a4f1c2e-0b7d-4e51-9f0a-1234567890ab"])
 def test_device_indices_and_uuids_pass(base_env, value):
-    launch(base_env, CUDA_VISIBLE_DEVICES=value)
+    result = launch(base_env, CUDA_VISIBLE_DEVICES=value)   # a refusal raises
+    assert not _warnings(result, "visible_devices")
 
 
 def test_more_gpus_per_node_than_the_platform_has_is_refused(base_env):
